@@ -1,0 +1,76 @@
+"""Path safety for the image store: a URL path becomes a file under the root, or nothing.
+
+Two layers, as aiohttp's static handler does it: first a lexical check of the already
+percent-decoded path (no ``..`` or ``.`` segment, no backslash, no NUL or control character, no
+empty segment, bounded lengths), then ``resolve()`` and ``relative_to(root)`` so a symlink inside
+the store that points outside it is refused too. Nothing here decodes percent escapes again: a
+literal ``%2e%2e`` after the server's single decoding is an ordinary, harmless file name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_PATH_LEN = 1024
+MAX_SEGMENT_LEN = 255
+
+
+class UnsafePath(ValueError):
+    """The path would leave the store, or is not a plain relative path."""
+
+
+def clean_relpath(raw: str, *, trim: bool = True, allow_empty: bool = False) -> str:
+    """Validate a relative path; with ``trim`` leading and trailing ``/`` are dropped first
+    (the spec's rule for the wildcard), without it an absolute path is an error."""
+    path = raw.strip("/") if trim else raw
+    if not path:
+        if allow_empty:
+            return ""
+        raise UnsafePath("empty path")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_LEN:
+        raise UnsafePath("path too long")
+    if path.startswith("/"):
+        raise UnsafePath("absolute path")
+    if "\\" in path:
+        raise UnsafePath("backslash in path")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise UnsafePath("control character in path")
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            raise UnsafePath("relative or empty segment in path")
+        if len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_LEN:
+            raise UnsafePath("path segment too long")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsafePath("path is not valid UTF-8") from None
+    return path
+
+
+def clean_filename(raw: str | None) -> str:
+    """A single path segment (an upload's file name)."""
+    if raw is None or "/" in raw:
+        raise UnsafePath("invalid file name")
+    return clean_relpath(raw, trim=False)
+
+
+def resolve_under(root: Path, relpath: str) -> Path:
+    """``root/relpath`` with every symlink resolved; raises :class:`UnsafePath` unless the
+    result is still inside ``root`` (which must itself be resolved) and is not ``root``."""
+    try:
+        target = (root / relpath).resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # symlink loops raise RuntimeError/OSError
+        raise UnsafePath("unresolvable path") from exc
+    try:
+        rel = target.relative_to(root)
+    except ValueError:
+        raise UnsafePath("path leaves the store") from None
+    if not rel.parts:
+        raise UnsafePath("path is the store itself")
+    return target
+
+
+def safe_path(root: Path, raw: str, *, trim: bool = True) -> tuple[str, Path]:
+    """Lexical check then resolution; returns the clean relative path and the real file."""
+    rel = clean_relpath(raw, trim=trim)
+    return rel, resolve_under(root, rel)
