@@ -74,3 +74,12 @@ def safe_path(root: Path, raw: str, *, trim: bool = True) -> tuple[str, Path]:
     """Lexical check then resolution; returns the clean relative path and the real file."""
     rel = clean_relpath(raw, trim=trim)
     return rel, resolve_under(root, rel)
+
+
+def entry_path(root: Path, relpath: str) -> Path:
+    """The directory entry for ``relpath`` with its parent resolved under ``root``; the last
+    component is left alone so a symlink there is handled as the link itself (for writes and
+    deletes, which must never follow a link)."""
+    parent, _, name = relpath.rpartition("/")
+    base = resolve_under(root, parent) if parent else root
+    return base / name

@@ -79,13 +79,19 @@ def _open_checked(path: Path, max_pixels: int) -> Image.Image:
     return im
 
 
-def probe(path: Path, max_pixels: int) -> SourceInfo:
-    """Kind (from the bytes) and, for raster images, displayed size and transparency."""
+def sniff_file(path: Path) -> Kind:
     with open(path, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
     kind = sniff(head)
     if kind is None:
         raise Undecodable("unknown file type")
+    return kind
+
+
+def probe(path: Path, max_pixels: int, kind: Kind | None = None) -> SourceInfo:
+    """Kind (from the bytes) and, for raster images, displayed size and transparency."""
+    if kind is None:
+        kind = sniff_file(path)
     if not kind.raster:
         return SourceInfo(kind)
     with _open_checked(path, max_pixels) as im:

@@ -1,0 +1,61 @@
+"""The image store's command side on NATS: request/reply subjects served by the actor host.
+
+The gateway never calls the actor directly (DESIGN §1); it asks over NATS, so gateways on other
+hosts reach the one store actor the same way. A refusal travels back as
+``{"error": {"status", "message"}}``, which the gateway turns into the HTTP answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+from actors.images.layout import StoreLayout
+from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, StoreFile
+from actors.runtime import ActorHandle, ActorHost, Rejected
+from events.bus import serve_json
+
+STORE_SUBJECT = "cairn.cmd.images.store"
+DELETE_SUBJECT = "cairn.cmd.images.delete"
+EVENTS_SUBJECT = "cairn.evt.images.*"
+
+
+async def _ask(handle: ActorHandle, command: Any) -> Any:
+    try:
+        return {"ok": await handle.ask(command)}
+    except Rejected as exc:
+        return {"error": {"status": exc.status, "message": exc.message}}
+
+
+async def serve_commands(
+    nc: Client, actors: ActorHost, layout: StoreLayout
+) -> tuple[ActorHandle, list[Subscription]]:
+    """Spawn the store actor and answer its two command subjects."""
+    handle = await actors.spawn(ImageStoreActor, SINGLETON, layout=layout)
+
+    async def on_store(payload: Any) -> Any:
+        try:
+            command = StoreFile(
+                str(payload["path"]),
+                str(payload["tmp_name"]),
+                str(payload["type"]),
+                int(payload["size"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return {"error": {"status": 400, "message": "malformed command"}}
+        return await _ask(handle, command)
+
+    async def on_delete(payload: Any) -> Any:
+        try:
+            command = DeleteFile(str(payload["path"]))
+        except (KeyError, TypeError):
+            return {"error": {"status": 400, "message": "malformed command"}}
+        return await _ask(handle, command)
+
+    subs = [
+        await serve_json(nc, STORE_SUBJECT, on_store, queue="images-store"),
+        await serve_json(nc, DELETE_SUBJECT, on_delete, queue="images-store"),
+    ]
+    return handle, subs

@@ -1,0 +1,119 @@
+"""The image store actor: the one place that puts files into the served tree or takes them out.
+
+A singleton, because the order of writes to one path must be one decision: the rename that
+publishes an upload, or moves a file to the trash, happens inside the handler together with
+the event that records it, so the stream's order is the order the files changed. A rename
+within one file system is a metadata operation of microseconds, which is why it is done here
+and not as a job; the upload's bytes were already written (by the gateway, to a temp file on
+the same file system) and never travel through the mailbox.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from actors.images.events import ImageDeleted, ImageStored, deleted, stored
+from actors.images.layout import StoreLayout
+from actors.images.paths import UnsafePath, clean_filename, clean_relpath, entry_path
+from actors.images.sniff import KINDS
+from actors.runtime import AggregateActor, Rejected
+from events.model import Event
+
+SINGLETON = "store"
+
+
+@attrs.frozen
+class StoreFile:
+    """Publish the finished temp file ``tmp_name`` (a name inside the layout's tmp dir)."""
+
+    path: str
+    tmp_name: str
+    type: str
+    size: int
+
+
+@attrs.frozen
+class DeleteFile:
+    path: str
+
+
+@attrs.frozen
+class Entry:
+    type: str
+    size: int
+
+
+class ImageStoreActor(AggregateActor):
+    aggregate = "images"
+
+    def setup(self, **kwargs: Any) -> None:
+        layout = kwargs.pop("layout")
+        super().setup(**kwargs)
+        self.layout: StoreLayout = layout
+        self.catalogue: dict[str, Entry] = {}
+        self.deleted = 0
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, ImageStored):
+            self.catalogue[event.path] = Entry(event.type, event.size)
+        elif isinstance(event, ImageDeleted):
+            self.catalogue.pop(event.path, None)
+            self.deleted += 1
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, StoreFile):
+            return self._store(message)
+        if isinstance(message, DeleteFile):
+            return self._delete(message)
+        raise TypeError(f"unknown command {type(message).__name__}")
+
+    def _target(self, raw: str) -> tuple[str, Path]:
+        """The directory entry ``raw`` names, its parent resolved: a final symlink is itself
+        replaced or deleted, never written through."""
+        try:
+            rel = clean_relpath(raw, trim=False)
+            return rel, entry_path(self.layout.store, rel)
+        except UnsafePath as exc:
+            raise Rejected(400, "invalid path") from exc
+
+    def _store(self, cmd: StoreFile) -> dict[str, Any]:
+        rel, target = self._target(cmd.path)
+        if cmd.type not in {k.mime for k in KINDS.values()}:
+            raise Rejected(415, "unsupported file type")
+        try:
+            tmp = self.layout.tmp / clean_filename(cmd.tmp_name)
+        except UnsafePath as exc:
+            raise Rejected(400, "invalid temp file") from exc
+        if not tmp.is_file() or tmp.stat().st_size != cmd.size:
+            raise Rejected(400, "upload is not complete")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # mkdir may have walked through a symlink created since the check: check again
+            target = entry_path(self.layout.store, rel)
+            if target.is_dir() and not target.is_symlink():
+                raise Rejected(409, "a directory exists at this path")
+            os.replace(tmp, target)
+        except UnsafePath as exc:
+            raise Rejected(400, "invalid path") from exc
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise Rejected(409, "a file is in the way of this path") from exc
+        self.record(stored(rel, cmd.type, cmd.size))
+        return {"path": rel, "type": cmd.type, "size": cmd.size}
+
+    def _delete(self, cmd: DeleteFile) -> dict[str, Any]:
+        rel, target = self._target(cmd.path)
+        if not (target.is_file() or target.is_symlink()):
+            raise Rejected(404, "file not found")
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        trashed_as = f"{stamp}-{secrets.token_hex(4)}/{rel}"
+        dest = self.layout.trash / trashed_as
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(target, dest)
+        self.record(deleted(rel, trashed_as))
+        return {"path": rel}

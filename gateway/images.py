@@ -1,0 +1,413 @@
+"""The image service (spec part B): read, upload, delete, health; everything else 404.
+
+Reads are served straight from the store's read model (the files, their cached variants); uploads
+and deletes are commands to the image store actor over NATS; the actor's events come back over
+NATS and purge this host's caches, so several gateway hosts stay coherent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import BodyPartReader, web
+from aiohttp.helpers import ETAG_ANY
+from nats.aio.msg import Msg
+
+from actors.images.cache import HotCache, source_stamp
+from actors.images.commands import DELETE_SUBJECT, EVENTS_SUBJECT, STORE_SUBJECT, serve_commands
+from actors.images.layout import StoreLayout
+from actors.images.params import ReadParams, negotiate, parse_params, plan_variant
+from actors.images.paths import UnsafePath, clean_filename, clean_relpath, safe_path
+from actors.images.placeholder import placeholder_svg
+from actors.images.pool import RenderPool
+from actors.images.reads import ImageReader
+from actors.images.settings import ImageSettings
+from actors.images.sniff import SNIFF_BYTES, Kind, sniff
+from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
+from events.bus import CommandTimeout, NoResponders, request_json
+from gateway.runtime import Runtime
+from gateway.services import ServiceDef
+
+log = logging.getLogger("cairn.images")
+
+READ_PREFIX = "/c/img/"
+SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
+OUTPUT_MIME = {"webp": "image/webp", "avif": "image/avif", "jpg": "image/jpeg", "png": "image/png"}
+UPLOAD_CHUNK = 256 * 1024
+MULTIPART_SLACK = 64 * 1024  # headers and boundaries around the file in a multipart body
+OTHER_FIELD_LIMIT = 64 * 1024
+STALE_TMP_SECONDS = 3600
+HOT_ITEM_MAX = 1024 * 1024
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Failure(Exception):
+    """An upload or delete refused with ``status`` and a plain-text ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@web.middleware
+async def not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Any route or method the spec does not list answers 404 ``Not Found``."""
+    try:
+        return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
+        return web.Response(status=404, text="Not Found")
+
+
+def _peer(request: web.Request) -> str:
+    return request.remote or "?"
+
+
+def _fail(request: web.Request, action: str, status: int, message: str) -> web.Response:
+    # two lines, as the spec asks: what failed, then who asked for what
+    log.error("%s failed: %d %s", action, status, message)
+    log.error("%s request from %s for %r", action, _peer(request), request.match_info.get("path"))
+    return web.Response(status=status, text=message)
+
+
+class ImageService:
+    def __init__(
+        self, runtime: Runtime, settings: ImageSettings, layout: StoreLayout, reader: ImageReader
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.layout = layout
+        self.reader = reader
+        self.avif = avif_supported()
+        if not self.avif:
+            log.warning("this Pillow cannot write AVIF: clients asking for it get WebP")
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def timed(self, handler: Handler) -> Handler:
+        """The spec's handler time-out: 408 ``timed out``, and the work is cancelled."""
+
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                async with asyncio.timeout(self.settings.timeout):
+                    return await handler(request)
+            except TimeoutError:
+                log.error("%s %s timed out", request.method, request.path)
+                log.error("request from %s", _peer(request))
+                return web.Response(status=408, text="timed out")
+
+        return run
+
+    def placeholder(self, params: ReadParams) -> web.Response:
+        width = params.width or params.size
+        height = params.height or params.size
+        return web.Response(
+            status=404,
+            body=placeholder_svg(params.dark, width, height),
+            headers={
+                "Content-Type": "image/svg+xml",
+                "Cache-Control": "no-cache",
+                "Content-Security-Policy": SVG_CSP,
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
+    def _cache_headers(self) -> dict[str, str]:
+        return {
+            "Cache-Control": f"public, max-age={self.settings.max_age}",
+            "X-Content-Type-Options": "nosniff",
+        }
+
+    def original(self, target: Path, kind: Kind) -> web.StreamResponse:
+        # FileResponse brings ETag, Last-Modified, 304, Range/206 and sendfile
+        headers = self._cache_headers()
+        headers["Content-Type"] = kind.mime
+        if kind.name == "svg":
+            headers["Content-Security-Policy"] = SVG_CSP
+        elif kind.name == "pdf":
+            headers["Content-Disposition"] = "inline"
+        return web.FileResponse(target, headers=headers)
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    async def read(self, request: web.Request) -> web.StreamResponse:
+        params = parse_params(request.query)
+        try:
+            rel, target = safe_path(self.layout.store, request.match_info["path"])
+            st = os.stat(target)
+        except (UnsafePath, OSError, ValueError):
+            return self.placeholder(params)
+        if not stat.S_ISREG(st.st_mode):
+            return self.placeholder(params)
+        try:
+            probed = await self.reader.probe(rel, target, st)
+        except (Undecodable, OSError):
+            return self.placeholder(params)
+        if not params.transforms or not probed.kind.raster:
+            return self.original(target, probed.kind)
+        info = probed.info
+        if info is None:
+            return self.placeholder(params)  # over the pixel limit: never decoded
+        fmt = params.fmt or negotiate(
+            request.headers.get("Accept", ""), info.kind.name, info.has_alpha, self.avif
+        )
+        if fmt == "avif" and not self.avif:
+            fmt = "webp"
+        variant = plan_variant(params, info.width, info.height, fmt)
+        etag = f"{source_stamp(st)}-{variant.key}"
+        headers = self._cache_headers()
+        headers["ETag"] = f'"{etag}"'
+        headers["Last-Modified"] = _http_date(st.st_mtime)
+        if params.fmt is None:
+            headers["Vary"] = "Accept"
+        if _not_modified(request, etag, st.st_mtime):
+            return web.Response(status=304, headers=headers)
+        try:
+            data = await self.reader.variant(rel, target, st, variant)
+        except (Undecodable, TooManyPixels, OSError):
+            return self.placeholder(params)
+        headers["Content-Type"] = OUTPUT_MIME[fmt]
+        return web.Response(body=data, headers=headers)
+
+    async def upload(self, request: web.Request) -> web.StreamResponse:
+        tmp: Path | None = None
+        try:
+            try:
+                directory = clean_relpath(request.match_info["path"], allow_empty=True)
+            except UnsafePath:
+                raise Failure(400, "invalid path") from None
+            limit = self.settings.max_upload
+            if request.content_length is not None and request.content_length > limit + (
+                MULTIPART_SLACK
+            ):
+                raise Failure(413, f"file too large (limit {limit} bytes)")
+            part = await self._file_part(request)
+            try:
+                filename = clean_filename(part.filename)
+                rel = clean_relpath(f"{directory}/{filename}" if directory else filename)
+            except UnsafePath:
+                raise Failure(400, "invalid file name") from None
+            tmp, kind, size = await self._receive(part)
+            reply = await self._command(
+                STORE_SUBJECT,
+                {
+                    "path": rel,
+                    "tmp_name": tmp.name,
+                    "type": kind.mime,
+                    "size": size,
+                },
+            )
+            stored = reply["ok"]
+            body = {
+                "success": True,
+                "filename": filename,
+                "type": stored["type"],
+                "size": stored["size"],
+                "src": READ_PREFIX + quote(stored["path"], safe="/"),
+            }
+            return web.json_response(body, status=201)
+        except Failure as exc:
+            return _fail(request, "upload", exc.status, exc.message)
+        finally:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+
+    async def _file_part(self, request: web.Request) -> BodyPartReader:
+        try:
+            reader = await request.multipart()
+        except (ValueError, AssertionError, KeyError):
+            raise Failure(
+                400, 'expected multipart/form-data with a file field "filepath"'
+            ) from None
+        while True:
+            try:
+                part = await reader.next()
+            except ValueError:
+                raise Failure(400, "malformed multipart body") from None
+            if part is None:
+                raise Failure(400, 'missing file field "filepath"')
+            if not isinstance(part, BodyPartReader):
+                raise Failure(400, "nested multipart is not supported")
+            if part.name == "filepath":
+                if part.filename is None:
+                    raise Failure(400, 'field "filepath" must be a file')
+                return part
+            # other fields are read past, never kept, and not read forever
+            skipped = 0
+            while chunk := await part.read_chunk(UPLOAD_CHUNK):
+                skipped += len(chunk)
+                if skipped > OTHER_FIELD_LIMIT:
+                    raise Failure(400, "form field too large")
+
+    async def _receive(self, part: BodyPartReader) -> tuple[Path, Kind, int]:
+        """Stream the file to a temp file beside the store; refuse it as soon as its first
+        bytes show it is not an image or PDF, or it grows past the cap."""
+        limit = self.settings.max_upload
+        fd, name = tempfile.mkstemp(dir=self.layout.tmp, prefix="up-")
+        tmp = Path(name)
+        size = 0
+        head = b""
+        kind: Kind | None = None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                while chunk := await part.read_chunk(UPLOAD_CHUNK):
+                    size += len(chunk)
+                    if size > limit:
+                        raise Failure(413, f"file too large (limit {limit} bytes)")
+                    if kind is None and len(head) < SNIFF_BYTES:
+                        head += chunk[: SNIFF_BYTES - len(head)]
+                        if len(head) >= SNIFF_BYTES:
+                            kind = _sniff_or_fail(head)
+                    await asyncio.to_thread(fh.write, chunk)
+                if size == 0:
+                    raise Failure(400, "empty file")
+                if kind is None:
+                    kind = _sniff_or_fail(head)
+                await asyncio.to_thread(_flush_and_sync, fh)
+            if kind.raster:
+                await asyncio.to_thread(self._check_raster, tmp)
+            return tmp, kind, size
+        except BaseException:
+            _unlink_quietly(tmp)  # a cancelled upload leaves nothing behind
+            raise
+
+    def _check_raster(self, tmp: Path) -> None:
+        try:
+            probe(tmp, self.settings.max_pixels)
+        except TooManyPixels:
+            raise Failure(
+                413, f"image too large (limit {self.settings.max_pixels} pixels)"
+            ) from None
+        except Undecodable:
+            raise Failure(415, "unsupported file type") from None
+
+    async def _command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await request_json(
+                self.runtime.nc, subject, payload, timeout=self.settings.timeout
+            )
+        except (CommandTimeout, NoResponders):
+            raise Failure(503, "image store unavailable") from None
+        if not isinstance(reply, dict):
+            raise Failure(500, "malformed reply from the image store")
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raise Failure(int(error.get("status", 500)), str(error.get("message", "error")))
+        return reply
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        try:
+            try:
+                rel = clean_relpath(request.match_info["path"])
+            except UnsafePath:
+                raise Failure(400, "invalid path") from None
+            await self._command(DELETE_SUBJECT, {"path": rel})
+            return web.json_response({"success": True, "message": f"{rel} deleted"})
+        except Failure as exc:
+            return _fail(request, "delete", exc.status, exc.message)
+
+    async def state(self, _: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok")
+
+    async def on_event(self, msg: Msg) -> None:
+        """Purge what this host cached for a path the store changed (stored or deleted)."""
+        try:
+            payload = json.loads(msg.data)
+            path = payload["data"]["path"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring a malformed image event on %s", msg.subject)
+            return
+        if isinstance(path, str):
+            await asyncio.to_thread(self.reader.purge, path)
+
+
+IMAGES = web.AppKey("images", ImageService)
+
+
+def _sniff_or_fail(head: bytes) -> Kind:
+    kind = sniff(head)
+    if kind is None:
+        raise Failure(415, "unsupported file type")
+    return kind
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _flush_and_sync(fh: Any) -> None:
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _http_date(timestamp: float) -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(timestamp))
+
+
+def _not_modified(request: web.Request, etag: str, mtime: float) -> bool:
+    inm = request.if_none_match
+    if inm is not None:
+        return any(tag.value in (etag, ETAG_ANY) for tag in inm)
+    ims = request.if_modified_since
+    return ims is not None and int(mtime) <= ims.timestamp()
+
+
+def _clear_stale_tmp(tmp_dir: Path) -> None:
+    """Temp files of uploads cut short by a crash; recent ones may belong to a live upload
+    on another host sharing the store."""
+    cutoff = time.time() - STALE_TMP_SECONDS
+    for entry in tmp_dir.iterdir():
+        with contextlib.suppress(OSError):
+            if entry.is_file() and entry.stat().st_mtime < cutoff:
+                entry.unlink()
+
+
+async def build(runtime: Runtime) -> web.Application:
+    settings = ImageSettings.from_env(runtime.env)
+    layout = StoreLayout.create(runtime.data_dir)
+    await asyncio.to_thread(_clear_stale_tmp, layout.tmp)
+    pool = RenderPool(settings.workers)
+    reader = ImageReader(
+        layout, pool, max_pixels=settings.max_pixels, hot=HotCache(settings.hot_cache, HOT_ITEM_MAX)
+    )
+    service = ImageService(runtime, settings, layout, reader)
+    _, command_subs = await serve_commands(runtime.nc, runtime.actors, layout)
+    event_sub = await runtime.nc.subscribe(EVENTS_SUBJECT, cb=service.on_event)
+
+    app = web.Application(middlewares=[not_found])
+    app[IMAGES] = service
+    app.router.add_get(READ_PREFIX + "{path:.*}", service.timed(service.read))
+    app.router.add_post("/upload/{path:.*}", service.timed(service.upload))
+    app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
+    app.router.add_get("/check/state", service.state)
+
+    async def cleanup(_: web.Application) -> None:
+        for sub in [event_sub, *command_subs]:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        pool.shutdown()
+
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+SERVICE = ServiceDef(
+    name="images",
+    port_env="IMAGES_PORT",
+    default_port=8300,
+    build=build,
+    summary="serve, transform, upload and delete images and PDFs",
+)

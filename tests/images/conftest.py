@@ -1,0 +1,67 @@
+"""The image service over real HTTP on loopback, with a real NATS, store and actor host."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import attrs
+import pytest
+from aiohttp.test_utils import TestServer
+
+from actors.images.layout import StoreLayout
+from gateway.images import build
+from gateway.runtime import Runtime
+
+
+@attrs.define
+class Images:
+    http: aiohttp.ClientSession
+    layout: StoreLayout
+    base: str
+
+    def put(self, relpath: str, data: bytes) -> Path:
+        """Place a file in the store directly, as an operator copying files in would."""
+        path = self.layout.store / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return path
+
+    async def upload(
+        self, directory: str, filename: str, data: bytes, field: str = "filepath"
+    ) -> aiohttp.ClientResponse:
+        form = aiohttp.FormData()
+        form.add_field(field, data, filename=filename, content_type="application/octet-stream")
+        return await self.http.post(f"/upload/{directory}", data=form)
+
+
+ImagesFactory = Callable[..., Awaitable[Images]]
+
+
+@pytest.fixture
+async def make_images(runtime: Runtime) -> AsyncIterator[ImagesFactory]:
+    servers: list[TestServer] = []
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def make(**env: str) -> Images:
+        rt = attrs.evolve(runtime, env={**runtime.env, **env})
+        app = await build(rt)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        base = str(server.make_url("")).rstrip("/")
+        session = aiohttp.ClientSession(base_url=base, auto_decompress=False)
+        sessions.append(session)
+        return Images(session, StoreLayout.create(rt.data_dir), base)
+
+    yield make
+    for session in sessions:
+        await session.close()
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def images(make_images: ImagesFactory) -> Images:
+    return await make_images()
