@@ -1,0 +1,119 @@
+"""Entry points: one fake command (`python -m pvesim.cli qm ...`) and `cairn sim` (`run_sim`).
+
+Kept free of asyncssh imports on the command path so each fake command starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .context import Ctx, stdio_ctx
+from .state import Store
+
+PROGRAMS = ("qm", "pvesh", "pvesm")
+
+
+def execute(ctx: Ctx, argv: Sequence[str]) -> int:
+    """Run one fake command line (argv[0] is the program) as ctx.node."""
+    from . import pvesh, pvesm, qm
+
+    program = os.path.basename(argv[0]) if argv else ""
+    runners: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
+        "qm": qm.run,
+        "pvesh": pvesh.run,
+        "pvesm": pvesm.run,
+    }
+    runner = runners.get(program)
+    if runner is None:
+        ctx.err(f"bash: line 1: {argv[0] if argv else ''}: command not found\n")
+        return 127
+    ctx.store.log_command(ctx.node, list(argv))
+    ctx.delay("startup")
+    return runner(ctx, list(argv[1:]))
+
+
+def run_command(argv: Sequence[str]) -> int:
+    root = os.environ.get("PVESIM_ROOT")
+    if not root:
+        sys.stderr.write("pvesim: PVESIM_ROOT is not set (start a cluster with `cairn sim`)\n")
+        return 255
+    store = Store(Path(root))
+    if not store.exists():
+        sys.stderr.write(f"pvesim: no simulated cluster in {root}\n")
+        return 255
+    node = os.environ.get("PVESIM_NODE")
+    if not node:
+        with store.locked() as txn:
+            node = txn.main
+    return execute(stdio_ctx(store, node), argv)
+
+
+def sim_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cairn sim", description="Run a simulated three-node Proxmox VE cluster on loopback."
+    )
+    data = os.environ.get("CAIRN_DATA", "data")
+    parser.add_argument("--root", type=Path, default=Path(data) / "pvesim", help="state directory")
+    parser.add_argument(
+        "--delay-scale", type=float, default=None, help="0 = instant, 1 = realistic"
+    )
+    parser.add_argument(
+        "--statd-lag", type=float, default=None, help="seconds /cluster/resources lags"
+    )
+    parser.add_argument("--node-ssh-port", type=int, default=None)
+    parser.add_argument("--vm-ssh-port", type=int, default=None)
+    return parser
+
+
+def run_sim(args: Sequence[str] | None = None) -> int:
+    """`cairn sim`: start the cluster, print its environment, run until SIGINT/SIGTERM."""
+    import asyncio
+    import signal
+
+    from .cluster import SimCluster
+    from .state import DEFAULT_DELAY_SCALE
+
+    opts = sim_parser().parse_args(list(args) if args is not None else None)
+
+    async def serve() -> None:
+        sim = SimCluster(
+            opts.root.resolve(),
+            delay_scale=DEFAULT_DELAY_SCALE if opts.delay_scale is None else opts.delay_scale,
+            statd_lag=opts.statd_lag,
+            node_ssh_port=opts.node_ssh_port,
+            vm_ssh_port=opts.vm_ssh_port,
+        )
+        await sim.start()
+        try:
+            print(f"# simulated Proxmox VE cluster, state in {sim.root}")
+            for key, value in sim.env(include_path=True).items():
+                print(f"{key}={value}")
+            sys.stdout.flush()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await sim.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in PROGRAMS:
+        return run_command(args)
+    if args and args[0] == "sim":
+        return run_sim(args[1:])
+    sys.stderr.write("usage: python -m pvesim.cli {qm|pvesh|pvesm} ARGS... | sim [OPTIONS]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

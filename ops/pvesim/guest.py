@@ -1,0 +1,78 @@
+"""What a simulated guest answers to an SSH exec request (pure, except the syntax check)."""
+
+from __future__ import annotations
+
+import shlex
+
+import attrs
+
+SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/sh"}
+
+
+@attrs.frozen
+class GuestRun:
+    user: str
+    command: str
+    stdin: str
+    exit_status: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+@attrs.frozen
+class Answer:
+    stdout: str = ""
+    stderr: str = ""
+    exit_status: int = 0
+    reads_script: bool = False  # the command is a shell that runs what arrives on stdin
+
+
+def strip_sudo(words: list[str]) -> list[str]:
+    while words and words[0] == "sudo":
+        words = words[1:]
+        while words and words[0].startswith("-"):
+            flag = words[0]
+            words = words[1:]
+            # sudo options that take an argument
+            if flag in ("-u", "-g", "-C", "-h", "-p", "-U") and words:
+                words = words[1:]
+    return words
+
+
+def is_script_shell(words: list[str]) -> bool:
+    """`sh`, `bash -s -- ARGS`, `bash -`: a shell reading its script from stdin."""
+    if not words or words[0] not in SHELLS:
+        return False
+    rest = words[1:]
+    while rest and rest[0] in ("-e", "-x", "-eu", "-eux", "-u", "-o", "pipefail", "-l"):
+        rest = rest[1:]
+    return not rest or rest[0] in ("-s", "-", "--")
+
+
+def answer(command: str, user: str, hostname: str) -> Answer:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return Answer(
+            stderr="bash: -c: line 1: unexpected EOF while looking for matching quote\n",
+            exit_status=2,
+        )
+    words = strip_sudo(words)
+    if not words:
+        return Answer()
+    head = words[0]
+    if head == "echo":
+        return Answer(stdout=" ".join(words[1:]) + "\n")
+    if head == "true":
+        return Answer()
+    if head == "false":
+        return Answer(exit_status=1)
+    if head == "hostname":
+        return Answer(stdout=hostname + "\n")
+    if head == "whoami" or words[:2] == ["id", "-un"]:
+        return Answer(stdout=("root" if command.lstrip().startswith("sudo") else user) + "\n")
+    if words[:2] == ["cloud-init", "status"]:
+        return Answer(stdout="status: done\n")
+    if is_script_shell(words):
+        return Answer(reads_script=True)
+    return Answer(stderr=f"bash: line 1: {head}: command not found\n", exit_status=127)

@@ -1,0 +1,139 @@
+"""The fake `pvesh get` for the API paths the VM service reads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from . import resources as res
+from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
+from .context import Ctx, take_failure
+from .formats import format_json, format_json_pretty, format_text_table
+from .state import Txn
+
+USAGE = "pvesh get <api_path> [OPTIONS] [FORMAT_OPTIONS]"
+FORMAT_OPTIONS: dict[str, Opt] = {
+    "output-format": Opt(enum=("json", "json-pretty", "text", "yaml")),
+    "noborder": BOOL_OPT,
+    "noheader": BOOL_OPT,
+    "human-readable": BOOL_OPT,
+}
+PATH_OPTIONS: dict[str, dict[str, Opt]] = {
+    "/cluster/resources": {"type": Opt(enum=("vm", "storage", "node", "sdn"))},
+    "/cluster/nextid": {"vmid": Opt("int", minimum=100, maximum=999999999)},
+}
+
+
+def _normalise(path: str) -> str:
+    path = "/" + path.strip("/")
+    return re.sub(r"/+", "/", path)
+
+
+def _vms_by_node(txn: Txn) -> dict[str, list[dict[str, Any]]]:
+    by_node: dict[str, list[dict[str, Any]]] = {n: [] for n in txn.nodes}
+    for node, rec in txn.all_vms():
+        by_node.setdefault(node, []).append(rec)
+    return by_node
+
+
+def statd_lag(txn: Txn, scale: float) -> float:
+    lag = txn.setting("statd_lag")
+    return float(lag) if lag is not None else 10.0 * scale
+
+
+def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
+    now = ctx.now()
+    scale = ctx.store.delay_scale()
+    with ctx.store.locked() as txn:
+        failure = take_failure(txn, "pvesh get", ctx.node, None)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        nodes = txn.nodes
+        vms = _vms_by_node(txn)
+        if path == "/cluster/resources":
+            kind = options.get("type")
+            out: list[dict[str, Any]] = []
+            if kind in (None, "vm"):
+                lag = statd_lag(txn, scale)
+                entries = [
+                    res.vm_resource(n, r, int(nodes[n]["maxcpu"]), now, lag)
+                    for n, recs in vms.items()
+                    for r in recs
+                ]
+                out += sorted(entries, key=lambda e: str(e["vmid"]))
+            if kind in (None, "node"):
+                out += [res.node_resource(n, nodes[n], vms.get(n, []), now) for n in nodes]
+            if kind in (None, "storage"):
+                for n in nodes:
+                    volumes = txn.volumes(n)
+                    out += [
+                        res.storage_resource(n, s, info, volumes.get(s, {}))
+                        for s, info in sorted(txn.storages.items())
+                    ]
+            return out
+        if path == "/nodes":
+            return res.nodes_index(nodes, vms, now)
+        m = re.fullmatch(r"/nodes/([^/]+)/status", path)
+        if m:
+            name = m.group(1)
+            if name not in nodes:
+                raise CliError(
+                    f"hostname lookup '{name}' failed - failed to get address info for: "
+                    f"{name}: Name or service not known"
+                )
+            return res.node_status(name, nodes[name], vms.get(name, []), now)
+        m = re.fullmatch(r"/nodes/([^/]+)/qemu", path)
+        if m and m.group(1) in nodes:
+            return [
+                {k: v for k, v in res.vm_resource(m.group(1), r, 64, now, 0).items()
+                 if k not in ("id", "node", "type")}
+                for r in vms.get(m.group(1), [])
+            ]  # fmt: skip
+        if path == "/cluster/nextid":
+            taken = {int(r["vmid"]) for recs in vms.values() for r in recs}
+            wanted = options.get("vmid")
+            if wanted is not None:
+                if wanted in taken:
+                    raise param_error({"vmid": f"VM {wanted} already exists"}, USAGE)
+                return wanted
+            for vmid in range(100, 1000000):
+                if vmid not in taken:
+                    return vmid
+            raise CliError("unable to get any free VMID in range [100, 1000000]")
+    raise CliError(f"No 'get' handler defined for '{path}'")
+
+
+def run(ctx: Ctx, argv: Sequence[str]) -> int:
+    try:
+        if not argv:
+            raise CliError("ERROR: no command specified\nUSAGE: pvesh <COMMAND> [ARGS] [OPTIONS]")
+        if argv[0] != "get":
+            if argv[0] in ("ls", "set", "create", "delete", "usage", "help"):
+                raise CliError(f"pvesim: 'pvesh {argv[0]}' is not simulated")
+            raise CliError(
+                f"ERROR: unknown command 'pvesh {argv[0]}'\nUSAGE: pvesh <COMMAND> [ARGS] [OPTIONS]"
+            )
+        rest = list(argv[1:])
+        path_arg = next((a for a in rest if not a.startswith("-")), None)
+        path = _normalise(path_arg) if path_arg else ""
+        spec = CommandSpec(
+            USAGE, (("api_path", Opt()),), {**FORMAT_OPTIONS, **PATH_OPTIONS.get(path, {})}
+        )
+        parsed = parse(spec, rest)
+        options = dict(parsed.options)
+        fmt = options.pop("output-format", "text")
+        for key in ("noborder", "noheader", "human-readable"):
+            options.pop(key, None)
+        ctx.delay("query")
+        value = get(ctx, _normalise(parsed.args["api_path"]), options)
+        if fmt == "json":
+            ctx.out(format_json(value))
+        elif fmt == "json-pretty":
+            ctx.out(format_json_pretty(value))
+        else:
+            ctx.out(format_text_table(value))
+        return 0
+    except CliError as exc:
+        ctx.err(exc.text)
+        return exc.code

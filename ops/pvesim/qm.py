@@ -1,0 +1,1154 @@
+"""The fake `qm`: one function per subcommand, each working on the locked on-disk state.
+
+Behaviour, messages and exit codes follow ../shared/pve-reference/README.md §1-§3.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import re
+import struct
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import vmconfig as vc
+from .args import (
+    CliError,
+    CommandSpec,
+    Opt,
+    check_bus_id,
+    check_dns_name,
+    check_drive,
+    check_nameserver,
+    check_tags,
+    cpu_model_error,
+    make_ipconfig_check,
+    make_net_check,
+    param_error,
+    parse,
+)
+from .context import Ctx, take_failure
+from .formats import (
+    GIB,
+    format_dd_copied,
+    format_duration,
+    format_key_values,
+    format_qm_config,
+    format_qm_list,
+    format_qm_status,
+    format_size,
+    format_task_line,
+    format_transferred,
+    format_update_line,
+    uri_escape,
+)
+from .state import Txn
+
+VMID = Opt("int", minimum=100, maximum=999999999)
+INT = Opt("int")
+BOOL = Opt("bool")
+STR = Opt("str")
+
+QEMU_VERSION = "9.2.0"
+MAC_OUI = "BC:24:11"
+# Options applied at once on a running VM; everything else waits in [PENDING] (QS fast_plug
+# options, hotplug network/disk/usb, and the cloud-init keys that only matter at next start).
+HOT_OPTIONS = {
+    "name", "tags", "description", "onboot", "protection", "startup", "lock", "ciuser",
+    "cipassword", "sshkeys", "ciupgrade", "nameserver", "searchdomain", "citype",
+}  # fmt: skip
+
+
+def _vm_options(create: bool) -> dict[str, Opt]:
+    opts: dict[str, Opt] = {
+        "name": Opt(check=check_dns_name),
+        "memory": Opt("int", minimum=16),
+        "balloon": Opt("int", minimum=0),
+        "shares": Opt("int", minimum=0, maximum=50000),
+        "cores": Opt("int", minimum=1),
+        "sockets": Opt("int", minimum=1),
+        "vcpus": Opt("int", minimum=1),
+        "cpu": Opt(check=cpu_model_error),
+        "numa": BOOL,
+        "agent": STR,
+        "ostype": Opt(
+            enum=tuple(
+                "other wxp w2k w2k3 w2k8 wvista win7 win8 win10 win11 l24 l26 solaris".split()  # noqa: SIM905
+            )
+        ),
+        "scsihw": Opt(
+            enum=("lsi", "lsi53c810", "virtio-scsi-pci", "virtio-scsi-single", "megasas", "pvscsi")
+        ),
+        "vga": STR,
+        "boot": STR,
+        "bootdisk": Opt(check=check_bus_id),
+        "ciuser": STR,
+        "cipassword": STR,
+        "sshkeys": STR,
+        "ciupgrade": BOOL,
+        "citype": Opt(enum=("configdrive2", "nocloud", "opennebula")),
+        "nameserver": Opt(check=check_nameserver),
+        "searchdomain": STR,
+        "tags": Opt(check=check_tags),
+        "description": STR,
+        "onboot": BOOL,
+        "protection": BOOL,
+        "kvm": BOOL,
+        "bios": Opt(enum=("seabios", "ovmf")),
+        "machine": STR,
+        "hotplug": STR,
+        "template": BOOL,
+        "startup": STR,
+    }
+    for i in range(32):
+        opts[f"net{i}"] = Opt(check=make_net_check(f"net{i}"))
+        opts[f"ipconfig{i}"] = Opt(check=make_ipconfig_check(f"ipconfig{i}"))
+    for i in range(4):
+        opts[f"serial{i}"] = STR
+    for key in vc.DRIVE_KEYS:
+        opts[key] = Opt(check=check_drive)
+    if create:
+        opts.update(start=BOOL, storage=STR, unique=BOOL, pool=STR, force=BOOL, archive=STR)
+    else:
+        opts.update(delete=STR, revert=STR, skiplock=BOOL, digest=STR, force=BOOL)
+    return opts
+
+
+SPECS: dict[str, CommandSpec] = {
+    "create": CommandSpec("qm create <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(True)),
+    "set": CommandSpec("qm set <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(False)),
+    "importdisk": CommandSpec(
+        "qm importdisk <vmid> <source> <storage> [OPTIONS]",
+        (("vmid", VMID), ("source", STR), ("storage", STR)),
+        {"format": Opt(enum=("raw", "vmdk", "qcow2")), "target-disk": Opt(check=check_bus_id)},
+    ),
+    "resize": CommandSpec(
+        "qm resize <vmid> <disk> <size> [OPTIONS]",
+        (("vmid", VMID), ("disk", Opt(check=check_bus_id)), ("size", STR)),
+        {"skiplock": BOOL, "digest": STR},
+    ),
+    "start": CommandSpec(
+        "qm start <vmid> [OPTIONS]", (("vmid", VMID),),
+        {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "machine": STR, "migratedfrom": STR},
+    ),
+    "stop": CommandSpec(
+        "qm stop <vmid> [OPTIONS]", (("vmid", VMID),),
+        {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "keepActive": BOOL,
+         "overrule-shutdown": BOOL},
+    ),
+    "shutdown": CommandSpec(
+        "qm shutdown <vmid> [OPTIONS]", (("vmid", VMID),),
+        {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "forceStop": BOOL, "keepActive": BOOL},
+    ),
+    "reboot": CommandSpec(
+        "qm reboot <vmid> [OPTIONS]", (("vmid", VMID),), {"timeout": Opt("int", minimum=0)}
+    ),
+    "destroy": CommandSpec(
+        "qm destroy <vmid> [OPTIONS]", (("vmid", VMID),),
+        {"purge": BOOL, "skiplock": BOOL, "destroy-unreferenced-disks": BOOL},
+    ),
+    "migrate": CommandSpec(
+        "qm migrate <vmid> <target> [OPTIONS]", (("vmid", VMID), ("target", STR)),
+        {"online": BOOL, "with-local-disks": BOOL, "targetstorage": STR, "force": BOOL,
+         "migration_type": Opt(enum=("secure", "insecure")), "bwlimit": INT},
+    ),
+    "status": CommandSpec("qm status <vmid> [OPTIONS]", (("vmid", VMID),), {"verbose": BOOL}),
+    "config": CommandSpec(
+        "qm config <vmid> [OPTIONS]", (("vmid", VMID),), {"current": BOOL, "snapshot": STR}
+    ),
+    "list": CommandSpec("qm list  [OPTIONS]", (), {"full": BOOL}),
+}  # fmt: skip
+
+COMMAND_NAMES = sorted([*SPECS, "disk"])
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def not_found(node: str, vmid: int, code: int = 2) -> CliError:
+    return CliError(
+        f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist", code
+    )
+
+
+def no_config_on_node(node: str, vmid: int) -> str:
+    return f"unable to find configuration file for VM {vmid} on node '{node}'"
+
+
+def check_lock(rec: Mapping[str, Any], skiplock: bool = False, code: int = 255) -> None:
+    lock = rec["config"].get("lock")
+    if lock and not skiplock:
+        raise CliError(f"VM is locked ({lock})", code)
+
+
+def merged(rec: Mapping[str, Any]) -> dict[str, Any]:
+    conf = dict(rec["config"])
+    conf.update(rec.get("pending", {}))
+    for key in rec.get("pending_delete", []):
+        conf.pop(key, None)
+    return conf
+
+
+def apply_pending(rec: dict[str, Any]) -> None:
+    rec["config"].update(rec.get("pending", {}))
+    for key in rec.get("pending_delete", []):
+        rec["config"].pop(key, None)
+    rec["pending"] = {}
+    rec["pending_delete"] = []
+
+
+def set_status(rec: dict[str, Any], status: str, now: float) -> None:
+    rec["prev_status"] = rec.get("status", "unknown")
+    rec["status"] = status
+    rec["status_changed_at"] = now
+    if status == "running":
+        rec["started_at"] = now
+        rec["pid"] = random.randint(1000, 4000000)
+    else:
+        rec["started_at"] = None
+        rec["pid"] = 0
+
+
+def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """What cloud-init and the firmware see at this start (ref §6.2: ISO built at qm start)."""
+    conf = rec["config"]
+    volumes = txn.volumes(node)
+    bootable_dev = None
+    pxe_first = False
+    image = None
+    for dev in vc.boot_devices(conf):
+        if vc.NET_RE.match(dev) and dev in conf:
+            pxe_first = True
+            continue
+        if dev not in conf or not vc.DRIVE_RE.match(dev) or vc.is_cdrom(str(conf[dev])):
+            continue
+        storage, _, volname = vc.parse_drive(str(conf[dev]))["file"].partition(":")
+        vol = volumes.get(storage, {}).get(volname)
+        if vol and vol.get("image"):
+            bootable_dev = dev
+            image = vol["image"]
+            break
+    has_ci = any("cloudinit" in vc.parse_drive(str(conf[k]))["file"] for k in vc.drives(conf))
+    return {
+        "bootable": bootable_dev is not None,
+        "pxe_first": pxe_first,
+        "cloudinit": has_ci,
+        "ip": vc.static_ip(conf) if has_ci else None,
+        "user": vc.cloud_user(conf, os.path.basename(image) if image else None) if has_ci else None,
+        "keys": vc.decode_sshkeys(conf) if has_ci else [],
+        "name": str(conf.get("name", f"VM{rec['vmid']}")),
+    }
+
+
+def image_virtual_size(path: Path) -> int:
+    """qcow2 header's virtual size, or the file size for raw images."""
+    with open(path, "rb") as fh:
+        head = fh.read(32)
+    if len(head) >= 32 and head[:4] == b"QFI\xfb":
+        return int(struct.unpack(">Q", head[24:32])[0])
+    return path.stat().st_size
+
+
+def validate_ssh_keys(text: str) -> bool:
+    """Structural check of each key line, standing in for PVE's `ssh-keygen -l`."""
+    known = {"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+             "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "ssh-dss",
+             "sk-ecdsa-sha2-nistp256@openssh.com"}  # fmt: skip
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        # An options prefix (authorized_keys style) is allowed before the key type.
+        idx = next((i for i, f in enumerate(fields) if f in known), None)
+        if idx is None or idx + 1 >= len(fields):
+            return False
+        try:
+            blob = base64.b64decode(fields[idx + 1], validate=True)
+            (length,) = struct.unpack(">I", blob[:4])
+            if blob[4 : 4 + length].decode() != fields[idx] or len(blob) < 4 + length + 4:
+                return False
+        except (ValueError, struct.error, UnicodeDecodeError):
+            return False
+    return True
+
+
+def hash_password(password: str) -> str:
+    salt = base64.b64encode(os.urandom(12), b"./").decode()[:16]
+    digest = base64.b64encode(hashlib.sha256((salt + password).encode()).digest(), b"./").decode()
+    return f"$5${salt}${digest.rstrip('=')}"
+
+
+def random_mac() -> str:
+    return MAC_OUI + "".join(f":{random.randint(0, 255):02X}" for _ in range(3))
+
+
+def storage_checked(txn: Txn, storage: str) -> dict[str, Any]:
+    info = txn.storages.get(storage)
+    if info is None:
+        raise CliError(f"storage '{storage}' does not exist")
+    if info.get("disable"):
+        raise CliError(f"storage '{storage}' is disabled")
+    if "images" not in str(info.get("content", "")).split(","):
+        raise CliError(f"storage {storage} does not support vm images")
+    return info
+
+
+def lvm_created(volname: str) -> str:
+    return f'  Logical volume "{volname}" created.\n'
+
+
+def allocate(
+    txn: Txn,
+    node: str,
+    storage: str,
+    vmid: int,
+    size: int,
+    image: str | None,
+    fmt: str | None,
+    out: Callable[[str], None],
+) -> str:
+    """Allocate a new volume; returns its volid and prints the storage tool's chatter."""
+    info = storage_checked(txn, storage)
+    volumes = txn.volumes(node)
+    pool = volumes.setdefault(storage, {})
+    volname = vc.new_volname(info["type"], vmid, set(pool), fmt)
+    if info["type"] == "dir":
+        path = f"{info['path']}/images/{volname}"
+        out(f"Formatting '{path}', fmt={fmt or 'raw'} size={size}\n")
+    else:
+        out(lvm_created(volname))
+    pool[volname] = {"size": size, "vmid": vmid, "image": image, "format": fmt or "raw"}
+    txn.save_volumes(node, volumes)
+    return f"{storage}:{volname}"
+
+
+def print_transfer(ctx: Ctx, total: int) -> None:
+    """qemu-img convert -p progress, as QS QemuImage::convert re-prints it."""
+    ctx.out(format_transferred(0, total, 0.0))
+    for pct in range(1, 101):
+        ctx.delay("import_per_gib", max(total, 1) / GIB / 100)
+        ctx.out(format_transferred(total * pct // 100, total, float(pct)))
+
+
+def volume_info(txn: Txn, node: str, volid: str) -> dict[str, Any] | None:
+    storage, _, volname = volid.partition(":")
+    result: dict[str, Any] | None = txn.volumes(node).get(storage, {}).get(volname)
+    return result
+
+
+def drop_volumes(txn: Txn, node: str, volids: Sequence[str], out: Callable[[str], None]) -> None:
+    volumes = txn.volumes(node)
+    for volid in volids:
+        storage, _, volname = volid.partition(":")
+        if volumes.get(storage, {}).pop(volname, None) is None:
+            continue
+        if txn.storages.get(storage, {}).get("type") == "lvmthin":
+            out(f'  Logical volume "{volname}" successfully removed.\n')
+    txn.save_volumes(node, volumes)
+
+
+# --- disk creation shared by create and set (QS create_disks) ----------------------------------
+
+
+def apply_drive(
+    ctx: Ctx, txn: Txn, node: str, rec: dict[str, Any], key: str, value: str
+) -> tuple[str, list[str]]:
+    """Turn a drive option into the stored drive string; returns (value, lines for stdout)."""
+    vmid = int(rec["vmid"])
+    drive = vc.parse_drive(value)
+    file = drive["file"]
+    lines: list[str] = []
+    if file in ("none", "cdrom") or ":" not in file:
+        if file.startswith("/"):
+            return value, lines
+        if file in ("none", "cdrom"):
+            drive.setdefault("media", "cdrom")
+            return vc.print_drive(drive), lines
+        raise CliError(f"unable to parse volume ID '{file}'")
+    storage, _, volname = file.partition(":")
+    conf = rec["config"]
+    if volname == "cloudinit":
+        info = storage_checked(txn, storage)
+        for other in vc.drives(conf):
+            if other != key and "cloudinit" in vc.parse_drive(str(conf[other]))["file"]:
+                raise CliError(f"{key} - cloud-init drive is already attached at '{other}'")
+        volname = vc.cloudinit_volname(info["type"], vmid)
+        volumes = txn.volumes(node)
+        pool = volumes.setdefault(storage, {})
+        if info["type"] == "dir":
+            lines.append(
+                f"Formatting '{info['path']}/images/{volname}', fmt=qcow2 cluster_size=65536 "
+                f"extended_l2=off preallocation=metadata compression_type=zlib size=4194304 "
+                f"lazy_refcounts=off refcount_bits=16\n"
+            )
+        else:
+            lines.append(lvm_created(volname))
+        pool[volname] = {"size": 4 * 1024 * 1024, "vmid": vmid, "image": None, "format": "raw"}
+        txn.save_volumes(node, volumes)
+        stored = {"file": f"{storage}:{volname}", "media": "cdrom"}
+        stored.update({k: v for k, v in drive.items() if k not in ("file", "media")})
+        text = vc.print_drive(stored)
+        lines.append(f"{key}: successfully created disk '{text}'\n")
+        return text, lines
+    if re.fullmatch(r"\d+(\.\d+)?", volname):
+        source = drive.pop("import-from", None)
+        fmt = drive.pop("format", None)
+        image = None
+        if source is not None:
+            path = Path(source)
+            if not path.is_absolute() or not path.is_file():
+                raise CliError(f"{source}: non-existent or non-regular file")
+            size = image_virtual_size(path)
+            image = str(path)
+        else:
+            size = int(float(volname) * GIB)
+        collected: list[str] = []
+        volid = allocate(txn, node, storage, vmid, size, image, fmt, collected.append)
+        lines += collected
+        if source is not None:
+            ctx.out("".join(lines))
+            lines = []
+            print_transfer(ctx, size)
+        stored = {"file": volid, **{k: v for k, v in drive.items() if k != "file"}}
+        stored["size"] = format_size(size)
+        text = vc.print_drive(stored)
+        lines.append(f"{key}: successfully created disk '{text}'\n")
+        return text, lines
+    info = storage_checked(txn, storage)
+    parsed = vc.parse_volname(info["type"], volname)
+    if isinstance(parsed, str):
+        raise CliError(parsed)
+    vol = volume_info(txn, node, file)
+    if vol is None:
+        raise CliError(f"volume {file} does not exist")
+    drive["size"] = format_size(int(vol["size"]))
+    # QS write_vm_config: "remove 'unusedX' settings if we re-add a volume"
+    for k in [k for k in conf if vc.UNUSED_RE.match(k) and conf[k] == file]:
+        del conf[k]
+    return vc.print_drive(drive), lines
+
+
+# --- subcommands --------------------------------------------------------------------------------
+
+
+def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["create"], argv)
+    vmid: int = p.args["vmid"]
+    opts = p.options
+    if "balloon" in opts and opts["balloon"] > opts.get("memory", 512):
+        raise param_error(
+            {"balloon": "balloon value too large (must be smaller than assigned memory)"},
+            SPECS["create"].usage,
+        )
+    with ctx.store.locked() as txn:
+        found = txn.find_vm(vmid)
+        if found:
+            raise CliError(
+                f"unable to create VM {vmid} - VM {vmid} already exists on node '{found[0]}'"
+            )
+        now = ctx.now()
+        rec: dict[str, Any] = {
+            "vmid": vmid, "config": {"lock": "create"}, "pending": {}, "pending_delete": [],
+            "status": "stopped", "prev_status": "unknown", "pid": 0, "started_at": None,
+            "created_at": now, "status_changed_at": now,
+        }  # fmt: skip
+        txn.save_vm(ctx.node, rec)
+    ctx.delay("create")
+    with ctx.store.locked() as txn:
+        try:
+            failure = take_failure(txn, "qm create", ctx.node, vmid)
+            if failure:
+                raise CliError(failure.message, failure.exit_code)
+            conf = rec["config"]
+            out_lines: list[str] = []
+            for key, value in opts.items():
+                if key in ("start", "storage", "unique", "pool", "force", "archive"):
+                    continue
+                if vc.DRIVE_RE.match(key):
+                    continue
+                conf[key] = _stored_value(key, value)
+            for key in sorted((k for k in opts if vc.DRIVE_RE.match(k)), key=vc.drive_sort_key):
+                text, lines = apply_drive(ctx, txn, ctx.node, rec, key, str(opts[key]))
+                conf[key] = text
+                out_lines += lines
+            if "boot" not in conf:
+                order = vc.default_boot_order(conf)
+                if order:
+                    conf["boot"] = order
+            conf["meta"] = f"creation-qemu={QEMU_VERSION},ctime={int(now)}"
+            conf["smbios1"] = f"uuid={uuid.uuid4()}"
+            conf["vmgenid"] = str(uuid.uuid4())
+            del conf["lock"]
+            txn.save_vm(ctx.node, rec)
+        except CliError as exc:
+            drop_volumes(txn, ctx.node, vc.referenced_volids(rec["config"]), lambda _s: None)
+            txn.delete_vm(ctx.node, vmid)
+            raise CliError(f"unable to create VM {vmid} - {exc.text.strip()}", 255) from exc
+    ctx.out("".join(out_lines))
+    if opts.get("start"):
+        return cmd_start(ctx, [str(vmid)])
+    return 0
+
+
+def _stored_value(key: str, value: Any) -> Any:
+    if key == "cpu":
+        err = cpu_model_error(str(value))
+        if err:
+            raise CliError(err)
+    if vc.NET_RE.match(key):
+        parts = str(value).split(",")
+        model, _, mac = parts[0].partition("=")
+        if model in ("virtio", "e1000", "e1000e", "rtl8139", "vmxnet3"):
+            parts[0] = f"{model}={mac or random_mac()}"
+        return ",".join(parts)
+    if key == "cipassword":
+        return hash_password(str(value))
+    return value
+
+
+def read_sshkeys_file(ctx: Ctx, path: str) -> str:
+    if path in ("/dev/stdin", "-"):
+        return ctx.read_stdin()
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError as exc:
+        raise CliError(f"can't open '{path}' - No such file or directory") from exc
+    except OSError as exc:
+        raise CliError(f"can't open '{path}' - {exc.strerror}") from exc
+
+
+def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["set"], argv)
+    vmid: int = p.args["vmid"]
+    opts = dict(p.options)
+    skiplock = bool(opts.pop("skiplock", 0))
+    opts.pop("digest", None)
+    if "sshkeys" in opts:
+        text = read_sshkeys_file(ctx, str(opts["sshkeys"]))
+        opts["sshkeys"] = uri_escape(text)
+        if not validate_ssh_keys(text):
+            raise CliError("SSH public key validation error")
+    if not opts:
+        raise CliError("no options specified")
+    ctx.delay("set")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        check_lock(rec, skiplock)
+        failure = take_failure(txn, "qm set", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        ctx.out(format_update_line(vmid, opts))
+        running = rec["status"] == "running"
+        conf = rec["config"]
+        view = merged(rec)
+        for key in [
+            k.strip() for k in re.split(r"[,; ]", str(opts.pop("delete", ""))) if k.strip()
+        ]:
+            hot = key in HOT_OPTIONS or vc.DRIVE_RE.match(key) or vc.NET_RE.match(key)
+            if running and not hot:
+                rec.setdefault("pending_delete", []).append(key)
+            else:
+                if vc.DRIVE_RE.match(key) and key in conf:
+                    file = vc.parse_drive(str(conf[key]))["file"]
+                    if "cloudinit" in file:
+                        drop_volumes(txn, ctx.node, [file], ctx.out)
+                    elif ":" in file:
+                        conf[vc.next_free_key(conf, "unused")] = file
+                conf.pop(key, None)
+        opts.pop("revert", None)
+        opts.pop("force", None)
+        new_memory = int(opts.get("memory", view.get("memory", 512)))
+        new_balloon = opts.get("balloon", view.get("balloon"))
+        if new_balloon is not None and int(new_balloon) > new_memory:
+            raise param_error(
+                {"balloon": "balloon value too large (must be smaller than assigned memory)"},
+                SPECS["set"].usage,
+            )
+        for key in sorted(opts, key=lambda k: (not vc.DRIVE_RE.match(k), k)):
+            value = opts[key]
+            if vc.DRIVE_RE.match(key):
+                text, lines = apply_drive(ctx, txn, ctx.node, rec, key, str(value))
+                old = conf.get(key)
+                if old:
+                    old_file = vc.parse_drive(str(old))["file"]
+                    if old_file != vc.parse_drive(text)["file"] and ":" in old_file:
+                        conf[vc.next_free_key(conf, "unused")] = old_file
+                conf[key] = text
+                ctx.out("".join(lines))
+                if vc.is_cdrom(text):
+                    _append_boot(conf, key)
+                continue
+            if key == "boot":
+                _check_boot(conf, str(value))
+            stored = _stored_value(key, value)
+            if (
+                running
+                and key not in HOT_OPTIONS
+                and not vc.NET_RE.match(key)
+                and not key.startswith("ipconfig")
+            ):
+                rec.setdefault("pending", {})[key] = stored
+            else:
+                conf[key] = stored
+                if key == "boot" and str(value).startswith("order="):
+                    conf.pop("bootdisk", None)
+        txn.save_vm(ctx.node, rec)
+    return 0
+
+
+def _append_boot(conf: dict[str, Any], key: str) -> None:
+    boot = str(conf.get("boot", ""))
+    if boot.startswith("order="):
+        devices = [d for d in boot[6:].split(";") if d]
+        if key not in devices:
+            conf["boot"] = "order=" + ";".join([*devices, key])
+
+
+def _check_boot(conf: Mapping[str, Any], value: str) -> None:
+    if value.startswith("order="):
+        for dev in [d for d in value[6:].split(";") if d]:
+            if dev not in conf:
+                raise CliError(f"invalid bootorder: device '{dev}' does not exist'")
+
+
+def cmd_importdisk(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
+    spec = SPECS["importdisk"]
+    p = parse(CommandSpec(usage, spec.positionals, spec.options), argv)
+    vmid: int = p.args["vmid"]
+    source = Path(p.args["source"])
+    storage: str = p.args["storage"]
+    fmt = p.options.get("format")
+    target = p.options.get("target-disk")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        check_lock(rec)
+        if not source.is_file():
+            raise CliError(f"{source}: non-existent or non-regular file")
+        storage_checked(txn, storage)
+        size = image_virtual_size(source)
+    ctx.out(f"importing disk '{source}' to VM {vmid} ...\n")
+    with ctx.store.locked() as txn:
+        info = storage_checked(txn, storage)
+        volid = allocate(
+            txn,
+            ctx.node,
+            storage,
+            vmid,
+            size,
+            str(source),
+            fmt if info["type"] == "dir" else None,
+            ctx.out,
+        )
+    ctx.out(format_transferred(0, size, 0.0))
+    for pct in range(1, 101):
+        ctx.delay("import_per_gib", max(size, 1) / GIB / 100)
+        if pct == 100:
+            with ctx.store.locked() as txn:
+                failure = take_failure(
+                    txn, "qm importdisk", ctx.node, vmid, {"source": str(source)}
+                )
+                if failure:
+                    drop_volumes(txn, ctx.node, [volid], lambda _s: None)
+                    raise CliError(failure.message, failure.exit_code)
+        ctx.out(format_transferred(size * pct // 100, size, float(pct)))
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            drop_volumes(txn, ctx.node, [volid], lambda _s: None)
+            raise not_found(ctx.node, vmid)
+        conf = rec["config"]
+        if target:
+            conf[target] = f"{volid},size={format_size(size)}"
+            key = target
+        else:
+            key = vc.next_free_key(conf, "unused")
+            conf[key] = volid
+        txn.save_vm(ctx.node, rec)
+    ctx.out(f"{key}: successfully imported disk '{volid}'\n")
+    return 0
+
+
+_RESIZE_RE = re.compile(r"^(\+?)(\d+(?:\.\d+)?)([KMGT]?)$")
+
+
+def cmd_resize(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
+    spec = SPECS["resize"]
+    p = parse(CommandSpec(usage, spec.positionals, spec.options), argv)
+    vmid: int = p.args["vmid"]
+    disk: str = p.args["disk"]
+    m = _RESIZE_RE.match(p.args["size"])
+    if not m:
+        raise param_error({"size": "value does not match the regex pattern"}, usage)
+    ctx.delay("resize")
+    # Everything below runs in the task worker, whose failure `qm resize` does not turn into an
+    # exit status (ref §1.1): errors go to stderr and the exit code stays 0.
+    try:
+        with ctx.store.locked() as txn:
+            rec = txn.vm_on(ctx.node, vmid)
+            if rec is None:
+                raise not_found(ctx.node, vmid)
+            check_lock(rec, bool(p.options.get("skiplock")))
+            conf = rec["config"]
+            if disk not in conf:
+                raise CliError(f"disk '{disk}' does not exist")
+            drive = vc.parse_drive(str(conf[disk]))
+            if vc.is_cdrom(str(conf[disk])):
+                raise CliError("you can't resize a cdrom")
+            current = vc.drive_size(str(conf[disk]))
+            amount = int(
+                float(m.group(2))
+                * {"": 1, "K": 1024, "M": 1024**2, "G": GIB, "T": 1024**4}[m.group(3)]
+            )
+            new = current + amount if m.group(1) else amount
+            if new < current:
+                raise CliError("shrinking disks is not supported")
+            failure = take_failure(txn, "qm resize", ctx.node, vmid)
+            if failure:
+                ctx.err(failure.message + "\n")
+                return failure.exit_code
+            if new == current:
+                return 0
+            storage, _, volname = drive["file"].partition(":")
+            volumes = txn.volumes(ctx.node)
+            vol = volumes.get(storage, {}).get(volname)
+            if vol is not None:
+                vol["size"] = new
+                txn.save_volumes(ctx.node, volumes)
+            drive["size"] = format_size(new)
+            conf[disk] = vc.print_drive(drive)
+            txn.save_vm(ctx.node, rec)
+            stype = txn.storages.get(storage, {}).get("type")
+            vg = txn.storages.get(storage, {}).get("vgname", "pve")
+    except CliError as exc:
+        ctx.err(exc.text)
+        return 0
+    if stype == "lvmthin":
+        ctx.out(
+            f"  Size of logical volume {vg}/{volname} changed from {_gib2(current)} "
+            f"({current // EXTENT} extents) to {_gib2(new)} ({new // EXTENT} extents).\n"
+            f"  Logical volume {vg}/{volname} successfully resized.\n"
+        )
+    elif stype == "dir":
+        ctx.out("Image resized.\n")
+    return 0
+
+
+EXTENT = 4 * 1024**2  # LVM physical extent
+
+
+def _gib2(size: int) -> str:
+    if size >= GIB:
+        return f"{size / GIB:.2f} GiB"
+    return f"{size / 1024**2:.2f} MiB"
+
+
+def cmd_start(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["start"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid, 255)
+        check_lock(rec, bool(p.options.get("skiplock")))
+        if rec["config"].get("template"):
+            raise CliError("you can't start a vm if it's a template")
+        if rec["status"] == "running":
+            raise CliError(f"VM {vmid} already running")
+        has_ci = boot_snapshot(txn, ctx.node, {"vmid": vmid, "config": merged(rec)})["cloudinit"]
+    if has_ci:
+        ctx.out("generating cloud-init ISO\n")
+    ctx.delay("start")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid, 255)
+        if rec["status"] == "running":
+            raise CliError(f"VM {vmid} already running")
+        failure = take_failure(txn, "qm start", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        apply_pending(rec)
+        set_status(rec, "running", ctx.now())
+        rec["boot"] = boot_snapshot(txn, ctx.node, rec)
+        txn.save_vm(ctx.node, rec)
+    ctx.notify(f"start {vmid}")
+    return 0
+
+
+def cmd_stop(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["stop"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise CliError(no_config_on_node(ctx.node, vmid))
+        if rec["status"] != "running":
+            return 0
+        check_lock(rec, bool(p.options.get("skiplock")))
+    ctx.delay("stop")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None or rec["status"] != "running":
+            return 0
+        failure = take_failure(txn, "qm stop", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        set_status(rec, "stopped", ctx.now())
+        txn.save_vm(ctx.node, rec)
+    ctx.notify(f"stop {vmid}")
+    return 0
+
+
+def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["shutdown"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            ctx.err(no_config_on_node(ctx.node, vmid) + "\n")
+            raise CliError(no_config_on_node(ctx.node, vmid))
+        if rec["status"] != "running":
+            ctx.err(f"VM {vmid} not running\n\n")
+            return 0
+        check_lock(rec, bool(p.options.get("skiplock")))
+    ctx.delay("shutdown")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None or rec["status"] != "running":
+            return 0
+        failure = take_failure(txn, "qm shutdown", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        set_status(rec, "stopped", ctx.now())
+        txn.save_vm(ctx.node, rec)
+    ctx.notify(f"stop {vmid}")
+    return 0
+
+
+def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["reboot"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise CliError(no_config_on_node(ctx.node, vmid))
+        if rec["status"] != "running":
+            raise CliError(f"VM {vmid} not running\n\nVM {vmid} not running")
+        check_lock(rec)
+    ctx.delay("shutdown")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None or rec["status"] != "running":
+            raise CliError(f"VM {vmid} not running")
+        failure = take_failure(txn, "qm reboot", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        set_status(rec, "stopped", ctx.now())
+        rec["reboot_requested"] = True
+        txn.save_vm(ctx.node, rec)
+    if not ctx.notify(f"reboot {vmid}"):
+        # No cluster daemon (qmeventd's role): restart in-line.
+        restart_after_reboot(ctx.store, ctx.node, vmid, ctx.now())
+    return 0
+
+
+def restart_after_reboot(store: Any, node: str, vmid: int, now: float) -> bool:
+    """qmeventd -> `qm cleanup` -> vm_start: apply pending, run again. True if it restarted."""
+    with store.locked() as txn:
+        rec = txn.vm_on(node, vmid)
+        if rec is None or not rec.get("reboot_requested") or rec["status"] == "running":
+            return False
+        rec["reboot_requested"] = False
+        apply_pending(rec)
+        set_status(rec, "running", now)
+        rec["boot"] = boot_snapshot(txn, node, rec)
+        txn.save_vm(node, rec)
+    return True
+
+
+def cmd_destroy(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["destroy"], argv)
+    vmid: int = p.args["vmid"]
+    skiplock = bool(p.options.get("skiplock"))
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        check_lock(rec, skiplock)
+        if rec["config"].get("protection"):
+            raise CliError(f"can't remove VM {vmid} - protection mode enabled")
+        if rec["status"] == "running":
+            raise CliError(f"VM {vmid} is running - destroy failed")
+    ctx.delay("destroy")
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid, 255)
+        failure = take_failure(txn, "qm destroy", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        volids = vc.referenced_volids(merged(rec)) + vc.referenced_volids(rec["config"])
+        if p.options.get("destroy-unreferenced-disks"):
+            for storage, pool in txn.volumes(ctx.node).items():
+                volids += [f"{storage}:{n}" for n, v in pool.items() if v.get("vmid") == vmid]
+        drop_volumes(txn, ctx.node, sorted(set(volids)), ctx.out)
+        txn.delete_vm(ctx.node, vmid)
+    if p.options.get("purge"):
+        ctx.out(f"purging VM {vmid} from related configurations..\n")
+    ctx.notify(f"destroy {vmid}")
+    return 0
+
+
+def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["migrate"], argv)
+    vmid: int = p.args["vmid"]
+    target: str = p.args["target"]
+    online = bool(p.options.get("online"))
+    if target == ctx.node:
+        raise param_error({"target": "target is local node."}, SPECS["migrate"].usage)
+    with ctx.store.locked() as txn:
+        nodes = txn.nodes
+        if target not in nodes:
+            raise CliError(f"no such cluster node '{target}'")
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        check_lock(rec)
+        running = rec["status"] == "running"
+        if running and not online:
+            raise CliError("can't migrate running VM without --online")
+        volids = sorted(set(vc.referenced_volids(rec["config"])))
+        vols = {v: volume_info(txn, ctx.node, v) for v in volids}
+        target_ip = nodes[target]["ip"]
+        rec["config"]["lock"] = "migrate"
+        txn.save_vm(ctx.node, rec)
+    if online and not running:
+        ctx.err("VM isn't running. Doing offline migration instead.\n")
+    started = ctx.now()
+
+    def log(msg: str, error: bool = False) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ctx.now()))
+        ctx.out(format_task_line(stamp, msg, error=error))
+
+    try:
+        log(f"starting migration of VM {vmid} to node '{target}' ({target_ip})")
+        for volid in volids:
+            kind = "generated disk" if "cloudinit" in volid else "local disk"
+            where = "in current VM config"
+            attached = any(
+                vc.parse_drive(str(rec["config"][k]))["file"] == volid
+                for k in vc.drives(rec["config"])
+            )
+            log(
+                f"found {kind} '{volid}' "
+                f"({'attached' if attached and kind == 'local disk' else where})"
+            )
+        if running and not p.options.get("with-local-disks") and volids:
+            for volid in volids:
+                log(
+                    f"can't migrate local disk '{volid}': can't live migrate attached local "
+                    "disks without with-local-disks option",
+                    error=True,
+                )
+            raise CliError("Problem found while scanning volumes - can't migrate VM - check log")
+        ctx.delay("migrate_base")
+        if volids:
+            log("copying local disk images")
+        for volid in volids:
+            size = int((vols.get(volid) or {}).get("size", 0))
+            ctx.delay("migrate_per_gib", size / GIB)
+            with ctx.store.locked() as txn:
+                failure = take_failure(txn, "qm migrate", ctx.node, vmid)
+            if failure:
+                raise CliError(failure.message, failure.exit_code)
+            blocks = max(size // 65536, 1)
+            log(f"{blocks}+0 records in")
+            log(f"{blocks}+0 records out")
+            log(format_dd_copied(size, max(size / 110e6, 0.0412)).rstrip("\n"))
+            log(f"successfully imported '{volid}'")
+            log(f"volume '{volid}' is '{volid}' on the target")
+        with ctx.store.locked() as txn:
+            rec = txn.vm_on(ctx.node, vmid)
+            if rec is None:
+                raise not_found(ctx.node, vmid, 255)
+            src = txn.volumes(ctx.node)
+            dst = txn.volumes(target)
+            for volid in volids:
+                storage, _, volname = volid.partition(":")
+                vol = src.get(storage, {}).pop(volname, None)
+                if vol is not None:
+                    dst.setdefault(storage, {})[volname] = vol
+            txn.save_volumes(ctx.node, src)
+            txn.save_volumes(target, dst)
+            rec["config"].pop("lock", None)
+            txn.delete_vm(ctx.node, vmid)
+            txn.save_vm(target, rec)
+    except CliError as exc:
+        with ctx.store.locked() as txn:
+            rec2 = txn.vm_on(ctx.node, vmid)
+            if rec2 is not None:
+                rec2["config"].pop("lock", None)
+                txn.save_vm(ctx.node, rec2)
+        log(exc.text.strip(), error=True)
+        log(
+            f"migration aborted (duration {format_duration(ctx.now() - started)}): "
+            f"{exc.text.strip()}",
+            error=True,
+        )
+        raise CliError("migration aborted", 255) from exc
+    log(f"migration finished successfully (duration {format_duration(ctx.now() - started)})")
+    ctx.notify(f"migrate {vmid} {target}")
+    return 0
+
+
+def cmd_status(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["status"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        failure = take_failure(txn, "qm status", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        host_cpus = int(txn.nodes[ctx.node]["maxcpu"])
+    if p.options.get("verbose"):
+        ctx.out(format_key_values(vm_status_fields(rec, host_cpus, ctx.now())))
+    else:
+        ctx.out(format_qm_status(rec["status"]))
+    return 0
+
+
+def vm_status_fields(rec: Mapping[str, Any], host_cpus: int, now: float) -> dict[str, Any]:
+    conf = rec["config"]
+    running = rec["status"] == "running"
+    fields: dict[str, Any] = {
+        "cpus": vc.maxcpu(conf, host_cpus),
+        "maxdisk": vc.boot_disk_size(conf),
+        "maxmem": vc.memory_bytes(conf),
+        "name": conf.get("name", f"VM {rec['vmid']}"),
+        "status": rec["status"],
+        "uptime": int(now - rec["started_at"]) if running and rec.get("started_at") else 0,
+        "vmid": rec["vmid"],
+    }
+    if running:
+        fields["pid"] = rec["pid"]
+        fields["qmpstatus"] = "running"
+    if conf.get("tags"):
+        fields["tags"] = conf["tags"]
+    if conf.get("lock"):
+        fields["lock"] = conf["lock"]
+    return fields
+
+
+def cmd_config(ctx: Ctx, argv: Sequence[str]) -> int:
+    p = parse(SPECS["config"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        failure = take_failure(txn, "qm config", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+    conf = rec["config"] if p.options.get("current") else merged(rec)
+    ctx.out(format_qm_config(conf))
+    return 0
+
+
+def cmd_list(ctx: Ctx, argv: Sequence[str]) -> int:
+    parse(SPECS["list"], argv)
+    rows = []
+    with ctx.store.locked() as txn:
+        failure = take_failure(txn, "qm list", ctx.node, None)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        folder = txn.root / "nodes" / ctx.node / "qemu-server"
+        recs = (
+            [txn.vm_on(ctx.node, int(f.stem)) for f in folder.glob("*.json")]
+            if folder.is_dir()
+            else []
+        )
+    for rec in recs:
+        if rec is None:
+            continue
+        conf = rec["config"]
+        rows.append({
+            "vmid": rec["vmid"], "name": conf.get("name", f"VM {rec['vmid']}"),
+            "status": rec["status"], "maxmem": vc.memory_bytes(conf),
+            "maxdisk": vc.boot_disk_size(conf), "pid": rec.get("pid", 0),
+        })  # fmt: skip
+    ctx.out(format_qm_list(rows))
+    return 0
+
+
+def usage_short() -> str:
+    lines = ["USAGE: qm <COMMAND> [ARGS] [OPTIONS]"]
+    for name in sorted(SPECS):
+        lines.append(f"       {SPECS[name].usage}")
+    lines.append("       qm disk import <vmid> <source> <storage> [OPTIONS]")
+    lines.append("       qm disk resize <vmid> <disk> <size> [OPTIONS]")
+    return "\n".join(lines) + "\n"
+
+
+HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
+    "create": cmd_create,
+    "set": cmd_set,
+    "start": cmd_start,
+    "stop": cmd_stop,
+    "shutdown": cmd_shutdown,
+    "reboot": cmd_reboot,
+    "destroy": cmd_destroy,
+    "migrate": cmd_migrate,
+    "status": cmd_status,
+    "config": cmd_config,
+    "list": cmd_list,
+}
+
+
+def failure_key(argv: Sequence[str]) -> str:
+    """The failure-injection name of a qm command line ("qm disk import" -> "qm importdisk")."""
+    if not argv:
+        return "qm"
+    if argv[0] == "disk" and len(argv) > 1:
+        return {"import": "qm importdisk", "resize": "qm resize"}.get(argv[1], f"qm disk {argv[1]}")
+    return f"qm {argv[0]}"
+
+
+def run(ctx: Ctx, argv: Sequence[str]) -> int:
+    """Run `qm <argv>`; errors become stderr text and an exit status, as the real CLI does."""
+    try:
+        if not argv:
+            raise CliError("ERROR: no command specified\n" + usage_short())
+        cmd, rest = argv[0], list(argv[1:])
+        if cmd == "importdisk":
+            return cmd_importdisk(ctx, rest, SPECS["importdisk"].usage)
+        if cmd == "resize":
+            return cmd_resize(ctx, rest, SPECS["resize"].usage)
+        if cmd == "disk":
+            sub = rest[0] if rest else ""
+            if sub == "import":
+                return cmd_importdisk(
+                    ctx, rest[1:], "qm disk import <vmid> <source> <storage> [OPTIONS]"
+                )
+            if sub == "resize":
+                return cmd_resize(ctx, rest[1:], "qm disk resize <vmid> <disk> <size> [OPTIONS]")
+            raise CliError(f"ERROR: unknown command 'qm disk {sub}'\n" + usage_short())
+        handler = HANDLERS.get(cmd)
+        if handler is None:
+            raise CliError(f"ERROR: unknown command 'qm {cmd}'\n" + usage_short())
+        return handler(ctx, rest)
+    except CliError as exc:
+        ctx.err(exc.text)
+        return exc.code

@@ -1,0 +1,200 @@
+"""The API objects `pvesh get` returns, built from the state (pure functions).
+
+Field sets follow MG API2Tools.pm extract_vm_stats / extract_node_stats and API2/Nodes.pm (ref
+§2.10, §2.11). pvestatd publishes VM figures every 10 s, so `/cluster/resources` lags: a VM
+younger than the lag is `status: "unknown"` with no name or max* fields, and a power change shows
+up only once the lag has passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import vmconfig as vc
+
+PVE_VERSION = "pve-manager/9.2.1/14a22df35955"
+KERNEL = "6.17.2-1-pve"
+
+
+def _status_seen(rec: Mapping[str, Any], now: float, lag: float) -> str:
+    if now - float(rec.get("created_at", 0)) < lag:
+        return "unknown"
+    if now - float(rec.get("status_changed_at", 0)) < lag:
+        return str(rec.get("prev_status", "unknown"))
+    return str(rec["status"])
+
+
+def vm_resource(
+    node: str, rec: Mapping[str, Any], host_cpus: int, now: float, lag: float
+) -> dict[str, Any]:
+    vmid = int(rec["vmid"])
+    entry: dict[str, Any] = {"id": f"qemu/{vmid}", "node": node, "type": "qemu", "vmid": vmid}
+    status = _status_seen(rec, now, lag)
+    entry["status"] = status
+    if status == "unknown":
+        return entry
+    conf = rec["config"]
+    maxmem = vc.memory_bytes(conf)
+    running = status == "running"
+    uptime = int(now - float(rec["started_at"])) if running and rec.get("started_at") else 0
+    entry.update(
+        name=str(conf.get("name", f"VM {vmid}")),
+        maxcpu=vc.maxcpu(conf, host_cpus),
+        maxmem=maxmem,
+        maxdisk=vc.boot_disk_size(conf),
+        disk=0,
+        cpu=round(0.0123 + (vmid % 7) / 1000, 4) if running else 0,
+        mem=maxmem * 2 // 5 if running else 0,
+        uptime=uptime,
+        template=int(bool(conf.get("template"))),
+        netin=uptime * 512 if running else 0,
+        netout=uptime * 64 if running else 0,
+        diskread=uptime * 4096 if running else 0,
+        diskwrite=uptime * 1024 if running else 0,
+    )
+    if conf.get("tags"):
+        entry["tags"] = str(conf["tags"])
+    if conf.get("lock"):
+        entry["lock"] = str(conf["lock"])
+    return entry
+
+
+def node_mem_used(info: Mapping[str, Any], vms: Iterable[Mapping[str, Any]]) -> int:
+    used = int(info["mem_base"])
+    for rec in vms:
+        if rec["status"] == "running":
+            used += vc.memory_bytes(rec["config"]) * 2 // 5
+    return used
+
+
+def node_resource(
+    name: str, info: Mapping[str, Any], vms: Sequence[Mapping[str, Any]], now: float
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": f"node/{name}",
+        "level": "",
+        "maxcpu": int(info["maxcpu"]),
+        "maxdisk": int(info["maxdisk"]),
+        "maxmem": int(info["maxmem"]),
+        "node": name,
+        "status": "online" if info.get("online", True) else "offline",
+        "type": "node",
+    }
+    if entry["status"] == "online":
+        running = sum(1 for r in vms if r["status"] == "running")
+        entry.update(
+            {
+                "cgroup-mode": 2,
+                "cpu": round(0.0213 + running * 0.01 / int(info["maxcpu"]), 4),
+                "disk": int(info["rootfs_used"]),
+                "mem": node_mem_used(info, vms),
+                "uptime": int(now - float(info["started_at"])),
+            }
+        )
+    return entry
+
+
+def storage_used_bytes(volumes: Mapping[str, Mapping[str, Any]]) -> int:
+    return sum(int(v["size"]) for v in volumes.values())
+
+
+def storage_row(
+    name: str, info: Mapping[str, Any], volumes: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One `pvesm status` row, KiB."""
+    total = int(info["total_kib"])
+    used = min(int(info.get("base_used_kib", 0)) + storage_used_bytes(volumes) // 1024, total)
+    status = "disabled" if info.get("disable") else "active"
+    if status == "disabled":
+        return {
+            "name": name,
+            "type": info["type"],
+            "status": status,
+            "total": 0,
+            "used": 0,
+            "avail": 0,
+        }
+    return {
+        "name": name,
+        "type": info["type"],
+        "status": status,
+        "total": total,
+        "used": used,
+        "avail": total - used,
+    }
+
+
+def storage_resource(
+    node: str, name: str, info: Mapping[str, Any], volumes: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    row = storage_row(name, info, volumes)
+    return {
+        "content": info["content"],
+        "disk": row["used"] * 1024,
+        "id": f"storage/{node}/{name}",
+        "maxdisk": row["total"] * 1024,
+        "node": node,
+        "plugintype": info["type"],
+        "shared": 0,
+        "status": "available",
+        "storage": name,
+        "type": "storage",
+    }
+
+
+def nodes_index(
+    nodes: Mapping[str, Mapping[str, Any]], vms: Mapping[str, Sequence[Mapping[str, Any]]], now: float
+) -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(nodes):
+        res = node_resource(name, nodes[name], vms.get(name, []), now)
+        entry = {k: v for k, v in res.items() if k != "cgroup-mode"}
+        digest = hashlib.sha256(name.encode()).hexdigest().upper()
+        entry["ssl_fingerprint"] = ":".join(digest[i : i + 2] for i in range(0, 64, 2))
+        out.append(entry)
+    return out
+
+
+def node_status(
+    name: str, info: Mapping[str, Any], vms: Sequence[Mapping[str, Any]], now: float
+) -> dict[str, Any]:
+    total = int(info["maxmem"])
+    used = node_mem_used(info, vms)
+    cpus = int(info["maxcpu"])
+    return {
+        "boot-info": {"mode": "efi", "secureboot": 0},
+        "cpu": round(0.0213 + sum(1 for r in vms if r["status"] == "running") * 0.01 / cpus, 4),
+        "cpuinfo": {
+            "cores": cpus // 2,
+            "cpus": cpus,
+            "flags": info["flags"],
+            "hvm": "1",
+            "mhz": "2999.998",
+            "model": "Intel(R) Xeon(R) CPU E-2288G @ 3.70GHz",
+            "sockets": 1,
+            "user_hz": 100,
+        },
+        "current-kernel": {
+            "machine": "x86_64",
+            "release": KERNEL,
+            "sysname": "Linux",
+            "version": "#1 SMP PREEMPT_DYNAMIC PMX 6.17.2-1 (2025-10-21T11:55Z)",
+        },
+        "idle": 0,
+        "ksm": {"shared": 0},
+        "kversion": f"Linux {KERNEL} #1 SMP PREEMPT_DYNAMIC PMX 6.17.2-1 (2025-10-21T11:55Z)",
+        "loadavg": ["0.12", "0.18", "0.15"],
+        "memory": {"available": total - used, "free": total - used, "total": total, "used": used},
+        "pveversion": PVE_VERSION,
+        "rootfs": {
+            "avail": int(info["maxdisk"]) - int(info["rootfs_used"]),
+            "free": int(info["maxdisk"]) - int(info["rootfs_used"]),
+            "total": int(info["maxdisk"]),
+            "used": int(info["rootfs_used"]),
+        },
+        "swap": {"free": 8589930496, "total": 8589930496, "used": 0},
+        "uptime": int(now - float(info["started_at"])),
+        "wait": 0,
+    }

@@ -1,0 +1,225 @@
+"""Cluster state on disk, guarded by one `flock` so concurrent fake commands are safe.
+
+Layout under the root directory:
+  cluster.json                         nodes, storages, settings
+  nodes/<node>/qemu-server/<vmid>.json one VM: config, pending, power state (node = owner)
+  nodes/<node>/volumes.json            {storage: {volname: {size, vmid, image, format}}}
+  failures.json                        injected failures, consumed in order
+  commands.log                         every command run, one line each
+The JSON files are written with write-to-temp-then-rename, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+TIB = 1024**4
+
+DEFAULT_DELAY_SCALE = 0.05
+
+# x86-64-v3 flags (pve1, pve2) and an older v2-AES host (pve3), so a client that takes the
+# lowest level over all nodes has something to find.
+FLAGS_V3 = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+    "sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology cpuid pni "
+    "pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand "
+    "hypervisor lahf_lm abm 3dnowprefetch fsgsbase bmi1 avx2 smep bmi2 erms invpcid rdseed adx "
+    "smap clflushopt xsaveopt xsavec xgetbv1 xsaves arat"
+)
+FLAGS_V2_AES = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+    "sse sse2 ht syscall nx rdtscp lm constant_tsc rep_good nopl xtopology cpuid pni pclmulqdq "
+    "ssse3 cx16 sse4_1 sse4_2 x2apic popcnt aes hypervisor lahf_lm arat"
+)
+
+
+def default_cluster(
+    nodes: dict[str, str], main: str, delay_scale: float, statd_lag: float | None
+) -> dict[str, Any]:
+    node_info = {}
+    for i, (name, ip) in enumerate(nodes.items()):
+        big = name == main
+        node_info[name] = {
+            "ip": ip,
+            "maxcpu": 16 if big else 8,
+            "maxmem": (64 if big else 32) * GIB,
+            "maxdisk": 100861726720,
+            "rootfs_used": 9858012160 + i * 1048576,
+            "mem_base": (6 if big else 3) * GIB,
+            "online": True,
+            "flags": FLAGS_V2_AES if i == 2 else FLAGS_V3,
+            "started_at": time.time() - 1234567 - i * 1000,
+        }
+    return {
+        "main": main,
+        "nodes": node_info,
+        "storages": {
+            "local": {
+                "type": "dir",
+                "path": "/var/lib/vz",
+                "content": "backup,images,iso,vztmpl",
+                "total_kib": 98497780,
+                "base_used_kib": 9858012,
+            },
+            "local-lvm": {
+                "type": "lvmthin",
+                "vgname": "pve",
+                "thinpool": "data",
+                "content": "images,rootdir",
+                "total_kib": 832888832,
+                "base_used_kib": 0,
+            },
+        },
+        "settings": {"delay_scale": delay_scale, "statd_lag": statd_lag},
+    }
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(value)}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+
+
+class Txn:
+    """One locked view of the state; `save_*` writes immediately (the lock is held)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cluster: dict[str, Any] | None = None
+
+    @property
+    def cluster(self) -> dict[str, Any]:
+        if self._cluster is None:
+            self._cluster = _read_json(self.root / "cluster.json", None)
+            if self._cluster is None:
+                raise FileNotFoundError(f"no simulated cluster in {self.root}")
+        return self._cluster
+
+    def save_cluster(self) -> None:
+        _write_json(self.root / "cluster.json", self.cluster)
+
+    @property
+    def main(self) -> str:
+        return str(self.cluster["main"])
+
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return dict(self.cluster["nodes"])
+
+    @property
+    def storages(self) -> dict[str, dict[str, Any]]:
+        return dict(self.cluster["storages"])
+
+    def setting(self, name: str) -> Any:
+        return self.cluster["settings"].get(name)
+
+    def _vm_path(self, node: str, vmid: int) -> Path:
+        return self.root / "nodes" / node / "qemu-server" / f"{vmid}.json"
+
+    def vm_on(self, node: str, vmid: int) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = _read_json(self._vm_path(node, vmid), None)
+        return result
+
+    def find_vm(self, vmid: int) -> tuple[str, dict[str, Any]] | None:
+        for node in self.nodes:
+            rec = self.vm_on(node, vmid)
+            if rec is not None:
+                return node, rec
+        return None
+
+    def all_vms(self) -> list[tuple[str, dict[str, Any]]]:
+        found = []
+        for node in self.nodes:
+            folder = self.root / "nodes" / node / "qemu-server"
+            if not folder.is_dir():
+                continue
+            for path in folder.glob("*.json"):
+                rec = _read_json(path, None)
+                if rec is not None:
+                    found.append((node, rec))
+        return found
+
+    def save_vm(self, node: str, rec: dict[str, Any]) -> None:
+        _write_json(self._vm_path(node, int(rec["vmid"])), rec)
+
+    def delete_vm(self, node: str, vmid: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._vm_path(node, vmid).unlink()
+
+    def volumes(self, node: str) -> dict[str, dict[str, dict[str, Any]]]:
+        result: dict[str, dict[str, dict[str, Any]]] = _read_json(
+            self.root / "nodes" / node / "volumes.json", {}
+        )
+        return result
+
+    def save_volumes(self, node: str, volumes: dict[str, dict[str, dict[str, Any]]]) -> None:
+        _write_json(self.root / "nodes" / node / "volumes.json", volumes)
+
+    def failures(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = _read_json(self.root / "failures.json", [])
+        return result
+
+    def save_failures(self, failures: list[dict[str, Any]]) -> None:
+        _write_json(self.root / "failures.json", failures)
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def exists(self) -> bool:
+        return (self.root / "cluster.json").is_file()
+
+    def init(self, cluster: dict[str, Any]) -> None:
+        with self.locked() as txn:
+            if not self.exists():
+                txn._cluster = cluster
+                txn.save_cluster()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Txn]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        # flock locks belong to the open file description, so threads of one process that each
+        # open the file exclude each other too.
+        with open(self.root / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield Txn(self.root)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def log_command(self, node: str, argv: list[str]) -> None:
+        shown = list(argv)
+        for i, arg in enumerate(shown[:-1]):
+            if arg.lstrip("-") in ("cipassword", "password"):
+                shown[i + 1] = "<hidden>"
+        line = json.dumps({"t": time.time(), "node": node, "argv": shown}) + "\n"
+        fd = os.open(self.root / "commands.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def delay_scale(self) -> float:
+        env = os.environ.get("PVESIM_DELAY_SCALE")
+        if env:
+            return float(env)
+        with self.locked() as txn:
+            value = txn.setting("delay_scale")
+        return DEFAULT_DELAY_SCALE if value is None else float(value)
