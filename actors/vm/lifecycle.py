@@ -1,0 +1,109 @@
+"""The VM lifecycle as data: which command is allowed in which state, and where it leads.
+
+A command is accepted only from a settled state; it moves the VM into a working state while its
+job runs, and the job's outcome moves it on. Anything else is answered at once with the spec's
+status and message (DESIGN §4): 404 for an absent VM, 409 for a busy one or a wrong state.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class State(enum.StrEnum):
+    ABSENT = "absent"
+    INSTALLING = "installing"
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SHUTTING_DOWN = "shutting down"
+    REBOOTING = "rebooting"
+    RESIZING = "resizing"
+    MIGRATING = "migrating"
+    DESTROYING = "destroying"
+    FAILED = "failed"
+
+
+class Command(enum.StrEnum):
+    INSTALL = "install"
+    START = "start"
+    STOP = "stop"
+    SHUTDOWN = "shutdown"
+    REBOOT = "reboot"
+    DESTROY = "destroy"
+    SET_CPU = "set/cpu"
+    SET_MEMORY = "set/memory"
+    SET_DISK = "set/disk"
+    SET_NODE = "set/node"
+
+
+@attrs.frozen
+class Transition:
+    working: State  # while the job runs
+    done: State  # when it succeeds
+    undone: State  # when it fails: where the VM is left (cleanup included)
+
+
+S = State
+C = Command
+
+# (from state, command) -> transition. Read a row as: "in <from>, <command> works as <working>,
+# then ends in <done>, or <undone> if it failed".
+TABLE: dict[tuple[State, Command], Transition] = {
+    (S.ABSENT, C.INSTALL): Transition(S.INSTALLING, S.RUNNING, S.ABSENT),
+    (S.STOPPED, C.START): Transition(S.STARTING, S.RUNNING, S.STOPPED),
+    (S.RUNNING, C.STOP): Transition(S.STOPPING, S.STOPPED, S.RUNNING),
+    (S.RUNNING, C.SHUTDOWN): Transition(S.SHUTTING_DOWN, S.STOPPED, S.RUNNING),
+    (S.RUNNING, C.REBOOT): Transition(S.REBOOTING, S.RUNNING, S.RUNNING),
+    (S.STOPPED, C.DESTROY): Transition(S.DESTROYING, S.ABSENT, S.STOPPED),
+    (S.FAILED, C.DESTROY): Transition(S.DESTROYING, S.ABSENT, S.FAILED),
+    (S.STOPPED, C.SET_CPU): Transition(S.RESIZING, S.STOPPED, S.STOPPED),
+    (S.STOPPED, C.SET_MEMORY): Transition(S.RESIZING, S.STOPPED, S.STOPPED),
+    (S.STOPPED, C.SET_DISK): Transition(S.RESIZING, S.STOPPED, S.STOPPED),
+    (S.STOPPED, C.SET_NODE): Transition(S.MIGRATING, S.STOPPED, S.STOPPED),
+}
+
+WORKING = frozenset(t.working for t in TABLE.values())
+# The power state the status endpoint reports for each state.
+POWER: dict[State, str] = {
+    S.ABSENT: "stopped",
+    S.INSTALLING: "stopped",
+    S.STOPPED: "stopped",
+    S.STARTING: "stopped",
+    S.RUNNING: "running",
+    S.STOPPING: "running",
+    S.SHUTTING_DOWN: "running",
+    S.REBOOTING: "running",
+    S.RESIZING: "stopped",
+    S.MIGRATING: "stopped",
+    S.DESTROYING: "stopped",
+    S.FAILED: "stopped",
+}
+NEEDS_RUNNING = frozenset({C.STOP, C.SHUTDOWN, C.REBOOT})
+
+
+@attrs.frozen
+class Refusal:
+    status: int
+    message: str
+
+
+def decide(state: State, command: Command, vmid: int) -> Transition | Refusal:
+    """The transition for `command` in `state`, or why it is refused."""
+    transition = TABLE.get((state, command))
+    if transition is not None:
+        return transition
+    if command is C.INSTALL:
+        return Refusal(409, f"VM {vmid} already exists")
+    if state is S.ABSENT:
+        return Refusal(404, f"VM {vmid} not found")
+    if state in WORKING:
+        return Refusal(409, f"VM {vmid} is busy")
+    if state is S.FAILED:
+        return Refusal(409, f"VM {vmid} is in a failed state; destroy it")
+    if command in NEEDS_RUNNING:
+        return Refusal(409, "VM is not running")
+    return Refusal(409, "VM is running")

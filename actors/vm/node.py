@@ -1,0 +1,160 @@
+"""One actor per cluster node: it owns the node's transport and its resource figures.
+
+Commands for a node go through its actor, which starts each one as a job on its transport and
+counts what is in flight; the node's figures (from `/cluster/resources`) live here too, so the
+list and the placement checks read one place. The actor has no stored history: everything it
+knows is re-read from the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from actors.runtime import ActorHandle, ActorHost, AggregateActor
+from actors.vm.pve_output import CommandResult, NodeResource
+from actors.vm.settings import VmSettings
+from actors.vm.transport import LineSink, LocalTransport, SshTransport, Transport
+from events.model import Event
+
+
+@attrs.frozen
+class Run:
+    argv: list[str]
+    stdin: bytes | None
+    on_line: LineSink | None
+    result: concurrent.futures.Future[CommandResult]
+
+
+@attrs.frozen
+class _Finished:
+    result: concurrent.futures.Future[CommandResult]
+    outcome: Any
+
+
+@attrs.frozen
+class Figures:
+    resource: NodeResource
+
+
+@attrs.frozen
+class Snapshot:
+    pass
+
+
+@attrs.frozen
+class NodeView:
+    name: str
+    address: str
+    resource: NodeResource | None
+    in_flight: int
+
+
+class NodeActor(AggregateActor):
+    aggregate = "vmnode"
+
+    def setup(self, **kwargs: Any) -> None:
+        address: str = kwargs.pop("address")
+        transport: Transport = kwargs.pop("transport")
+        super().setup(**kwargs)
+        self.address = address
+        self.transport = transport
+        self.resource: NodeResource | None = None
+        self.in_flight = 0
+
+    def apply(self, event: Event) -> None:
+        return None
+
+    def handle(self, message: Any) -> Any:
+        match message:
+            case Run():
+                self.in_flight += 1
+                self.start_job(
+                    self.transport.run(message.argv, stdin=message.stdin, on_line=message.on_line),
+                    done=functools.partial(_Finished, message.result),
+                )
+                return None
+            case _Finished(result=result, outcome=outcome):
+                self.in_flight -= 1
+                if isinstance(outcome, BaseException):
+                    result.set_exception(outcome)
+                else:
+                    result.set_result(outcome)
+                return None
+            case Figures(resource=resource):
+                self.resource = resource
+                return None
+            case Snapshot():
+                return NodeView(self.ident, self.address, self.resource, self.in_flight)
+        raise TypeError(f"node: unknown message {message!r}")
+
+
+class Cluster:
+    """The loop-side face of the node actors: run a command on a named node."""
+
+    def __init__(self, settings: VmSettings, handles: Mapping[str, ActorHandle]) -> None:
+        self.settings = settings
+        self._handles = dict(handles)
+        self.transports: list[Transport] = []
+
+    @classmethod
+    async def start(cls, host: ActorHost, settings: VmSettings, env: Mapping[str, str]) -> Cluster:
+        handles: dict[str, ActorHandle] = {}
+        transports: list[Transport] = []
+        for name, address in sorted(settings.nodes.items()):
+            transport: Transport
+            if name == settings.main_node:
+                transport = LocalTransport(env)
+            else:
+                transport = SshTransport(
+                    address,
+                    port=settings.node_ssh_port,
+                    username=settings.node_ssh_user,
+                    client_key=settings.node_ssh_key,
+                    known_hosts=settings.known_hosts,
+                )
+            transports.append(transport)
+            handles[name] = await host.spawn(NodeActor, name, address=address, transport=transport)
+        cluster = cls(settings, handles)
+        cluster.transports = transports
+        return cluster
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._handles)
+
+    async def run(
+        self,
+        node: str,
+        argv: list[str],
+        *,
+        stdin: bytes | None = None,
+        on_line: LineSink | None = None,
+    ) -> CommandResult:
+        handle = self._handles.get(node)
+        if handle is None:
+            return CommandResult(255, "", f"no such cluster node '{node}'\n")
+        result: concurrent.futures.Future[CommandResult] = concurrent.futures.Future()
+        await handle.tell(Run(argv, stdin, on_line, result))
+        return await asyncio.wrap_future(result)
+
+    async def main(self, argv: list[str], **kwargs: Any) -> CommandResult:
+        return await self.run(self.settings.main_node, argv, **kwargs)
+
+    async def set_figures(self, resources: list[NodeResource]) -> None:
+        for resource in resources:
+            handle = self._handles.get(resource.node)
+            if handle is not None:
+                await handle.tell(Figures(resource))
+
+    async def views(self) -> list[NodeView]:
+        return [await self._handles[name].ask(Snapshot()) for name in self.names]
+
+    async def close(self) -> None:
+        for transport in self.transports:
+            await transport.close()

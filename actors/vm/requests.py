@@ -1,0 +1,225 @@
+"""Request bodies: parsing untrusted JSON into typed requests, and the spec's clamping rules.
+
+Parsing refuses what is malformed (a 400 whose message starts with the field's name); clamping
+adjusts what is well-formed but out of bounds, and says so, because the install stream reports
+every adjustment it makes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import asyncssh
+import attrs
+
+from actors.vm.osimages import MATRIX, default_user
+from actors.vm.settings import VMID_MAX, VMID_MIN, VmSettings
+
+DEFAULT_CPU = 2
+DEFAULT_RAM = 2048
+DEFAULT_DISK_GB = 16
+MIN_RAM = 512
+MIN_DISK_GB = 16
+MAX_CPU = 32
+DEFAULT_PASSWD = "passwd"
+
+_DISK = re.compile(r"^([0-9]{1,6})G$")
+_DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_MAX_PASSWD = 128
+_MAX_PUBKEY = 16384
+
+
+class BadRequest(ValueError):
+    """The body breaks a rule; `str()` is the message shown to the client (400)."""
+
+
+@attrs.frozen
+class InstallRequest:
+    os: str
+    version: str
+    name: str | None = None
+    vmid: int | None = None
+    node: str | None = None
+    cpu: int = DEFAULT_CPU
+    ram: int = DEFAULT_RAM
+    disk_gb: int = DEFAULT_DISK_GB
+    user: str = ""
+    passwd: str = DEFAULT_PASSWD
+    pubkey: str | None = None
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequest("body: must be a JSON object")
+    return body
+
+
+def _str(body: dict[str, Any], field: str, required: bool = False) -> str | None:
+    value = body.get(field)
+    if value is None:
+        if required:
+            raise BadRequest(f"{field}: is required")
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{field}: must be a string")
+    return value
+
+
+def _int(body: dict[str, Any], field: str, required: bool = False) -> int | None:
+    value = body.get(field)
+    if value is None:
+        if required:
+            raise BadRequest(f"{field}: is required")
+        return None
+    # bool is an int subclass in Python; true/false must not become 1/0 cores.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{field}: must be an integer")
+    return value
+
+
+def parse_disk(field: str, value: str) -> int:
+    match = _DISK.match(value.strip())
+    if not match:
+        raise BadRequest(f"{field}: must be a whole number followed by G, like 16G")
+    return int(match.group(1))
+
+
+def _pubkey(value: str) -> str:
+    key = value.strip()
+    if not key or len(key) > _MAX_PUBKEY or "\n" in key or "\r" in key:
+        raise BadRequest("pubkey: must be one OpenSSH public key on one line")
+    try:
+        asyncssh.import_public_key(key)
+    except (asyncssh.KeyImportError, ValueError):
+        raise BadRequest("pubkey: is not a valid OpenSSH public key") from None
+    return key
+
+
+def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
+    data = _object(body)
+    os_name = _str(data, "os", required=True)
+    assert os_name is not None
+    if os_name not in MATRIX:
+        raise BadRequest(f"os: must be one of {', '.join(MATRIX)}")
+    version = _str(data, "version", required=True)
+    assert version is not None
+    if version not in MATRIX[os_name]:
+        raise BadRequest(f"version: {os_name} supports {', '.join(MATRIX[os_name])}")
+    name = _str(data, "name")
+    if name is not None and not _DNS_NAME.match(name):
+        raise BadRequest("name: must be a DNS name (letters, digits, hyphens and dots)")
+    vmid = _int(data, "id")
+    if vmid is not None:
+        lo, hi = max(VMID_MIN, settings.ip_start), min(VMID_MAX, settings.ip_end)
+        if not lo <= vmid <= hi:
+            raise BadRequest(f"id: must be between {lo} and {hi}")
+    node = _str(data, "node")
+    if node is not None and node not in settings.nodes:
+        raise BadRequest(f"node: unknown node {node!r}; known: {', '.join(sorted(settings.nodes))}")
+    cpu = _int(data, "cpu")
+    ram = _int(data, "ram")
+    disk = _str(data, "disk")
+    user = _str(data, "user")
+    if user is not None and not _USER.match(user):
+        raise BadRequest("user: must be a Linux user name (lower-case letters, digits, _ and -)")
+    passwd = _str(data, "passwd")
+    if passwd is not None and (
+        not passwd or len(passwd) > _MAX_PASSWD or any(c in passwd for c in "\r\n\0")
+    ):
+        raise BadRequest(f"passwd: must be 1 to {_MAX_PASSWD} characters on one line")
+    pubkey = _str(data, "pubkey")
+    return InstallRequest(
+        os=os_name,
+        version=version,
+        name=name,
+        vmid=vmid,
+        node=node,
+        cpu=DEFAULT_CPU if cpu is None else cpu,
+        ram=DEFAULT_RAM if ram is None else ram,
+        disk_gb=DEFAULT_DISK_GB if disk is None else parse_disk("disk", disk),
+        user=user or default_user(os_name),
+        passwd=passwd or DEFAULT_PASSWD,
+        pubkey=_pubkey(pubkey) if pubkey else None,
+    )
+
+
+@attrs.frozen
+class Clamped:
+    value: int
+    note: str | None  # what was changed, for the stream; None if the value stood
+
+
+def clamp_cpu(cpu: int, settings: VmSettings) -> Clamped:
+    if cpu < 1:
+        return Clamped(1, "setting CPU to minimum 1")
+    limit = min(MAX_CPU, settings.max_cpu or MAX_CPU)
+    if cpu > limit:
+        return Clamped(limit, f"setting CPU to maximum {limit}")
+    return Clamped(cpu, None)
+
+
+def clamp_ram(ram: int, settings: VmSettings) -> Clamped:
+    if ram < MIN_RAM:
+        return Clamped(MIN_RAM, f"setting RAM to minimum {MIN_RAM}")
+    if settings.max_ram is not None and ram > settings.max_ram:
+        return Clamped(settings.max_ram, f"setting RAM to maximum {settings.max_ram}")
+    return Clamped(ram, None)
+
+
+def clamp_disk(disk_gb: int, settings: VmSettings) -> Clamped:
+    if disk_gb < MIN_DISK_GB:
+        return Clamped(MIN_DISK_GB, f"setting disk to minimum {MIN_DISK_GB}G")
+    if settings.max_disk is not None and disk_gb > settings.max_disk:
+        return Clamped(settings.max_disk, f"setting disk to maximum {settings.max_disk}G")
+    return Clamped(disk_gb, None)
+
+
+def balloon_for(ram: int, settings: VmSettings) -> int | None:
+    """The balloon minimum in MB, or None to leave the device at Proxmox's default.
+
+    The spec enables the balloon when RAM exceeds VM_BALLOON_MIN; the guest may then be shrunk
+    down to VM_BALLOON_MIN. Without the variable nothing is passed.
+    """
+    if settings.balloon_min is None or ram <= settings.balloon_min:
+        return None
+    return settings.balloon_min
+
+
+def parse_set_cpu(body: Any, settings: VmSettings) -> int:
+    cpu = _int(_object(body), "cpu", required=True)
+    assert cpu is not None
+    if not 1 <= cpu <= MAX_CPU:
+        raise BadRequest(f"cpu: must be between 1 and {MAX_CPU}")
+    return clamp_cpu(cpu, settings).value
+
+
+def parse_set_memory(body: Any, settings: VmSettings) -> int:
+    memory = _int(_object(body), "memory", required=True)
+    assert memory is not None
+    if memory < MIN_RAM:
+        raise BadRequest(f"memory: must be at least {MIN_RAM}")
+    return clamp_ram(memory, settings).value
+
+
+def parse_set_disk(body: Any) -> int:
+    disk = _str(_object(body), "disk", required=True)
+    assert disk is not None
+    if disk.strip().startswith("-"):
+        raise BadRequest("disk: shrinking is not supported")
+    grow = parse_disk("disk", disk)
+    if grow < 1:
+        raise BadRequest("disk: must grow the disk by at least 1G")
+    return grow
+
+
+def parse_set_node(body: Any, settings: VmSettings) -> str:
+    node = _str(_object(body), "node", required=True)
+    assert node is not None
+    if node not in settings.nodes:
+        raise BadRequest(f"node: unknown node {node!r}; known: {', '.join(sorted(settings.nodes))}")
+    return node

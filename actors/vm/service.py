@@ -1,0 +1,346 @@
+"""The VM service's actor side: starts the actors, answers commands on NATS, keeps the inventory.
+
+Subjects (request/reply, JSON):
+- `cairn.cmd.vm.install` {task, request}        -> {vmid, task, version} | {error}
+- `cairn.cmd.vm.do` {task, vmid, command, args} -> {vmid, task, version} | {error}
+- `cairn.q.vm.status` {vmid}                     -> {status} | {error}
+- `cairn.q.vm.list` {}                           -> the list payload
+Errors are `{"error": {"status": <http>, "message": ...}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from nats.aio.subscription import Subscription
+
+from actors.runtime import ActorHandle, ActorUnavailable, Rejected
+from actors.vm import qm
+from actors.vm.allocator import AllocatorActor, Reserve
+from actors.vm.events import Adopted
+from actors.vm.imagecache import ImageCache
+from actors.vm.jobs import Services
+from actors.vm.lifecycle import Command, State
+from actors.vm.node import Cluster
+from actors.vm.pve_output import (
+    NodeResource,
+    OutputError,
+    VmResource,
+    parse_node_resources,
+    parse_vm_resources,
+)
+from actors.vm.requests import InstallRequest
+from actors.vm.settings import VmSettings
+from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
+from events.bus import serve_json
+from events.store import Recorded
+from gateway.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+SUBJECT_INSTALL = "cairn.cmd.vm.install"
+SUBJECT_DO = "cairn.cmd.vm.do"
+SUBJECT_STATUS = "cairn.q.vm.status"
+SUBJECT_LIST = "cairn.q.vm.list"
+_MIB = 1024 * 1024
+_GIB = 1024 * _MIB
+
+
+def _error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"status": status, "message": message}}
+
+
+@attrs.define
+class Inventory:
+    """The list's read model: actor infos (kept fresh from the store) plus the cluster's view."""
+
+    infos: dict[int, VmInfo] = attrs.field(factory=dict)
+    vms: dict[int, VmResource] = attrs.field(factory=dict)
+    nodes: list[NodeResource] = attrs.field(factory=list)
+    polled_at: float = 0.0
+
+    def payload(self, node_names: list[str]) -> dict[str, Any]:
+        rows = []
+        per_node: dict[str, dict[str, int]] = {
+            n: {"cpu": 0, "memory": 0, "disk": 0, "running": 0} for n in node_names
+        }
+        for vmid in sorted(set(self.infos) | set(self.vms)):
+            info = self.infos.get(vmid)
+            res = self.vms.get(vmid)
+            if info is not None and info.state is State.ABSENT:
+                if res is None:
+                    continue
+                info = None  # a VM the actor lost, seen again: the cluster's word
+            facts = info.facts if info is not None else None
+            node = facts.node if facts else (res.node if res else "")
+            running = (
+                info.power == "running"
+                if info is not None
+                else bool(res and res.status == "running")
+            )
+            cpu = facts.cpu if facts else (res.maxcpu or 0 if res else 0)
+            memory = facts.ram if facts else ((res.maxmem or 0) // _MIB if res else 0)
+            disk = facts.disk_gb if facts else ((res.maxdisk or 0) // _GIB if res else 0)
+            used = (res.mem or 0) // _MIB if res and running else 0
+            rows.append(
+                {
+                    "vmid": vmid,
+                    "name": (facts.name if facts else None)
+                    or (res.name if res else None)
+                    or str(vmid),
+                    "os": (facts.os if facts else None) or (res.tags if res else None) or "",
+                    "running": running,
+                    "node": node,
+                    "cpu": cpu,
+                    "disk": disk,
+                    "memory": memory,
+                    "memory_used": used,
+                    "state": info.state.value if info is not None else (res.status if res else ""),
+                }
+            )
+            agg = per_node.setdefault(node, {"cpu": 0, "memory": 0, "disk": 0, "running": 0})
+            agg["cpu"] += cpu
+            agg["memory"] += memory
+            agg["disk"] += disk
+            agg["running"] += int(running)
+        by_name = {n.node: n for n in self.nodes}
+        cluster = []
+        for name in sorted(per_node):
+            nres = by_name.get(name)
+            agg = per_node[name]
+            cluster.append(
+                {
+                    "node": name,
+                    "online": bool(nres and nres.status == "online"),
+                    "max_cpu": (nres.maxcpu or 0) if nres else 0,
+                    "max_memory": (nres.maxmem or 0) // _MIB if nres else 0,
+                    "cpu": agg["cpu"],
+                    "memory": agg["memory"],
+                    "memory_used": (nres.mem or 0) // _MIB if nres else 0,
+                    "disk": agg["disk"],
+                    "running": agg["running"],
+                }
+            )
+        return {"count": len(rows), "list": rows, "cluster": cluster}
+
+
+class VmService:
+    def __init__(self, runtime: Runtime, settings: VmSettings, *, poll_interval: float) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.poll_interval = poll_interval
+        self.inventory = Inventory()
+        self._subs: list[Subscription] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._dirty: set[int] = set()
+        self._dirty_event = asyncio.Event()
+        self._poll_now = asyncio.Event()
+        self.cluster: Cluster | None = None
+        self.allocator: ActorHandle | None = None
+        self.services: Services | None = None
+        self._list_cache: bytes | None = None
+
+    @property
+    def data(self) -> Path:
+        return self.runtime.data_dir / "vm"
+
+    async def start(self, scripts_dir: Path) -> None:
+        host = self.runtime.actors
+        env: Mapping[str, str] = self.runtime.env
+        self.cluster = await Cluster.start(host, self.settings, env)
+        self.services = Services(
+            settings=self.settings,
+            cluster=self.cluster,
+            images=ImageCache(self.data / "images", self.settings.image_base_url),
+            key_path=self.data / "ssh" / "id_ed25519",
+            scripts_dir=scripts_dir,
+            cpu_type=env.get("VM_CPU_TYPE") or None,
+        )
+        self.allocator = await host.spawn(AllocatorActor, "cluster", settings=self.settings)
+        self.runtime.store.add_listener(self._on_append)
+        for stream in await self.runtime.store.stream_names("vm:"):
+            ident = stream.split(":", 1)[1]
+            if ident.isdigit():
+                handle = await self._vm(int(ident))
+                await handle.tell(Recover())
+                self.inventory.infos[int(ident)] = await handle.ask(Query())
+        nc = self.runtime.nc
+        self._subs = [
+            await serve_json(nc, SUBJECT_INSTALL, self._on_install),
+            await serve_json(nc, SUBJECT_DO, self._on_do),
+            await serve_json(nc, SUBJECT_STATUS, self._on_status),
+            await serve_json(nc, SUBJECT_LIST, self._on_list),
+        ]
+        await self.poll()
+        self._tasks = [
+            asyncio.create_task(self._poller(), name="vm-inventory-poll"),
+            asyncio.create_task(self._refresher(), name="vm-inventory-refresh"),
+        ]
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(ValueError):
+            self.runtime.store.remove_listener(self._on_append)
+        if self.cluster is not None:
+            await self.cluster.close()
+
+    async def _vm(self, vmid: int) -> ActorHandle:
+        assert self.services is not None and self.allocator is not None
+        return await self.runtime.actors.spawn(
+            VmActor, vmid, services=self.services, allocator=self.allocator
+        )
+
+    # -- inventory -----------------------------------------------------------------------------
+
+    def _on_append(self, records: list[Recorded]) -> None:
+        for record in records:
+            if record.stream.startswith("vm:"):
+                ident = record.stream[3:]
+                if ident.isdigit():
+                    self._dirty.add(int(ident))
+                    self._dirty_event.set()
+                    if record.event.type_name == "vm.task_ended":
+                        self._poll_now.set()
+
+    async def _refresher(self) -> None:
+        while True:
+            await self._dirty_event.wait()
+            self._dirty_event.clear()
+            dirty, self._dirty = self._dirty, set()
+            for vmid in dirty:
+                handle = self.runtime.actors.get(VmActor, vmid)
+                if handle is not None:
+                    with contextlib.suppress(ActorUnavailable):
+                        self.inventory.infos[vmid] = await handle.ask(Query())
+            self._list_cache = None
+
+    async def _poller(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), self.poll_interval)
+            self._poll_now.clear()
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("vm inventory poll failed")
+
+    async def cluster_vms(self) -> list[VmResource] | None:
+        assert self.cluster is not None
+        result = await self.cluster.main(qm.cluster_resources("vm"))
+        if not result.ok:
+            return None
+        try:
+            return parse_vm_resources(result.stdout)
+        except OutputError:
+            return None
+
+    async def poll(self) -> None:
+        """Re-read the cluster: node figures, VM usage, VMs cairn does not know yet."""
+        assert self.cluster is not None
+        started = time.monotonic()
+        vms = await self.cluster_vms()
+        result = await self.cluster.main(qm.cluster_resources("node"))
+        if result.ok:
+            with contextlib.suppress(OutputError):
+                self.inventory.nodes = parse_node_resources(result.stdout)
+                await self.cluster.set_figures(self.inventory.nodes)
+        if vms is None:
+            return
+        seen = {v.vmid: v for v in vms}
+        self.inventory.vms = seen
+        self.inventory.polled_at = started
+        self._list_cache = None
+        for vmid, res in seen.items():
+            info = self.inventory.infos.get(vmid)
+            if info is None or info.state is State.ABSENT:
+                if vmid not in self.settings.id_range or res.status == "unknown":
+                    continue  # not ours to manage, or too fresh to describe
+                handle = await self._vm(vmid)
+                await handle.tell(Observe(res.node, res.status, started, adopt=self._adoption(res)))
+            else:
+                handle = await self._vm(vmid)
+                await handle.tell(Observe(res.node, res.status, started))
+        for vmid, info in list(self.inventory.infos.items()):
+            if vmid not in seen and info.state not in (State.ABSENT, State.INSTALLING):
+                known = self.runtime.actors.get(VmActor, vmid)
+                if known is not None:
+                    await known.tell(Observe(None, None, started))
+
+    def _adoption(self, res: VmResource) -> Adopted:
+        return Adopted(
+            node=res.node,
+            name=res.name or str(res.vmid),
+            os=res.tags or "",
+            running=res.status == "running",
+            cpu=res.maxcpu or 0,
+            ram=(res.maxmem or 0) // _MIB,
+            disk_gb=(res.maxdisk or 0) // _GIB,
+            ip=self.settings.ip_for(res.vmid),
+        )
+
+    # -- NATS handlers -------------------------------------------------------------------------
+
+    async def _on_install(self, payload: dict[str, Any]) -> dict[str, Any]:
+        assert self.allocator is not None
+        task = str(payload["task"])
+        request = InstallRequest(**payload["request"])
+        began = time.monotonic()
+        vms = await self.cluster_vms()
+        if vms is None:
+            return _error(
+                503, "cannot read the cluster's VMs (pvesh get /cluster/resources failed)"
+            )
+        occupied = frozenset(v.vmid for v in vms)
+        try:
+            vmid = await self.allocator.ask(Reserve(task, request.vmid, occupied))
+        except Rejected as exc:
+            return _error(exc.status, exc.message)
+        handle = await self._vm(vmid)
+        try:
+            info: VmInfo = await handle.ask(Install(task, request, time.monotonic() - began))
+        except Rejected as exc:
+            from actors.vm.allocator import Release
+
+            await self.allocator.tell(Release(vmid, f"install refused: {exc.message}"))
+            return _error(exc.status, exc.message)
+        return {"vmid": vmid, "task": task, "version": info.task_version}
+
+    async def _on_do(self, payload: dict[str, Any]) -> dict[str, Any]:
+        vmid = int(payload["vmid"])
+        handle = self.runtime.actors.get(VmActor, vmid)
+        if handle is None:
+            return _error(404, f"VM {vmid} not found")
+        try:
+            info: VmInfo = await handle.ask(
+                Do(str(payload["task"]), Command(payload["command"]), dict(payload.get("args", {})))
+            )
+        except Rejected as exc:
+            return _error(exc.status, exc.message)
+        return {"vmid": vmid, "task": info.task, "version": info.task_version}
+
+    async def _on_status(self, payload: dict[str, Any]) -> dict[str, Any]:
+        vmid = int(payload["vmid"])
+        info = self.inventory.infos.get(vmid)
+        handle = self.runtime.actors.get(VmActor, vmid)
+        if handle is not None:
+            info = await handle.ask(Query())
+        if info is None or info.state is State.ABSENT:
+            return _error(404, f"VM {vmid} not found")
+        return {"status": info.power, "state": info.state.value}
+
+    async def _on_list(self, _: Any) -> Any:
+        assert self.cluster is not None
+        return self.inventory.payload(self.cluster.names)

@@ -1,0 +1,155 @@
+"""The VM service's configuration, read once from the environment (spec: Configuration)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+
+import attrs
+
+VMID_MIN = 100
+VMID_MAX = 254
+DEFAULT_PORT = 8100
+_NODE_PREFIX = "NODE_"
+# Proxmox node names are DNS labels; anything else in a NODE_ variable is a typo we refuse early.
+_NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+class SettingsError(ValueError):
+    """A configuration variable is missing or breaks its rule; the message names it."""
+
+
+@attrs.frozen
+class VmSettings:
+    gateway: str
+    main_node: str
+    nodes: Mapping[str, str]  # node name -> address, the main node included
+    storage: str
+    ip_start: int = VMID_MIN
+    ip_end: int = VMID_MAX
+    allow_ips: tuple[str, ...] = ("0.0.0.0",)
+    trusted_proxies: tuple[str, ...] = ()
+    max_cpu: int | None = None
+    max_ram: int | None = None
+    max_disk: int | None = None
+    balloon_min: int | None = None
+    root_password: str = ""
+    image_base_url: str | None = None
+    vm_ssh_port: int = 22
+    node_ssh_port: int = 22
+    known_hosts: str | None = None
+    node_ssh_key: str | None = None
+    node_ssh_user: str = "root"
+    ssh_wait_timeout: float = 300.0
+    ssh_poll_interval: float = 2.0
+    # How long after a task the cluster's word on power state is not trusted (pvestatd lags).
+    observe_grace: float = 12.0
+
+    @property
+    def ip_prefix(self) -> str:
+        return self.gateway.rsplit(".", 1)[0]
+
+    def ip_for(self, vmid: int) -> str:
+        return f"{self.ip_prefix}.{vmid}"
+
+    @property
+    def id_range(self) -> range:
+        return range(self.ip_start, self.ip_end + 1)
+
+
+def _int(env: Mapping[str, str], name: str, lo: int | None, hi: int | None) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if lo is not None and value < lo:
+        raise SettingsError(f"{name} must be at least {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise SettingsError(f"{name} must be at most {hi}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if not value >= 0:
+        raise SettingsError(f"{name} must not be negative, got {raw!r}")
+    return value
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _check_networks(name: str, entries: tuple[str, ...]) -> None:
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(f"{name}: {entry!r} is not an IP address or CIDR") from None
+
+
+def load_settings(env: Mapping[str, str]) -> VmSettings:
+    """Build settings from variables; every error names the variable and its rule."""
+    missing = [n for n in ("GATEWAY", "MAIN_NODE", "ASSIGN_STORAGE") if not env.get(n, "").strip()]
+    if missing:
+        raise SettingsError(f"missing required variable: {', '.join(missing)}")
+    gateway = env["GATEWAY"].strip()
+    try:
+        if ipaddress.ip_address(gateway).version != 4:
+            raise ValueError
+    except ValueError:
+        raise SettingsError(f"GATEWAY must be an IPv4 address, got {gateway!r}") from None
+    main = env["MAIN_NODE"].strip()
+    nodes: dict[str, str] = {}
+    for key, value in env.items():
+        if key.startswith(_NODE_PREFIX) and value.strip():
+            name = key[len(_NODE_PREFIX) :]
+            if not _NODE_NAME.match(name):
+                raise SettingsError(f"{key}: {name!r} is not a valid node name")
+            nodes[name] = value.strip()
+    if main not in nodes:
+        # The main node runs qm locally and needs no address, but it is a cluster member.
+        nodes[main] = "127.0.0.1"
+    start = _int(env, "ASSIGN_IP_START", VMID_MIN, VMID_MAX) or VMID_MIN
+    end = _int(env, "ASSIGN_IP_END", VMID_MIN, VMID_MAX) or VMID_MAX
+    if start > end:
+        raise SettingsError(f"ASSIGN_IP_START ({start}) must not exceed ASSIGN_IP_END ({end})")
+    allow = _csv(env.get("ALLOW_IPS", "")) or ("0.0.0.0",)
+    _check_networks("ALLOW_IPS", allow)
+    proxies = _csv(env.get("TRUSTED_PROXIES", ""))
+    _check_networks("TRUSTED_PROXIES", proxies)
+    base = env.get("IMAGE_BASE_URL", "").strip().rstrip("/") or None
+    return VmSettings(
+        gateway=gateway,
+        main_node=main,
+        nodes=nodes,
+        storage=env["ASSIGN_STORAGE"].strip(),
+        ip_start=start,
+        ip_end=end,
+        allow_ips=allow,
+        trusted_proxies=proxies,
+        max_cpu=_int(env, "VM_MAX_CPU", 1, 32),
+        max_ram=_int(env, "VM_MAX_RAM", 512, None),
+        max_disk=_int(env, "VM_MAX_DISK", 16, None),
+        balloon_min=_int(env, "VM_BALLOON_MIN", 1, None),
+        root_password=env.get("VM_ROOT_PASSWORD", ""),
+        image_base_url=base,
+        vm_ssh_port=_int(env, "VM_SSH_PORT", 1, 65535) or 22,
+        node_ssh_port=_int(env, "PVE_SSH_PORT", 1, 65535) or 22,
+        known_hosts=env.get("PVE_KNOWN_HOSTS", "").strip() or None,
+        node_ssh_key=env.get("PVE_SSH_KEY", "").strip() or None,
+        node_ssh_user=env.get("PVE_SSH_USER", "").strip() or "root",
+        ssh_wait_timeout=_float(env, "VM_SSH_WAIT", 300.0),
+        ssh_poll_interval=_float(env, "VM_SSH_POLL", 2.0),
+        observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),
+    )

@@ -1,0 +1,355 @@
+"""One actor per VM: its lifecycle state, its facts, and the one task it may run at a time.
+
+The actor checks each command against lifecycle.TABLE, records the task's start and starts the
+job; the job's SSE records come back as `Report` messages and are recorded in order; its result
+settles the state. A command that arrives while a task runs is refused at once (409 busy).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import attrs
+
+from actors.runtime import ActorHandle, AggregateActor, Rejected
+from actors.vm import jobs
+from actors.vm.allocator import Release
+from actors.vm.events import (
+    Adopted,
+    Installed,
+    Observed,
+    Progress,
+    Reconfigured,
+    TaskEnded,
+    TaskStarted,
+)
+from actors.vm.jobs import Facts, JobResult, Services
+from actors.vm.lifecycle import POWER, WORKING, Command, Refusal, State, decide
+from actors.vm.requests import InstallRequest
+from events.model import Event
+
+
+@attrs.frozen
+class Install:
+    task: str
+    request: InstallRequest
+    reserved_in: float  # seconds the allocator took, shown in the first record
+
+
+@attrs.frozen
+class Do:
+    task: str
+    command: Command
+    args: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Report:
+    task: str
+    step: str
+    status: str
+    message: str
+    vm_id: int | None = None
+    ip: str | None = None
+
+
+@attrs.frozen
+class Finished:
+    task: str
+    command: Command
+    outcome: Any  # JobResult, or the exception the job died of
+
+
+@attrs.frozen
+class Recover:
+    """Sent once at start-up: settle a task that a previous process left unfinished."""
+
+
+@attrs.frozen
+class Observe:
+    """What the cluster list says about this VM (None: not in the cluster)."""
+
+    node: str | None
+    status: str | None
+    polled_at: float  # time.monotonic() when the poll began
+    adopt: Adopted | None = None
+
+
+@attrs.frozen
+class Query:
+    pass
+
+
+@attrs.frozen
+class VmInfo:
+    vmid: int
+    state: State
+    task: str | None
+    task_version: int
+    facts: Facts | None
+
+    @property
+    def power(self) -> str:
+        return POWER[self.state]
+
+
+class VmActor(AggregateActor):
+    aggregate = "vm"
+
+    def setup(self, **kwargs: Any) -> None:
+        services: Services = kwargs.pop("services")
+        allocator: ActorHandle = kwargs.pop("allocator")
+        super().setup(**kwargs)
+        self.svc = services
+        self.allocator = allocator
+        self.vmid = int(self.ident)
+        self.state = State.ABSENT
+        self.facts: Facts | None = None
+        self.task: str | None = None
+        self.task_command: str | None = None
+        self.task_version = 0  # stream version of the current (or last) task's start
+        # When the last task settled (monotonic; not state: the cluster's lag is a runtime fact).
+        self.settled_at = 0.0
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case TaskStarted(task=task, command=command, working=working):
+                self.task, self.task_command = task, command
+                self.task_version = self.version + 1
+                self.state = State(working)
+            case Installed():
+                self.facts = Facts(
+                    event.node,
+                    event.name,
+                    event.os,
+                    event.version,
+                    event.user,
+                    event.ip,
+                    event.cpu,
+                    event.ram,
+                    event.disk_gb,
+                )
+            case Reconfigured():
+                if self.facts is not None:
+                    f = self.facts
+                    self.facts = attrs.evolve(
+                        f,
+                        cpu=f.cpu if event.cpu is None else event.cpu,
+                        ram=f.ram if event.ram is None else event.ram,
+                        disk_gb=f.disk_gb if event.disk_gb is None else event.disk_gb,
+                        node=f.node if event.node is None else event.node,
+                    )
+            case TaskEnded(state=state):
+                self.task = None
+                self.state = State(state)
+                if self.state is State.ABSENT:
+                    self.facts = None
+            case Adopted():
+                self.facts = Facts(
+                    event.node,
+                    event.name,
+                    event.os,
+                    "",
+                    "",
+                    event.ip,
+                    event.cpu,
+                    event.ram,
+                    event.disk_gb,
+                )
+                self.state = State.RUNNING if event.running else State.STOPPED
+            case Observed(state=state):
+                self.state = State(state)
+                if self.state is State.ABSENT:
+                    self.facts = None
+            case Progress():
+                pass
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def handle(self, message: Any) -> Any:
+        match message:
+            case Install():
+                return self._install(message)
+            case Do():
+                return self._do(message)
+            case Report():
+                self.record(
+                    Progress(
+                        message.task,
+                        message.step,
+                        message.status,
+                        message.message,
+                        message.vm_id,
+                        message.ip,
+                    )
+                )
+                return None
+            case Finished():
+                return self._finished(message)
+            case Recover():
+                return self._recover()
+            case Observe():
+                return self._observe(message)
+            case Query():
+                return self.info()
+        raise TypeError(f"vm: unknown message {message!r}")
+
+    def info(self) -> VmInfo:
+        return VmInfo(self.vmid, self.state, self.task, self.task_version, self.facts)
+
+    def _refuse(self, verdict: Refusal) -> None:
+        raise Rejected(verdict.status, verdict.message)
+
+    def _install(self, cmd: Install) -> VmInfo:
+        verdict = decide(self.state, Command.INSTALL, self.vmid)
+        if isinstance(verdict, Refusal):
+            self._refuse(verdict)
+            raise AssertionError
+        step = "preparation > checking VMID"
+        how = "using requested" if cmd.request.vmid is not None else "auto-assigned"
+        secs = f"({cmd.reserved_in:.2f}s)"
+        self.record(
+            TaskStarted(cmd.task, Command.INSTALL.value, verdict.working.value),
+            Progress(cmd.task, step, "processing", f"[*] start VM installation {secs}"),
+            Progress(cmd.task, step, "success", f"[+] {how} VMID: {self.vmid} {secs}"),
+        )
+        report = self._reporter(cmd.task)
+        started = time.monotonic() - cmd.reserved_in
+        self.start_job(
+            jobs.install(self.svc, self.vmid, cmd.request, report, started),
+            done=functools.partial(Finished, cmd.task, Command.INSTALL),
+        )
+        return self.info()
+
+    def _do(self, cmd: Do) -> VmInfo:
+        verdict = decide(self.state, cmd.command, self.vmid)
+        if isinstance(verdict, Refusal):
+            self._refuse(verdict)
+            raise AssertionError
+        node = self.facts.node if self.facts else self.svc.settings.main_node
+        if cmd.command is Command.SET_NODE and cmd.args.get("node") == node:
+            raise Rejected(400, f"node: VM {self.vmid} is already on node {node!r}")
+        if cmd.command is Command.SET_DISK:
+            limit = self.svc.settings.max_disk
+            current = self.facts.disk_gb if self.facts else 0
+            if limit is not None and current + cmd.args["grow_gb"] > limit:
+                raise Rejected(
+                    400, f"disk: {current}G + {cmd.args['grow_gb']}G exceeds VM_MAX_DISK ({limit}G)"
+                )
+        self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value))
+        self.start_job(
+            jobs.power(
+                self.svc,
+                cmd.command.value,
+                self.vmid,
+                node,
+                self.facts,
+                self._reporter(cmd.task),
+                cmd.args,
+            ),
+            done=functools.partial(Finished, cmd.task, cmd.command),
+        )
+        return self.info()
+
+    def _reporter(self, task: str) -> jobs.Report:
+        def report(
+            step: str, status: str, message: str, vm_id: int | None = None, ip: str | None = None
+        ) -> None:
+            self.notify(Report(task, step, status, message, vm_id, ip))
+
+        return report
+
+    def _finished(self, msg: Finished) -> None:
+        if msg.task != self.task:
+            return None
+        outcome = msg.outcome
+        if not isinstance(outcome, JobResult):
+            # The job itself broke (a bug, or it was cancelled at shutdown). Cancellation is
+            # settled by Recover at the next start; anything else is recorded now.
+            if isinstance(outcome, BaseException) and type(outcome).__name__ == "CancelledError":
+                return None
+            error = f"internal error: {outcome!r}"
+            self.record(
+                Progress(msg.task, "error", "error", f"[-] {error}"),
+                TaskEnded(msg.task, False, State.FAILED.value, error),
+            )
+            return None
+        events: list[Event] = []
+        if outcome.ok and outcome.facts is not None:
+            f = outcome.facts
+            events.append(
+                Installed(
+                    msg.task, f.node, f.name, f.os, f.version, f.user, f.ip, f.cpu, f.ram, f.disk_gb
+                )
+            )
+        if outcome.ok and outcome.changes:
+            events.append(Reconfigured(msg.task, **outcome.changes))
+        events.append(TaskEnded(msg.task, outcome.ok, outcome.state.value, outcome.error))
+        self.record(*events)
+        self.settled_at = time.monotonic()
+        if outcome.state is State.ABSENT:
+            self._release("destroyed" if outcome.ok else f"install failed: {outcome.error}")
+        return None
+
+    def _release(self, reason: str) -> None:
+        self.start_job(self.allocator.tell(Release(self.vmid, reason)))
+
+    def _recover(self) -> None:
+        if self.state not in WORKING or self.task is None:
+            return None
+        task, command = self.task, self.task_command
+
+        async def settle() -> JobResult:
+            if command == Command.INSTALL.value:
+                hint = self.facts.node if self.facts else None
+                leftover = await jobs.remove_vm(self.svc, self.vmid, hint)
+                if leftover:
+                    return JobResult(False, State.FAILED, error=f"cleanup failed: {leftover}")
+                return JobResult(False, State.ABSENT, error="interrupted by a restart")
+            node, state = await jobs.observe(
+                self.svc, self.vmid, self.facts.node if self.facts else None
+            )
+            changes = {"node": node} if node and self.facts and node != self.facts.node else {}
+            return JobResult(False, state, error="interrupted by a restart", changes=changes)
+
+        def done(outcome: Any) -> Any:
+            if isinstance(outcome, JobResult):
+                self.record(
+                    Progress(
+                        task,
+                        "recovery",
+                        "error",
+                        f"[-] {outcome.error}; VM left {outcome.state.value} (0.00s)",
+                    )
+                )
+                if outcome.changes and self.facts is not None:
+                    self.record(Reconfigured(task, **outcome.changes))
+            return Finished(task, Command(command or "install"), outcome)
+
+        self.start_job(settle(), done=done)
+        return None
+
+    def _observe(self, msg: Observe) -> None:
+        if self.state in WORKING:
+            return None
+        if self.state is State.ABSENT:
+            if msg.adopt is not None:
+                self.record(msg.adopt)
+            return None
+        if msg.polled_at < self.settled_at + self.svc.settings.observe_grace:
+            return None  # the cluster view may predate our own last change
+        if msg.node is None:
+            # Gone from the cluster behind our back: say so and free the id.
+            self.record(Observed(State.ABSENT.value))
+            self._release("removed outside cairn")
+            return None
+        if self.facts is not None and msg.node != self.facts.node:
+            self.record(Reconfigured("observed", node=msg.node))
+        settled = self.state in (State.RUNNING, State.STOPPED)
+        if settled and msg.status in ("running", "stopped") and msg.status != self.state.value:
+            self.record(Observed(msg.status))
+        return None

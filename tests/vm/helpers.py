@@ -1,0 +1,22 @@
+"""Small builders shared by the VM tests."""
+
+from __future__ import annotations
+
+from actors.vm.settings import VmSettings, load_settings
+
+BASE_ENV = {
+    "GATEWAY": "192.168.0.1",
+    "MAIN_NODE": "pve1",
+    "NODE_pve1": "192.168.0.11",
+    "NODE_pve2": "192.168.0.12",
+    "ASSIGN_STORAGE": "local-lvm",
+}
+
+
+def settings(**extra: str) -> VmSettings:
+    return load_settings({**BASE_ENV, **extra})
+
+
+PUBKEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host"
+)

@@ -1,0 +1,91 @@
+"""Golden command lines: exactly what runs on a Proxmox node."""
+
+from __future__ import annotations
+
+from actors.vm import qm
+
+
+def test_create_has_the_cloud_image_hardware_profile() -> None:
+    argv = qm.create(
+        120, name="web", cores=2, cpu_type="x86-64-v2-AES", memory=2048, balloon=None,
+        os_tag="debian",
+    )  # fmt: skip
+    assert argv == [
+        "qm", "create", "120", "--name", "web", "--cores", "2", "--cpu", "x86-64-v2-AES",
+        "--memory", "2048", "--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1",
+        "--net0", "virtio,bridge=vmbr0", "--serial0", "socket", "--vga", "serial0",
+        "--tags", "debian",
+    ]  # fmt: skip
+
+
+def test_create_passes_the_balloon_minimum_when_given() -> None:
+    argv = qm.create(
+        120, name="120", cores=1, cpu_type="kvm64", memory=4096, balloon=1024, os_tag="ubuntu"
+    )
+    assert argv[argv.index("--balloon") + 1] == "1024"
+    assert argv.index("--balloon") == argv.index("--memory") + 2
+
+
+def test_disk_is_attached_by_the_volid_import_reported_on_any_storage() -> None:
+    assert qm.attach_disks(120, "local:120/vm-120-disk-0.raw", "local") == [
+        "qm", "set", "120", "--scsi0", "local:120/vm-120-disk-0.raw", "--ide2", "local:cloudinit",
+    ]  # fmt: skip
+    assert qm.attach_disks(120, "local-lvm:vm-120-disk-0", "local-lvm")[4] == (
+        "local-lvm:vm-120-disk-0"
+    )
+
+
+def test_boot_order_points_at_the_disk() -> None:
+    assert qm.boot_from_disk(7) == ["qm", "set", "7", "--boot", "order=scsi0"]
+
+
+def test_cloud_init_sets_the_requested_user_and_a_hashed_password() -> None:
+    argv = qm.cloud_init(
+        120,
+        user="deploy",
+        password_hash="$6$salt$hash",
+        sshkeys_file="/dev/stdin",
+        ip="192.168.0.120",
+        gateway="192.168.0.1",
+    )
+    assert argv == [
+        "qm", "set", "120", "--ciuser", "deploy", "--cipassword", "$6$salt$hash",
+        "--sshkeys", "/dev/stdin", "--ciupgrade", "0",
+        "--ipconfig0", "ip=192.168.0.120/24,gw=192.168.0.1",
+    ]  # fmt: skip
+
+
+def test_lifecycle_command_lines() -> None:
+    assert qm.import_disk(5, "/data/img.qcow2", "local-lvm") == [
+        "qm", "disk", "import", "5", "/data/img.qcow2", "local-lvm",
+    ]  # fmt: skip
+    assert qm.resize_disk(5, "16G") == ["qm", "disk", "resize", "5", "scsi0", "16G"]
+    assert qm.resize_disk(5, "+4G")[-1] == "+4G"
+    assert qm.set_cores(5, 4) == ["qm", "set", "5", "--cores", "4"]
+    assert qm.set_memory(5, 4096, None) == ["qm", "set", "5", "--memory", "4096"]
+    assert qm.set_memory(5, 4096, 2048)[-2:] == ["--balloon", "2048"]
+    assert qm.migrate(5, "pve2") == ["qm", "migrate", "5", "pve2", "--with-local-disks"]
+    assert qm.start(5) == ["qm", "start", "5"]
+    assert qm.stop(5) == ["qm", "stop", "5"]
+    assert qm.shutdown(5) == ["qm", "shutdown", "5"]
+    assert qm.reboot(5) == ["qm", "reboot", "5"]
+    assert qm.destroy(5) == ["qm", "destroy", "5", "--purge"]
+    assert qm.cleanup_stop(5) == ["qm", "stop", "5", "--skiplock", "--timeout", "1"]
+    assert qm.cleanup_destroy(5) == [
+        "qm", "destroy", "5", "--purge", "--skiplock", "--destroy-unreferenced-disks", "1",
+    ]  # fmt: skip
+    assert qm.status(5) == ["qm", "status", "5"]
+    assert qm.storage_status("local-lvm") == ["pvesm", "status", "--storage", "local-lvm"]
+    assert qm.cluster_resources("vm") == [
+        "pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json",
+    ]  # fmt: skip
+    assert qm.node_status("pve2") == [
+        "pvesh", "get", "/nodes/pve2/status", "--output-format", "json",
+    ]  # fmt: skip
+
+
+def test_no_plain_password_reaches_a_command_line() -> None:
+    argv = qm.cloud_init(
+        1, user="u", password_hash="$6$x$y", sshkeys_file="/dev/stdin", ip="a", gateway="b"
+    )
+    assert "hunter2" not in " ".join(argv)

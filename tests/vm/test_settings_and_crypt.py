@@ -1,0 +1,53 @@
+"""Configuration rules and the password hash."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.vm.settings import SettingsError, load_settings
+from actors.vm.shacrypt import sha512_crypt
+from tests.vm.helpers import BASE_ENV, settings
+
+
+def test_required_variables_are_named() -> None:
+    with pytest.raises(SettingsError, match="GATEWAY, MAIN_NODE, ASSIGN_STORAGE"):
+        load_settings({})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GATEWAY", "not-an-ip", "GATEWAY must be an IPv4 address"),
+        ("ASSIGN_IP_START", "99", "ASSIGN_IP_START must be at least 100"),
+        ("ASSIGN_IP_END", "255", "ASSIGN_IP_END must be at most 254"),
+        ("VM_MAX_CPU", "33", "VM_MAX_CPU must be at most 32"),
+        ("VM_MAX_RAM", "lots", "VM_MAX_RAM must be an integer"),
+        ("ALLOW_IPS", "10.0.0.1, nonsense", "ALLOW_IPS: 'nonsense' is not an IP address or CIDR"),
+        ("NODE_bad_name", "1.2.3.4", "NODE_bad_name: 'bad_name' is not a valid node name"),
+    ],
+)
+def test_bad_variables(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings({**BASE_ENV, name: value})
+
+
+def test_values() -> None:
+    s = settings(ASSIGN_IP_START="110", ASSIGN_IP_END="120", ALLOW_IPS=" 10.0.0.1 , 10.1.0.0/16")
+    assert s.ip_for(115) == "192.168.0.115"
+    assert list(s.id_range) == list(range(110, 121))
+    assert s.allow_ips == ("10.0.0.1", "10.1.0.0/16")
+    assert s.nodes == {"pve1": "192.168.0.11", "pve2": "192.168.0.12"}
+    with pytest.raises(SettingsError, match="must not exceed"):
+        settings(ASSIGN_IP_START="200", ASSIGN_IP_END="150")
+
+
+def test_sha512_crypt_matches_the_reference_vectors() -> None:
+    # From Drepper's specification of SHA-crypt.
+    assert sha512_crypt("Hello world!", "saltstring") == (
+        "$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1"
+    )
+    assert sha512_crypt("Hello world!", "saltstringsaltstring", rounds=10000) == (
+        "$6$rounds=10000$saltstringsaltst$OW1/O6BYHV6BcXZu8QVeXbDWra3Oeqh0sbHbbMCVNSnCM/UrjmM0Dp8vOuZeHBy/YTBmSK6H9qs/y3RnOaw5v."
+    )
+    hashed = sha512_crypt("pw")
+    assert hashed.startswith("$6$") and len(hashed.split("$")[2]) == 16
