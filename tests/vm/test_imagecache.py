@@ -8,12 +8,18 @@ from pathlib import Path
 import pytest
 
 from actors.vm.imagecache import ImageCache, ImageError
-from actors.vm.osimages import find_image
+from actors.vm.osimages import OsImage, find_image
 from tests.vm.mirror import IMAGE_BYTES, mirror_files, serve_mirror
 
-DEBIAN = find_image("debian", "12")
-ROCKY = find_image("rockylinux", "9")
-assert DEBIAN is not None and ROCKY is not None
+
+def _image(os_name: str, version: str) -> OsImage:
+    image = find_image(os_name, version)
+    assert image is not None
+    return image
+
+
+DEBIAN = _image("debian", "12")
+ROCKY = _image("rockylinux", "9")
 
 
 async def test_download_verifies_and_caches(tmp_path: Path) -> None:
