@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from aiohttp import BodyPartReader, web
 from aiohttp.helpers import ETAG_ANY
+from aiohttp.http_exceptions import HttpProcessingError
 from nats.aio.msg import Msg
 
 from actors.images.cache import HotCache, source_stamp
@@ -234,7 +235,7 @@ class ImageService:
         while True:
             try:
                 part = await reader.next()
-            except ValueError:
+            except (ValueError, HttpProcessingError):
                 raise Failure(400, "malformed multipart body") from None
             if part is None:
                 raise Failure(400, 'missing file field "filepath"')

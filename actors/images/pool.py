@@ -38,6 +38,11 @@ class RenderPool:
     def inflight(self) -> int:
         return len(self._inflight)
 
+    def waiting(self, key: Hashable) -> int:
+        """How many callers wait for ``key``'s render (0 when none is in flight)."""
+        job = self._inflight.get(key)
+        return job.waiters if job is not None else 0
+
     async def run(self, key: Hashable, fn: Callable[[Callable[[], bool]], T]) -> T:
         """Run ``fn(cancelled)`` in a worker, sharing the result with concurrent callers of
         the same ``key``; ``cancelled()`` turns true once no caller waits any more."""
