@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +13,11 @@ from aiohttp import web
 
 from actors.vm.osimages import MATRIX
 
-IMAGE_BYTES = b"QFI\xfb" + b"cairn test image " * 64
+# A qcow2 header (magic, version 3, virtual size 2 GiB at offset 24) and some filler: enough
+# for `qm disk import` to read the size the way qemu-img would.
+IMAGE_BYTES = (
+    b"QFI\xfb" + struct.pack(">I", 3) + bytes(16) + struct.pack(">Q", 2 * 1024**3)
+) + b"cairn test image " * 64
 
 
 @attrs.define

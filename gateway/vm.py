@@ -1,0 +1,471 @@
+"""The VM provisioning service's HTTP face (spec: vm-provisioning.md), routes under /api.
+
+The handlers translate: a request becomes a command on NATS for the VM actors, and the task's
+events (stored, then published) become SSE records or a plain `ok`. A client that leaves does
+not stop the task; it can re-attach with `GET /api/vm/<id>/task` and `Last-Event-ID`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+from aiohttp import web
+
+from actors.vm.lifecycle import Command
+from actors.vm.requests import (
+    BadRequest,
+    parse_install,
+    parse_set_cpu,
+    parse_set_disk,
+    parse_set_memory,
+    parse_set_node,
+)
+from actors.vm.service import (
+    SUBJECT_DO,
+    SUBJECT_INSTALL,
+    SUBJECT_LIST,
+    SUBJECT_STATUS,
+    VmService,
+)
+from actors.vm.settings import DEFAULT_PORT, SettingsError, VmSettings, load_settings
+from events.bus import CommandTimeout, NoResponders, request_json
+from events.codec import to_dict
+from events.store import EventStore
+from events.subjects import subject_for
+from gateway.config import ConfigError, env_float
+from gateway.runtime import Runtime
+from gateway.services import ServiceDef
+from gateway.sse import EventStream, last_event_id
+
+log = logging.getLogger(__name__)
+
+SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "sh"
+FORBIDDEN = "this IP is not allowed to perform this action"
+STEP_CHECK_ID = "preparation > checking VMID"
+_COMMAND_TIMEOUT = 30.0
+_STREAMING = {Command.START, Command.REBOOT, Command.SET_NODE}
+_SYNC_ACTIONS = {
+    "stop": Command.STOP,
+    "shutdown": Command.SHUTDOWN,
+    "destroy": Command.DESTROY,
+}
+_TASK_EVENTS = {"vm.progress", "vm.task_ended"}
+
+
+# -- client address ------------------------------------------------------------------------
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(entries: tuple[str, ...]) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(e, strict=False) for e in entries)
+
+
+def _in(address: str, networks: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == n.version and ip in n for n in networks)
+
+
+@attrs.frozen
+class ClientFilter:
+    allow: tuple[Network, ...]
+    proxies: tuple[Network, ...]
+    allow_all: bool
+
+    @classmethod
+    def from_settings(cls, settings: VmSettings) -> ClientFilter:
+        allow_all = any(e.strip() in ("0.0.0.0", "0.0.0.0/0") for e in settings.allow_ips)
+        return cls(_networks(settings.allow_ips), _networks(settings.trusted_proxies), allow_all)
+
+    def client_ip(self, peer: str, forwarded_for: str | None) -> str:
+        """The socket peer, unless the peer is a trusted proxy: then the nearest address in
+        X-Forwarded-For that is not itself a trusted proxy (a client can prepend anything)."""
+        if not forwarded_for or not _in(peer, self.proxies):
+            return peer
+        hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
+        for hop in reversed(hops):
+            if not _in(hop, self.proxies):
+                return hop
+        return hops[0] if hops else peer
+
+    def allowed(self, request: web.Request) -> bool:
+        if self.allow_all:
+            return True
+        peer = request.remote or ""
+        return _in(self.client_ip(peer, request.headers.get("X-Forwarded-For")), self.allow)
+
+
+# -- following a task's events -------------------------------------------------------------
+
+
+@attrs.frozen
+class TaskEvent:
+    version: int
+    type: str
+    data: dict[str, Any]
+
+
+async def follow_task(
+    runtime: Runtime, vmid: int, task: str, after: int
+) -> AsyncIterator[TaskEvent]:
+    """The task's records after stream version `after`, live, ending with its `task_ended`.
+
+    Subscribes before reading the store, so nothing falls between the two; versions seen twice
+    (at-least-once publishing, or store and NATS overlapping) are dropped, and a gap is filled
+    from the store.
+    """
+    stream = f"vm:{vmid}"
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_msg(msg: Any) -> None:
+        queue.put_nowait(json.loads(msg.data))
+
+    sub = await runtime.nc.subscribe(subject_for(stream), cb=on_msg)
+    last = after
+    try:
+        pending = await _from_store(runtime.store, stream, last)
+        while True:
+            for item in pending:
+                if item.version <= last:
+                    continue
+                last = item.version
+                if item.data.get("task") != task or item.type not in _TASK_EVENTS:
+                    continue
+                yield item
+                if item.type == "vm.task_ended":
+                    return
+            try:
+                payload = await asyncio.wait_for(queue.get(), timeout=5.0)
+            except TimeoutError:
+                pending = await _from_store(runtime.store, stream, last)  # publisher stalled
+                continue
+            version = int(payload["version"])
+            if version <= last:
+                pending = []
+            elif version == last + 1:
+                pending = [TaskEvent(version, payload["type"], payload["data"])]
+            else:
+                pending = await _from_store(runtime.store, stream, last)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+async def _from_store(store: EventStore, stream: str, after: int) -> list[TaskEvent]:
+    return [
+        TaskEvent(r.version, r.event.type_name, to_dict(r.event))
+        for r in await store.read_stream(stream, after_version=after)
+    ]
+
+
+def sse_record(data: dict[str, Any]) -> dict[str, Any]:
+    record = {"step": data["step"], "status": data["status"], "message": data["message"]}
+    if data.get("vm_id") is not None:
+        record["vm_id"] = data["vm_id"]
+    if data.get("ip") is not None:
+        record["ip"] = data["ip"]
+    return record
+
+
+def parse_event_id(value: str | None, vmid: int) -> int | None:
+    """`<vmid>:<version>` (what we send) or a bare version."""
+    if value is None:
+        return None
+    head, sep, tail = value.partition(":")
+    if sep and head.strip() != str(vmid):
+        return None
+    try:
+        version = int(tail if sep else head)
+    except ValueError:
+        return None
+    return version if version >= 0 else None
+
+
+# -- the app --------------------------------------------------------------------------------
+
+
+class VmGateway:
+    def __init__(self, runtime: Runtime, settings: VmSettings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.filter = ClientFilter.from_settings(settings)
+
+    async def command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply: dict[str, Any] = await request_json(
+                self.runtime.nc, subject, payload, timeout=_COMMAND_TIMEOUT
+            )
+        except (CommandTimeout, NoResponders) as exc:
+            return {"error": {"status": 503, "message": str(exc)}}
+        return reply
+
+    def forbidden(self, request: web.Request) -> web.Response | None:
+        if self.filter.allowed(request):
+            return None
+        return web.Response(status=403, text=FORBIDDEN)
+
+    @staticmethod
+    async def body(request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw.strip():
+            return {}
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadRequest("body: must be valid JSON") from None
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def list(self, _: web.Request) -> web.Response:
+        try:
+            msg = await self.runtime.nc.request(SUBJECT_LIST, b"{}", timeout=_COMMAND_TIMEOUT)
+        except Exception as exc:  # no host, or it timed out: say so, plainly
+            return web.Response(status=503, text=f"VM inventory unavailable: {exc}")
+        return web.Response(body=msg.data, content_type="application/json")
+
+    async def status(self, request: web.Request) -> web.Response:
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        reply = await self.command(SUBJECT_STATUS, {"vmid": vmid})
+        if "error" in reply:
+            return _error_response(reply)
+        return web.Response(text=reply["status"])
+
+    # -- install ----------------------------------------------------------------------------
+
+    async def install(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        try:
+            install = parse_install(await self.body(request), self.settings)
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        task = uuid.uuid4().hex
+        reply = await self.command(
+            SUBJECT_INSTALL, {"task": task, "request": attrs.asdict(install)}
+        )
+        if "error" in reply:
+            # The id could not be had: still the spec's stream, failing at its first stage.
+            async with EventStream(request) as sse:
+                message = reply["error"]["message"]
+                await sse.send({"step": STEP_CHECK_ID, "status": "processing",
+                                "message": "[*] start VM installation (0.00s)"})  # fmt: skip
+                await sse.send({"step": STEP_CHECK_ID, "status": "error",
+                                "message": f"[-] {message} (0.00s)"})  # fmt: skip
+            return sse.response
+        return await self.stream(request, int(reply["vmid"]), task, int(reply["version"]) - 1)
+
+    async def stream(
+        self, request: web.Request, vmid: int, task: str, after: int
+    ) -> web.StreamResponse:
+        headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
+        async with EventStream(request, headers=headers) as sse:
+            async for item in follow_task(self.runtime, vmid, task, after):
+                if item.type != "vm.progress":
+                    continue
+                if not await sse.send(sse_record(item.data), id=f"{vmid}:{item.version}"):
+                    break  # the client left; the task goes on and can be re-attached
+        return sse.response
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def _do(
+        self, vmid: int, command: Command, args: dict[str, Any]
+    ) -> tuple[dict[str, Any], str]:
+        task = uuid.uuid4().hex
+        reply = await self.command(
+            SUBJECT_DO, {"task": task, "vmid": vmid, "command": command.value, "args": args}
+        )
+        return reply, task
+
+    async def action(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        name = request.match_info["action"]
+        if name in ("start", "reboot"):
+            vmid = _vmid(request)
+            if vmid is None:
+                return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+            return await self._streamed(request, vmid, Command(name), {})
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=500, text=f"invalid VM id {request.match_info['id']!r}")
+        return await self._synchronous(vmid, _SYNC_ACTIONS[name], {})
+
+    async def set(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        what = request.match_info["what"]
+        vmid = _vmid(request)
+        if vmid is None:
+            status = 400 if what == "node" else 500
+            return web.Response(status=status, text=f"invalid VM id {request.match_info['id']!r}")
+        try:
+            body = await self.body(request)
+            if what == "cpu":
+                args: dict[str, Any] = {"cpu": parse_set_cpu(body, self.settings)}
+            elif what == "memory":
+                args = {"memory": parse_set_memory(body, self.settings)}
+            elif what == "disk":
+                args = {"grow_gb": parse_set_disk(body)}
+            else:
+                args = {"node": parse_set_node(body, self.settings)}
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        command = Command(f"set/{what}")
+        if command in _STREAMING:
+            return await self._streamed(request, vmid, command, args)
+        return await self._synchronous(vmid, command, args)
+
+    async def _streamed(
+        self, request: web.Request, vmid: int, command: Command, args: dict[str, Any]
+    ) -> web.StreamResponse:
+        reply, task = await self._do(vmid, command, args)
+        if "error" in reply:
+            return _error_response(reply)
+        return await self.stream(request, vmid, task, int(reply["version"]) - 1)
+
+    async def _synchronous(self, vmid: int, command: Command, args: dict[str, Any]) -> web.Response:
+        reply, task = await self._do(vmid, command, args)
+        if "error" in reply:
+            return _error_response(reply)
+        ended: dict[str, Any] | None = None
+        async for item in follow_task(self.runtime, vmid, task, int(reply["version"]) - 1):
+            if item.type == "vm.task_ended":
+                ended = item.data
+        if ended is not None and ended.get("ok"):
+            return web.Response(text="ok")
+        error = (ended or {}).get("error") or "the command failed"
+        return web.Response(status=500, text=error)
+
+    async def reattach(self, request: web.Request) -> web.StreamResponse:
+        """`GET /api/vm/<id>/task`: the VM's latest task as SSE; with `Last-Event-ID` (an `id:`
+        this service sent), that task's records after it."""
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        stream = f"vm:{vmid}"
+        history = await _from_store(self.runtime.store, stream, 0)
+        header = last_event_id(request)
+        after = parse_event_id(header, vmid)
+        if header is not None and after is None:
+            return web.Response(status=400, text=f"Last-Event-ID: not an id of VM {vmid}")
+        if after is not None:
+            seen = next((e for e in history if e.version == after), None)
+            if seen is None or "task" not in seen.data:
+                return web.Response(status=404, text=f"VM {vmid} has no event {after}")
+            task = str(seen.data["task"])
+        else:
+            starts = [e for e in history if e.type == "vm.task_started"]
+            if not starts:
+                return web.Response(status=404, text=f"VM {vmid} not found")
+            task = str(starts[-1].data["task"])
+            after = starts[-1].version - 1
+        return await self.stream(request, vmid, task, after)
+
+
+def _vmid(request: web.Request) -> int | None:
+    raw = request.match_info["id"]
+    if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 12:
+        return None
+    return int(raw)
+
+
+def _error_response(reply: dict[str, Any]) -> web.Response:
+    err = reply["error"]
+    return web.Response(status=int(err.get("status", 500)), text=str(err.get("message", "")))
+
+
+def settings_from(runtime: Runtime) -> VmSettings:
+    try:
+        return load_settings(runtime.env)
+    except SettingsError as exc:
+        raise ConfigError("VM service", str(exc)) from None
+
+
+async def _maybe_simulate(runtime: Runtime) -> Runtime:
+    """`cairn serve vm --sim`, or `cairn up` with no MAIN_NODE: start the simulated cluster
+    in-process and point the service at it."""
+    wants_sim = "sim" in runtime.flags or (
+        not runtime.env.get("MAIN_NODE", "").strip() and len(runtime.listen) > 1
+    )
+    if not wants_sim:
+        return runtime
+    from pvesim.cluster import SimCluster
+
+    scale = env_float(runtime.env, "PVESIM_DELAY_SCALE", 0.05, min=0)
+    sim = SimCluster(runtime.data_dir / "pvesim", delay_scale=scale)
+    await sim.start()
+    print(f"cairn: vm: no Proxmox configured; driving the simulated cluster in "
+          f"{runtime.data_dir / 'pvesim'}", flush=True)  # fmt: skip
+    env = {**runtime.env, **sim.env()}
+    env.setdefault("ASSIGN_STORAGE", sim.env().get("ASSIGN_STORAGE", "local-lvm"))
+    simulated = attrs.evolve(runtime, env=env)
+    _SIMS[id(simulated)] = sim
+    return simulated
+
+
+_SIMS: dict[int, Any] = {}
+
+
+async def build(runtime: Runtime) -> web.Application:
+    runtime = await _maybe_simulate(runtime)
+    settings = settings_from(runtime)
+    poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
+    service = VmService(runtime, settings, poll_interval=poll)
+    await service.start(SCRIPTS_DIR)
+    gw = VmGateway(runtime, settings)
+
+    app = web.Application()
+    api = web.Application()
+    api.router.add_get("/health", gw.health)
+    api.router.add_get("/vm/list", gw.list)
+    api.router.add_get("/vm/{id}/status", gw.status)
+    api.router.add_get("/vm/{id}/task", gw.reattach)
+    api.router.add_post("/vm/install", gw.install)
+    api.router.add_post("/vm/{id}/{action:start|stop|shutdown|reboot|destroy}", gw.action)
+    api.router.add_post("/vm/{id}/set/{what:cpu|memory|disk|node}", gw.set)
+    app.add_subapp("/api", api)
+    app.router.add_static("/sh/", SCRIPTS_DIR, show_index=False, follow_symlinks=False)
+
+    async def cleanup(_: web.Application) -> None:
+        await service.stop()
+        sim = _SIMS.pop(id(runtime), None)
+        if sim is not None:
+            await sim.stop()
+
+    app.on_cleanup.append(cleanup)
+    app[SERVICE_KEY] = service
+    return app
+
+
+SERVICE_KEY = web.AppKey("vm_service", VmService)
+
+SERVICE = ServiceDef(
+    name="vm",
+    port_env="VM_PORT",
+    default_port=DEFAULT_PORT,
+    build=build,
+    summary="VM provisioning on Proxmox VE (or the simulated cluster)",
+)

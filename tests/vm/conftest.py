@@ -1,0 +1,176 @@
+"""End-to-end fixtures: the simulated cluster, a loopback image mirror, and the VM service
+served over real HTTP with a real NATS server and event store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import pytest
+from aiohttp import web
+from pvesim.cluster import SimCluster
+
+from events.nats_server import EmbeddedNats
+from gateway.runtime import open_runtime
+from gateway.vm import build
+from tests.vm.mirror import Mirror, mirror_files, serve_mirror
+
+
+@attrs.frozen
+class Sse:
+    status: int
+    headers: Mapping[str, str]
+    records: list[dict[str, Any]]
+    ids: list[str]
+    closed: bool  # saw `event: close` with `data: {}`
+    text: str = ""
+
+    @property
+    def steps(self) -> list[str]:
+        out: list[str] = []
+        for r in self.records:
+            if not out or out[-1] != r["step"]:
+                out.append(r["step"])
+        return out
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.records[-1]
+
+
+async def read_sse(resp: aiohttp.ClientResponse, *, stop_after: int | None = None) -> Sse:
+    """Read an SSE response to its end (or after `stop_after` records, leaving it)."""
+    if resp.content_type != "text/event-stream":
+        return Sse(resp.status, resp.headers, [], [], False, await resp.text())
+    records: list[dict[str, Any]] = []
+    ids: list[str] = []
+    closed = False
+    event: str | None = None
+    current_id: str | None = None
+    async for raw in resp.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("id: "):
+            current_id = line[4:]
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            if event == "close":
+                closed = data == {}
+                break
+            records.append(data)
+            if current_id is not None:
+                ids.append(current_id)
+            if stop_after is not None and len(records) >= stop_after:
+                break
+        elif line == "":
+            event, current_id = None, None
+    return Sse(resp.status, resp.headers, records, ids, closed)
+
+
+@attrs.define
+class Service:
+    url: str  # http://127.0.0.1:<port>
+    session: aiohttp.ClientSession
+    sim: SimCluster
+    mirror: Mirror
+    env: dict[str, str]
+
+    @property
+    def api(self) -> str:
+        return self.url + "/api"
+
+    async def post_sse(self, path: str, body: Any = None, **kw: Any) -> Sse:
+        async with self.session.post(self.api + path, json=body, **kw) as resp:
+            return await read_sse(resp)
+
+    async def post(self, path: str, body: Any = None, **kw: Any) -> tuple[int, str]:
+        async with self.session.post(self.api + path, json=body, **kw) as resp:
+            return resp.status, await resp.text()
+
+    async def get(self, path: str, **kw: Any) -> tuple[int, str]:
+        async with self.session.get(self.api + path, **kw) as resp:
+            return resp.status, await resp.text()
+
+    async def list(self) -> dict[str, Any]:
+        async with self.session.get(self.api + "/vm/list") as resp:
+            assert resp.status == 200
+            data: dict[str, Any] = await resp.json()
+            return data
+
+    async def install(self, **body: Any) -> Sse:
+        return await self.post_sse("/vm/install", {"os": "debian", "version": "12", **body})
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
+    async with SimCluster(tmp_path / "pve", delay_scale=0) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def mirror() -> AsyncIterator[Mirror]:
+    async with serve_mirror(mirror_files()) as m:
+        yield m
+
+
+def service_env(
+    tmp_path: Path, nats: EmbeddedNats, sim: SimCluster, mirror: Mirror, **extra: str
+) -> dict[str, str]:
+    return {
+        **sim.env(),
+        "NATS_URL": nats.url,
+        "CAIRN_DATA": str(tmp_path / "data"),
+        "IMAGE_BASE_URL": mirror.base_url,
+        "VM_SSH_POLL": "0.02",
+        "VM_SSH_WAIT": "10",
+        "VM_POLL_INTERVAL": "30",
+        "VM_CPU_TYPE": "x86-64-v2-AES",
+        **extra,
+    }
+
+
+@pytest.fixture
+async def start_service(
+    tmp_path: Path, nats_server: EmbeddedNats, sim: SimCluster, mirror: Mirror
+) -> AsyncIterator[Any]:
+    """Call with extra variables; returns a running Service. Every one started is stopped."""
+    runners: list[web.AppRunner] = []
+    stacks: list[Any] = []
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def start(**extra: str) -> Service:
+        env = service_env(tmp_path, nats_server, sim, mirror, **extra)
+        ctx = open_runtime(env, tmp_path / "data")
+        runtime = await ctx.__aenter__()
+        stacks.append(ctx)
+        app = await build(runtime)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        sessions.append(session)
+        return Service(f"http://127.0.0.1:{port}", session, sim, mirror, env)
+
+    async def stop_last() -> None:
+        await sessions.pop().close()
+        await runners.pop().cleanup()
+        await stacks.pop().__aexit__(None, None, None)
+
+    start.stop_last = stop_last  # type: ignore[attr-defined]
+    yield start
+    while runners:
+        await stop_last()
+
+
+@pytest.fixture
+async def service(start_service: Any) -> Service:
+    svc: Service = await start_service()
+    return svc

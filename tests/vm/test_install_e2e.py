@@ -1,0 +1,67 @@
+"""Install over HTTP against the simulated cluster, for each OS family."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.vm.conftest import Service
+
+STAGES = [
+    "preparation > checking VMID",
+    "preparation > assigning IP",
+    "preparation > validating CPU and RAM",
+    "preparation > validating disk size",
+    "preparation > setting default config values",
+    "preparation > checking storage pool",
+    "OS preparation > getting OS image",
+    "OS preparation > validating OS image URL",
+    "OS preparation > downloading OS image",
+    "SSH preparation > checking SSH key",
+    "VM creation > creating VM",
+    "VM creation > importing disk image",
+    "VM initialization > initializing configuration",
+    "VM initialization > waiting for ready",
+    "VM initialization > SSH initialization",
+    "VM initialization > rebooting VM",
+    "VM initialization > finalizing",
+]
+MESSAGE = re.compile(r"^\[[*+]\] .+ \(\d+\.\d\ds\)$")
+
+
+@pytest.mark.parametrize(("os_name", "version", "user"), [
+    ("debian", "12", "debian"), ("ubuntu", "24.04", "ubuntu"), ("rockylinux", "9", "rocky"),
+])  # fmt: skip
+async def test_install_streams_every_stage_and_leaves_a_running_vm(
+    service: Service, os_name: str, version: str, user: str
+) -> None:
+    sse = await service.install(os=os_name, version=version)
+    assert sse.status == 200 and sse.closed, sse
+    assert sse.steps == STAGES, sse.records[-3:]
+    assert all(r["status"] in ("processing", "success") for r in sse.records)
+    bad = [r for r in sse.records if not MESSAGE.match(r["message"])]
+    assert bad == []
+    vmid = sse.last["vm_id"]
+    ip = f"127.0.0.{vmid}"
+    assert sse.last == {
+        "step": "VM initialization > finalizing",
+        "status": "success",
+        "message": sse.last["message"],
+        "vm_id": vmid,
+        "ip": ip,
+    }
+    tail = [r["message"] for r in sse.records[-4:]]
+    assert tail[0].startswith("[+] VM installation completed in ")
+    assert tail[1].startswith(f"[*] VMID: {vmid} (")
+    assert tail[2].startswith(f"[*] IP: {ip} (")
+    assert tail[3].startswith(f"[*] User: {user} (")
+    vm = service.sim.vm(vmid)
+    assert vm is not None and vm.status == "running" and vm.node == "pve1"
+    assert vm.config["ciuser"] == user
+    assert vm.config["ipconfig0"] == f"ip={ip}/24,gw=127.0.0.1"
+    assert vm.config["tags"] == os_name
+    status, body = await service.get(f"/vm/{vmid}/status")
+    assert (status, body) == (200, "running")
+    runs = service.sim.guest_runs(vmid)
+    assert any("bash -s" in run.command for run in runs)
