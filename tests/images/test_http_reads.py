@@ -263,3 +263,35 @@ async def test_replaced_source_is_never_answered_from_a_stale_variant(images: Im
     path.write_bytes(encoded("PNG", (80, 40)))
     async with images.http.get("/c/img/c.png?w=10&t=png") as resp:
         assert decode(await resp.read()).size == (10, 5)
+
+
+async def test_large_original_is_sent_whole_and_by_range(images: Images) -> None:
+    import io
+    import os
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (700, 700), os.urandom(700 * 700 * 3)).save(out, "PNG")
+    data = out.getvalue()
+    assert len(data) > 1024 * 1024  # above the in-memory limit: served with sendfile
+    images.put("big.png", data)
+    async with images.http.get("/c/img/big.png") as resp:
+        assert resp.status == 200
+        etag = resp.headers["ETag"]
+        assert await resp.read() == data
+    async with images.http.get("/c/img/big.png", headers={"If-None-Match": etag}) as resp:
+        assert resp.status == 304
+    async with images.http.get("/c/img/big.png", headers={"Range": "bytes=100-199"}) as resp:
+        assert resp.status == 206
+        assert await resp.read() == data[100:200]
+
+
+async def test_small_original_etag_is_the_same_on_both_paths(images: Images) -> None:
+    images.put("s.png", encoded("PNG", (8, 8)))
+    async with images.http.get("/c/img/s.png") as resp:
+        from_memory = resp.headers["ETag"]
+        assert resp.headers["Accept-Ranges"] == "bytes"
+    async with images.http.get("/c/img/s.png", headers={"Range": "bytes=0-0"}) as resp:
+        assert resp.status == 206
+        assert resp.headers["ETag"] == from_memory

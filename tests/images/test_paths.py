@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.images.paths import UnsafePath, clean_filename, clean_relpath, resolve_under, safe_path
+from actors.images.paths import (
+    UnsafePath,
+    clean_filename,
+    clean_relpath,
+    lookup,
+    resolve_under,
+    safe_path,
+)
 
 
 @pytest.mark.parametrize(
@@ -97,3 +104,24 @@ def test_root_itself_is_not_a_file(tmp_path: Path) -> None:
     (root / "self").symlink_to(root)
     with pytest.raises(UnsafePath):
         resolve_under(root, "self")
+
+
+def test_lookup_matches_safe_path(tmp_path: Path) -> None:
+    root = (tmp_path / "store").resolve()
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "c.jpg").write_bytes(b"x")
+    (root / "via").symlink_to(root / "a")
+    (root / "out").symlink_to(tmp_path)
+    (tmp_path / "secret.jpg").write_bytes(b"s")
+    rel, target, st = lookup(root, "/a/b/c.jpg")
+    assert (rel, target, st.st_size) == ("a/b/c.jpg", root / "a/b/c.jpg", 1)
+    rel, target, st = lookup(root, "via/b/c.jpg")
+    assert (rel, target) == ("via/b/c.jpg", root / "a/b/c.jpg")
+    with pytest.raises(UnsafePath):
+        lookup(root, "out/secret.jpg")
+    # a link out and back in again ends inside the store: allowed
+    assert lookup(root, "out/store/a/b/c.jpg")[1] == root / "a/b/c.jpg"
+    with pytest.raises(FileNotFoundError):
+        lookup(root, "a/missing.jpg")
+    with pytest.raises(UnsafePath):
+        lookup(root, "a/../../x")

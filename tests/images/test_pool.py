@@ -58,8 +58,8 @@ async def test_bounded_and_cancelled_when_abandoned(pool: RenderPool) -> None:
     # one worker: the second job waits in the queue; both callers give up
     first.cancel()
     queued.cancel()
-    release.set()
     await asyncio.gather(first, queued, return_exceptions=True)
+    release.set()
     assert await asyncio.to_thread(saw_cancel.wait, 5)
     # the queued job was dropped, never run: a later job still runs on the only worker
     done = threading.Event()
