@@ -259,7 +259,7 @@ def main() -> int:
             for name, times in (("cairn over HTTP", service_times), ("Pillow alone", pillow_times)):
                 median, worst = statistics.median(times) * 1000, max(times) * 1000
                 print(
-                    f"  {name:<16}  median {median:6.1f} ms  max {worst:6.1f} ms  ({len(times)} runs)"
+                    f"  {name:<16}  median {median:6.1f} ms  max {worst:6.1f} ms  (n={len(times)})"
                 )
 
         cached_ratio = rows["cairn, cached variant"][0] / nginx_rps
