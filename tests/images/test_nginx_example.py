@@ -1,0 +1,133 @@
+"""The example nginx configuration, run for real in front of the service.
+
+Uploads from 127.0.0.1 pass the allowlist; 127.0.0.2 (also loopback, not listed) is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from yarl import URL
+
+from actors.images.settings import DEFAULT_MAX_UPLOAD
+from gateway.images import MULTIPART_SLACK
+from tests.conftest import wait_for
+from tests.images.conftest import Images, raw_request
+from tests.images.imagedata import encoded
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "ops" / "nginx" / "cairn-images.conf"
+NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+
+
+def test_example_limits_match_the_service() -> None:
+    text = EXAMPLE.read_text()
+    body = re.search(r"client_max_body_size (\d+)k;", text)
+    assert body is not None
+    assert int(body.group(1)) * 1024 == DEFAULT_MAX_UPLOAD + MULTIPART_SLACK
+    reads = text[text.index("    location /c/img/ {") :]
+    reads = reads[: reads.index("}\n\n")]
+    assert "proxy_read_timeout 120s;" in reads and "proxy_send_timeout 120s;" in reads
+    assert not re.search(r"^\s*alias\s", text, re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def proxied(images: Images, tmp_path: Path) -> AsyncIterator[str]:
+    if NGINX is None:
+        pytest.skip("nginx is not installed (ops/apt-packages.txt lists nginx-light)")
+    port = _free_port()
+    service_port = URL(images.base).port
+    site = EXAMPLE.read_text()
+    site = site.replace("server 127.0.0.1:8300;", f"server 127.0.0.1:{service_port};")
+    site = site.replace("listen 80;", f"listen 127.0.0.1:{port};")
+    work = tmp_path / "nginx"
+    work.mkdir()
+    user = "user root;" if os.geteuid() == 0 else ""
+    (work / "nginx.conf").write_text(
+        f"""{user}
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/body;
+    proxy_temp_path {work}/proxy;
+    fastcgi_temp_path {work}/fastcgi;
+    uwsgi_temp_path {work}/uwsgi;
+    scgi_temp_path {work}/scgi;
+{site}
+}}
+"""
+    )
+    proc = await asyncio.create_subprocess_exec(
+        NGINX, "-c", str(work / "nginx.conf"), "-p", str(work)
+    )
+
+    async def answering() -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    try:
+        # wait_for is typed for T | Awaitable[T]; mypy cannot solve T for a coroutine function
+        await wait_for(answering, what="nginx listening")  # type: ignore[arg-type]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def _upload(base: str, source: str) -> int:
+    form = aiohttp.FormData()
+    form.add_field("filepath", encoded("PNG", (8, 8)), filename="a.png")
+    connector = aiohttp.TCPConnector(local_addr=(source, 0))
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post(f"{base}/upload/via-nginx", data=form) as resp,
+    ):
+        return resp.status
+
+
+async def test_reads_pass_and_writes_are_allowlisted(proxied: str, images: Images) -> None:
+    assert await _upload(proxied, "127.0.0.2") == 403
+    assert await _upload(proxied, "127.0.0.1") == 201
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{proxied}/c/img/via-nginx/a.png?w=4&t=png") as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "image/png"
+        async with session.get(f"{proxied}/c/img/nope.png?d") as resp:
+            assert resp.status == 404
+            assert resp.headers["Cache-Control"] == "no-cache"
+        async with session.post(f"{proxied}/c/img/via-nginx/a.png") as resp:
+            assert resp.status == 403
+        async with session.get(f"{proxied}/elsewhere") as resp:
+            assert resp.status == 404
+            assert await resp.text() == "Not Found"
+        connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        async with (
+            aiohttp.ClientSession(connector=connector) as outsider,
+            outsider.delete(f"{proxied}/del/via-nginx/a.png") as resp,
+        ):
+            assert resp.status == 403
+        async with session.delete(f"{proxied}/del/via-nginx/a.png") as resp:
+            assert resp.status == 200
+    status, _ = await raw_request(proxied, "GET", "/c/img/..%2f..%2fsecret.jpg")
+    assert status == 404
