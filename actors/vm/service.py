@@ -140,6 +140,7 @@ class VmService:
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._dirty: set[int] = set()
+        self._changed_at: dict[int, float] = {}
         self._dirty_event = asyncio.Event()
         self._poll_now = asyncio.Event()
         self.cluster: Cluster | None = None
@@ -211,6 +212,7 @@ class VmService:
                 ident = record.stream[3:]
                 if ident.isdigit():
                     self._dirty.add(int(ident))
+                    self._changed_at[int(ident)] = time.monotonic()
                     self._dirty_event.set()
                     if record.event.type_name == "vm.task_ended":
                         self._poll_now.set()
@@ -224,7 +226,10 @@ class VmService:
                 handle = self.runtime.actors.get(VmActor, vmid)
                 if handle is not None:
                     with contextlib.suppress(ActorUnavailable):
-                        self.inventory.infos[vmid] = await handle.ask(Query())
+                        info = await handle.ask(Query())
+                        self.inventory.infos[vmid] = info
+                        if info.state is State.ABSENT:
+                            self.inventory.vms.pop(vmid, None)
             self._list_cache = None
 
     async def _poller(self) -> None:
@@ -260,6 +265,14 @@ class VmService:
         if vms is None:
             return
         seen = {v.vmid: v for v in vms}
+        # A VM that changed while this poll ran keeps what we knew: the poll may predate it.
+        previous = self.inventory.vms
+        for vmid, when in self._changed_at.items():
+            if when >= started:
+                if vmid in previous:
+                    seen[vmid] = previous[vmid]
+                else:
+                    seen.pop(vmid, None)
         self.inventory.vms = seen
         self.inventory.polled_at = started
         self._list_cache = None
