@@ -8,12 +8,9 @@ failed.` block (PC JSONSchema.pm, RESTHandler.pm).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from .formats import format_param_error
 
@@ -33,8 +30,9 @@ def param_error(errors: Mapping[str, str], usage: str) -> CliError:
     return CliError(format_param_error(errors, usage), 255)
 
 
-@attrs.frozen
-class Opt:
+# NamedTuples, not attrs: every fake command imports this module, and start-up time is the
+# cost of each simulated `qm` call.
+class Opt(NamedTuple):
     kind: str = "str"  # str | int | bool | number
     minimum: int | None = None
     maximum: int | None = None
@@ -42,15 +40,13 @@ class Opt:
     check: Check | None = None
 
 
-@attrs.frozen
-class CommandSpec:
+class CommandSpec(NamedTuple):
     usage: str
     positionals: tuple[tuple[str, Opt], ...] = ()
-    options: Mapping[str, Opt] = attrs.field(factory=dict)
+    options: Mapping[str, Opt] = {}
 
 
-@attrs.frozen
-class Parsed:
+class Parsed(NamedTuple):
     args: dict[str, Any]
     options: dict[str, Any]
 
@@ -231,6 +227,8 @@ NOT_IN_SCHEMA = (
 
 def make_ipconfig_check(key: str) -> Check:
     def check(value: str) -> str | None:
+        import ipaddress
+
         props = property_string(value)
         if props is None:
             return "invalid format - format error"
@@ -334,6 +332,8 @@ def check_drive(value: str) -> str | None:
 
 
 def check_nameserver(value: str) -> str | None:
+    import ipaddress
+
     for addr in re.split(r"[,; ]+", value.strip()):
         try:
             ipaddress.ip_address(addr)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from .state import Store, Txn
 
@@ -68,8 +68,7 @@ FAILURE_DEFAULTS: dict[str, tuple[str, int]] = {
 }
 
 
-@attrs.frozen
-class Failure:
+class Failure(NamedTuple):
     message: str
     exit_code: int
 
@@ -107,13 +106,17 @@ def _default_notify(root: Path, message: str) -> bool:
 
     Returns False when no cluster listens (the command then does the cluster's part itself).
     """
-    path = root / "control.sock"
-    if not path.exists():
+    try:
+        settings = json.loads((root / "cluster.json").read_text())["settings"]
+    except (OSError, ValueError, KeyError):
+        return False
+    path = settings.get("control_socket")
+    if not path or not os.path.exists(path):
         return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(60)
-            sock.connect(str(path))
+            sock.connect(path)
             sock.sendall(message.encode() + b"\n")
             reply = b""
             while not reply.endswith(b"\n"):
@@ -126,16 +129,28 @@ def _default_notify(root: Path, message: str) -> bool:
         return False
 
 
-@attrs.define
 class Ctx:
-    store: Store
-    node: str
-    out: Callable[[str], None]
-    err: Callable[[str], None]
-    read_stdin: Callable[[], str]
-    sleep: Callable[[float], None] = time.sleep
-    now: Callable[[], float] = time.time
-    scale: float | None = None
+    """Streams, clock and delays of one command run (plain class: keeps command start-up fast)."""
+
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        out: Callable[[str], None],
+        err: Callable[[str], None],
+        read_stdin: Callable[[], str],
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], float] = time.time,
+        scale: float | None = None,
+    ) -> None:
+        self.store = store
+        self.node = node
+        self.out = out
+        self.err = err
+        self.read_stdin = read_stdin
+        self.sleep = sleep
+        self.now = now
+        self.scale = scale
 
     def delay(self, kind: str, factor: float = 1.0) -> None:
         if self.scale is None:

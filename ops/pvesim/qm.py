@@ -120,52 +120,67 @@ def _vm_options(create: bool) -> dict[str, Opt]:
     return opts
 
 
-SPECS: dict[str, CommandSpec] = {
-    "create": CommandSpec("qm create <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(True)),
-    "set": CommandSpec("qm set <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(False)),
-    "importdisk": CommandSpec(
+_SPEC_BUILDERS: dict[str, Callable[[], CommandSpec]] = {
+    "create": lambda: CommandSpec(
+        "qm create <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(True)
+    ),
+    "set": lambda: CommandSpec("qm set <vmid> [OPTIONS]", (("vmid", VMID),), _vm_options(False)),
+    "importdisk": lambda: CommandSpec(
         "qm importdisk <vmid> <source> <storage> [OPTIONS]",
         (("vmid", VMID), ("source", STR), ("storage", STR)),
         {"format": Opt(enum=("raw", "vmdk", "qcow2")), "target-disk": Opt(check=check_bus_id)},
     ),
-    "resize": CommandSpec(
+    "resize": lambda: CommandSpec(
         "qm resize <vmid> <disk> <size> [OPTIONS]",
         (("vmid", VMID), ("disk", Opt(check=check_bus_id)), ("size", STR)),
         {"skiplock": BOOL, "digest": STR},
     ),
-    "start": CommandSpec(
+    "start": lambda: CommandSpec(
         "qm start <vmid> [OPTIONS]", (("vmid", VMID),),
         {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "machine": STR, "migratedfrom": STR},
     ),
-    "stop": CommandSpec(
+    "stop": lambda: CommandSpec(
         "qm stop <vmid> [OPTIONS]", (("vmid", VMID),),
         {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "keepActive": BOOL,
          "overrule-shutdown": BOOL},
     ),
-    "shutdown": CommandSpec(
+    "shutdown": lambda: CommandSpec(
         "qm shutdown <vmid> [OPTIONS]", (("vmid", VMID),),
         {"skiplock": BOOL, "timeout": Opt("int", minimum=0), "forceStop": BOOL, "keepActive": BOOL},
     ),
-    "reboot": CommandSpec(
+    "reboot": lambda: CommandSpec(
         "qm reboot <vmid> [OPTIONS]", (("vmid", VMID),), {"timeout": Opt("int", minimum=0)}
     ),
-    "destroy": CommandSpec(
+    "destroy": lambda: CommandSpec(
         "qm destroy <vmid> [OPTIONS]", (("vmid", VMID),),
         {"purge": BOOL, "skiplock": BOOL, "destroy-unreferenced-disks": BOOL},
     ),
-    "migrate": CommandSpec(
+    "migrate": lambda: CommandSpec(
         "qm migrate <vmid> <target> [OPTIONS]", (("vmid", VMID), ("target", STR)),
         {"online": BOOL, "with-local-disks": BOOL, "targetstorage": STR, "force": BOOL,
          "migration_type": Opt(enum=("secure", "insecure")), "bwlimit": INT},
     ),
-    "status": CommandSpec("qm status <vmid> [OPTIONS]", (("vmid", VMID),), {"verbose": BOOL}),
-    "config": CommandSpec(
+    "status": lambda: CommandSpec(
+        "qm status <vmid> [OPTIONS]", (("vmid", VMID),), {"verbose": BOOL}
+    ),
+    "config": lambda: CommandSpec(
         "qm config <vmid> [OPTIONS]", (("vmid", VMID),), {"current": BOOL, "snapshot": STR}
     ),
-    "list": CommandSpec("qm list  [OPTIONS]", (), {"full": BOOL}),
+    "list": lambda: CommandSpec("qm list  [OPTIONS]", (), {"full": BOOL}),
 }  # fmt: skip
 
-COMMAND_NAMES = sorted([*SPECS, "disk"])
+
+class _Specs(dict[str, CommandSpec]):
+    """Built on first use: a fake command only pays for the parser it needs."""
+
+    def __missing__(self, name: str) -> CommandSpec:
+        spec = _SPEC_BUILDERS[name]()
+        self[name] = spec
+        return spec
+
+
+SPECS = _Specs()
+COMMAND_NAMES = sorted([*_SPEC_BUILDERS, "disk"])
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -491,7 +506,8 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
             drop_volumes(txn, ctx.node, vc.referenced_volids(rec["config"]), lambda _s: None)
             txn.delete_vm(ctx.node, vmid)
             raise CliError(f"unable to create VM {vmid} - {exc.text.strip()}", 255) from exc
-    ctx.out("".join(out_lines))
+    if out_lines:
+        ctx.out("".join(out_lines))
     if opts.get("start"):
         return cmd_start(ctx, [str(vmid)])
     return 0
@@ -1095,7 +1111,7 @@ def cmd_list(ctx: Ctx, argv: Sequence[str]) -> int:
 
 def usage_short() -> str:
     lines = ["USAGE: qm <COMMAND> [ARGS] [OPTIONS]"]
-    for name in sorted(SPECS):
+    for name in sorted(_SPEC_BUILDERS):
         lines.append(f"       {SPECS[name].usage}")
     lines.append("       qm disk import <vmid> <source> <storage> [OPTIONS]")
     lines.append("       qm disk resize <vmid> <disk> <size> [OPTIONS]")

@@ -145,7 +145,9 @@ def storage_resource(
 
 
 def nodes_index(
-    nodes: Mapping[str, Mapping[str, Any]], vms: Mapping[str, Sequence[Mapping[str, Any]]], now: float
+    nodes: Mapping[str, Mapping[str, Any]],
+    vms: Mapping[str, Sequence[Mapping[str, Any]]],
+    now: float,
 ) -> list[dict[str, Any]]:
     out = []
     for name in sorted(nodes):

@@ -1,0 +1,417 @@
+"""SimCluster: a three-node Proxmox VE cluster on loopback (see docs/simulator.md).
+
+The main node runs its commands as local subprocesses through shims on PATH; the other nodes are
+asyncssh servers on 127.0.0.2/127.0.0.3; each running VM is a guest SSH server on its cloud-init
+address. Fake commands tell the cluster about power changes over a unix socket and wait for it to
+act, so with zero delays a guest is listening by the time `qm start` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import attrs
+
+from .context import DURATIONS, take_failure
+from .guest import GuestRun
+from .qm import merged, restart_after_reboot
+from .sshd import Guest, NodeSSH
+from .state import DEFAULT_DELAY_SCALE, Store, default_cluster
+
+log = logging.getLogger("pvesim")
+
+DEFAULT_NODES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2", "pve3": "127.0.0.3"}
+PROGRAMS = ("qm", "pvesh", "pvesm")
+
+
+@attrs.frozen
+class VmView:
+    vmid: int
+    node: str
+    status: str
+    config: dict[str, Any]
+    lock: str | None
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(hosts: list[str]) -> int:
+    """A port free on every given loopback address."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((hosts[0], 0))
+            port = int(s.getsockname()[1])
+        if all(_port_free(h, port) for h in hosts[1:]):
+            return port
+    raise RuntimeError("no port free on all simulator addresses")
+
+
+def _load_or_make_key(path: Path) -> asyncssh.SSHKey:
+    if path.exists():
+        return asyncssh.read_private_key(str(path))
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key.write_private_key(str(path))
+    os.chmod(path, 0o600)
+    key.write_public_key(str(path) + ".pub")
+    return key
+
+
+def shim_text(python: str, root: Path, node: str, program: str) -> str:
+    return (
+        "#!/bin/sh\n"
+        f"# pvesim: fake `{program}` of node {node}\n"
+        f"PVESIM_ROOT={shlex.quote(str(root))} PVESIM_NODE={shlex.quote(node)} "
+        f'exec {shlex.quote(python)} -m pvesim.cli {program} "$@"\n'
+    )
+
+
+def known_hosts_line(host: str, port: int, key: asyncssh.SSHKey) -> str:
+    name = host if port == 22 else f"[{host}]:{port}"
+    return f"{name} {key.export_public_key().decode().split()[0]} " + (
+        key.export_public_key().decode().split()[1] + "\n"
+    )
+
+
+class SimCluster:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        nodes: dict[str, str] | None = None,
+        main: str = "pve1",
+        delay_scale: float = DEFAULT_DELAY_SCALE,
+        statd_lag: float | None = None,
+        node_ssh_port: int | None = None,
+        vm_ssh_port: int | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.nodes = dict(nodes or DEFAULT_NODES)
+        self.main_node = main
+        self.delay_scale = delay_scale
+        self.statd_lag = statd_lag
+        self.node_ssh_port = node_ssh_port
+        self.vm_ssh_port = vm_ssh_port
+        self.python = python
+        self.store = Store(self.root)
+        self.bin_root = self.root / "bin"
+        self.ssh_dir = self.root / "ssh"
+        self.known_hosts = self.ssh_dir / "known_hosts"
+        self.node_key = self.ssh_dir / "id_ed25519"
+        self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="pvesim")
+        self._node_servers: list[NodeSSH] = []
+        self._guests: dict[int, Guest] = {}
+        self._guest_tasks: dict[int, asyncio.Task[None]] = {}
+        self._guest_changed = asyncio.Condition()
+        self._runs: dict[int, list[GuestRun]] = {}
+        self._control: asyncio.AbstractServer | None = None
+        self._sock_dir: str | None = None
+        self._started = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SimCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.store.init(
+            default_cluster(self.nodes, self.main_node, self.delay_scale, self.statd_lag)
+        )
+        others = [ip for name, ip in self.nodes.items() if name != self.main_node]
+        if self.node_ssh_port is None:
+            self.node_ssh_port = pick_port(others or ["127.0.0.1"])
+        if self.vm_ssh_port is None:
+            self.vm_ssh_port = pick_port(["127.0.0.1", "127.0.0.100"])
+        # A unix socket path must stay under ~108 bytes, which a pytest tmp_path can exceed.
+        self._sock_dir = tempfile.mkdtemp(prefix="pvesim-")
+        sock_path = os.path.join(self._sock_dir, "control.sock")
+        with self.store.locked() as txn:
+            settings = txn.cluster["settings"]
+            settings.update(delay_scale=self.delay_scale, statd_lag=self.statd_lag,
+                            control_socket=sock_path)  # fmt: skip
+            txn.save_cluster()
+        (self.root / "guests").mkdir(exist_ok=True)
+        client_key = _load_or_make_key(self.node_key)
+        self._write_shims()
+        self._control = await asyncio.start_unix_server(self._on_control, path=sock_path)
+        lines = []
+        for name, ip in self.nodes.items():
+            if name == self.main_node:
+                continue
+            host_key = _load_or_make_key(self.ssh_dir / f"ssh_host_ed25519_key.{name}")
+            server = NodeSSH(self.store, name, ip, self.node_ssh_port, host_key, [client_key],
+                             self._executor)  # fmt: skip
+            await server.start()
+            self._node_servers.append(server)
+            lines.append(known_hosts_line(ip, self.node_ssh_port, host_key))
+        self.known_hosts.write_text("".join(lines))
+        self._started = True
+        for vm in self.vms().values():
+            if vm.status == "running":
+                await self._bring_up(vm.vmid, 0.0)
+
+    async def stop(self) -> None:
+        for task in self._guest_tasks.values():
+            task.cancel()
+        for task in list(self._guest_tasks.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._guest_tasks.clear()
+        for guest in list(self._guests.values()):
+            await guest.stop()
+        self._guests.clear()
+        for server in self._node_servers:
+            await server.stop()
+        self._node_servers.clear()
+        if self._control is not None:
+            self._control.close()
+            await self._control.wait_closed()
+            self._control = None
+        with contextlib.suppress(FileNotFoundError), self.store.locked() as txn:
+            txn.cluster["settings"]["control_socket"] = None
+            txn.save_cluster()
+        if self._sock_dir:
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._started = False
+
+    def _write_shims(self) -> None:
+        for node in self.nodes:
+            folder = self.bin_root / node
+            folder.mkdir(parents=True, exist_ok=True)
+            for program in PROGRAMS:
+                path = folder / program
+                path.write_text(shim_text(self.python, self.root, node, program))
+                path.chmod(0o755)
+
+    # --- what the VM service needs ------------------------------------------------------------
+
+    def bin_dir(self, node: str | None = None) -> Path:
+        return self.bin_root / (node or self.main_node)
+
+    def env(self, include_path: bool = True) -> dict[str, str]:
+        env = {"MAIN_NODE": self.main_node}
+        for name, ip in self.nodes.items():
+            env[f"NODE_{name}"] = ip
+        env.update(
+            GATEWAY="127.0.0.1",
+            ASSIGN_STORAGE="local-lvm",
+            PVE_SSH_PORT=str(self.node_ssh_port),
+            PVE_SSH_USER="root",
+            PVE_SSH_KEY=str(self.node_key),
+            PVE_KNOWN_HOSTS=str(self.known_hosts),
+            VM_SSH_PORT=str(self.vm_ssh_port),
+            PVESIM_ROOT=str(self.root),
+        )
+        if include_path:
+            env["PATH"] = f"{self.bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+        return env
+
+    # --- settings and failure injection --------------------------------------------------------
+
+    def _update_settings(self, **values: Any) -> None:
+        with self.store.locked() as txn:
+            txn.cluster["settings"].update(values)
+            txn.save_cluster()
+
+    def set_delay_scale(self, scale: float) -> None:
+        self.delay_scale = scale
+        self._update_settings(delay_scale=scale)
+
+    def set_statd_lag(self, seconds: float | None) -> None:
+        self.statd_lag = seconds
+        self._update_settings(statd_lag=seconds)
+
+    def inject_failure(
+        self, command: str, *, message: str | None = None, exit_code: int | None = None,
+        vmid: int | None = None, node: str | None = None, times: int = 1,
+    ) -> None:  # fmt: skip
+        with self.store.locked() as txn:
+            failures = txn.failures()
+            failures.append({"command": command, "message": message, "exit_code": exit_code,
+                             "vmid": vmid, "node": node, "times": times})  # fmt: skip
+            txn.save_failures(failures)
+
+    def clear_failures(self) -> None:
+        with self.store.locked() as txn:
+            txn.save_failures([])
+
+    def pending_failures(self) -> list[dict[str, Any]]:
+        with self.store.locked() as txn:
+            return txn.failures()
+
+    # --- inspection ---------------------------------------------------------------------------
+
+    def vms(self) -> dict[int, VmView]:
+        with self.store.locked() as txn:
+            found = txn.all_vms()
+        return {
+            int(rec["vmid"]): VmView(
+                int(rec["vmid"]), node, rec["status"], merged(rec), rec["config"].get("lock")
+            )
+            for node, rec in found
+        }
+
+    def vm(self, vmid: int) -> VmView | None:
+        return self.vms().get(vmid)
+
+    def volumes(self, node: str) -> dict[str, int]:
+        with self.store.locked() as txn:
+            vols = txn.volumes(node)
+        return {f"{s}:{n}": int(v["size"]) for s, pool in vols.items() for n, v in pool.items()}
+
+    def commands(self) -> list[str]:
+        path = self.root / "commands.log"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            out.append(" ".join([entry["node"], *entry["argv"]]))
+        return out
+
+    def guest_runs(self, vmid: int) -> list[GuestRun]:
+        return list(self._runs.get(vmid, []))
+
+    def guest_up(self, vmid: int) -> bool:
+        return vmid in self._guests
+
+    async def wait_guest(self, vmid: int, up: bool = True, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout), self._guest_changed:
+            await self._guest_changed.wait_for(lambda: (vmid in self._guests) == up)
+
+    # --- guests -------------------------------------------------------------------------------
+
+    async def _notify_changed(self) -> None:
+        async with self._guest_changed:
+            self._guest_changed.notify_all()
+
+    def _scaled(self, kind: str) -> float:
+        scale = self.store.delay_scale()
+        return DURATIONS[kind] * scale
+
+    async def _bring_up(self, vmid: int, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        loop = asyncio.get_running_loop()
+
+        def read() -> tuple[dict[str, Any] | None, Any]:
+            with self.store.locked() as txn:
+                found = txn.find_vm(vmid)
+                if found is None or found[1]["status"] != "running":
+                    return None, None
+                return found[1], take_failure(txn, "guest boot", found[0], vmid)
+
+        rec, failure = await loop.run_in_executor(self._executor, read)
+        if rec is None or failure is not None:
+            return
+        boot = rec.get("boot") or {}
+        if not boot.get("bootable") or not boot.get("ip") or not boot.get("user"):
+            return  # PXE forever, no static address, or no user to log in as: never reachable
+        if boot.get("pxe_first") and self._scaled("pxe_timeout") > 0:
+            await asyncio.sleep(self._scaled("pxe_timeout"))
+        await self._take_down(vmid)
+        host_key = await loop.run_in_executor(
+            self._executor, _load_or_make_key, self.root / "guests" / f"{vmid}.host_key"
+        )
+        guest = Guest(self.store, vmid, boot, host_key, int(self.vm_ssh_port or 22),
+                      self.root / "guests" / f"{vmid}.log", self._executor)  # fmt: skip
+        guest.runs = self._runs.setdefault(vmid, [])
+        try:
+            await guest.start()
+        except OSError as exc:
+            log.warning("pvesim: guest %s cannot listen on %s: %s", vmid, boot.get("ip"), exc)
+            return
+        self._guests[vmid] = guest
+        await self._notify_changed()
+
+    async def _take_down(self, vmid: int) -> None:
+        guest = self._guests.pop(vmid, None)
+        if guest is not None:
+            await guest.stop()
+            await self._notify_changed()
+
+    def _schedule(self, vmid: int, coro: Any) -> None:
+        old = self._guest_tasks.pop(vmid, None)
+        if old is not None:
+            old.cancel()
+        task = asyncio.create_task(coro)
+        self._guest_tasks[vmid] = task
+        task.add_done_callback(lambda t: self._guest_tasks.pop(vmid, None)
+                               if self._guest_tasks.get(vmid) is t else None)  # fmt: skip
+
+    async def _reboot(self, vmid: int, node: str, inline: bool) -> None:
+        loop = asyncio.get_running_loop()
+        if not inline:
+            await asyncio.sleep(self._scaled("restart"))
+        restarted = await loop.run_in_executor(
+            self._executor, restart_after_reboot, self.store, node, vmid, time.time()
+        )
+        if restarted:
+            await self._bring_up(vmid, 0.0 if inline else self._scaled("boot") * 0.8)
+
+    async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = (await reader.readline()).decode().split()
+            if len(line) >= 2:
+                await self._act(line[0], int(line[1]))
+            writer.write(b"ok\n")
+            await writer.drain()
+        except Exception:
+            log.exception("pvesim: control message failed")
+            writer.write(b"error\n")
+        finally:
+            writer.close()
+
+    async def _act(self, what: str, vmid: int) -> None:
+        instant = self._scaled("boot") == 0
+        old = self._guest_tasks.pop(vmid, None)
+        if old is not None:
+            old.cancel()
+        if what == "start":
+            if instant:
+                await self._bring_up(vmid, 0.0)
+            else:
+                self._schedule(vmid, self._bring_up(vmid, self._scaled("boot")))
+        elif what in ("stop", "destroy"):
+            await self._take_down(vmid)
+        elif what == "migrate":
+            vm = self.vm(vmid)
+            if vm is None or vm.status != "running":
+                await self._take_down(vmid)
+        elif what == "reboot":
+            await self._take_down(vmid)
+            vm = self.vm(vmid)
+            node = vm.node if vm else self.main_node
+            if instant and self._scaled("restart") == 0:
+                await self._reboot(vmid, node, inline=True)
+            else:
+                self._schedule(vmid, self._reboot(vmid, node, inline=False))

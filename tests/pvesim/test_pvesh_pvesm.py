@@ -1,0 +1,150 @@
+"""`pvesh get` and `pvesm status`: API objects, /cluster/resources quirks, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pvesim.state import Store
+
+from .helpers import installed_vm, new_store, run
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return new_store(tmp_path / "pve")
+
+
+def get_json(store: Store, *path: str) -> Any:
+    r = run(store, "pvesh", "get", *path, "--output-format", "json")
+    assert r.code == 0, r.err
+    assert r.out.endswith("\n") and r.out.count("\n") == 1
+    return json.loads(r.out)
+
+
+def test_cluster_resources_vm_entries(store: Store, tmp_path: Path) -> None:
+    installed_vm(store, tmp_path)
+    run(store, "qm", "start", "120")
+    [vm] = get_json(store, "/cluster/resources", "--type", "vm")
+    assert vm["id"] == "qemu/120" and vm["vmid"] == 120 and vm["node"] == "pve1"
+    assert vm["status"] == "running" and vm["name"] == "web-120" and vm["tags"] == "debian"
+    assert vm["maxcpu"] == 2 and vm["maxmem"] == 2048 * 1024**2
+    assert vm["maxdisk"] == 2 * 1024**3 and vm["disk"] == 0
+    assert vm["mem"] > 0
+    assert list(vm) == sorted(vm)
+
+
+def test_fresh_vm_is_unknown_until_statd_cycle(tmp_path: Path) -> None:
+    store = new_store(tmp_path / "pve", statd_lag=3600)
+    run(store, "qm", "create", "120", "--name", "web")
+    entries = get_json(store, "/cluster/resources", "--type", "vm")
+    assert entries == [{"id": "qemu/120", "node": "pve1", "status": "unknown", "type": "qemu",
+                        "vmid": 120}]  # fmt: skip
+
+
+def test_status_change_lags_behind(tmp_path: Path) -> None:
+    store = new_store(tmp_path / "pve", statd_lag=0)
+    installed_vm(store, tmp_path)
+    with store.locked() as txn:
+        txn.cluster["settings"]["statd_lag"] = 3600
+        txn.save_cluster()
+        rec = txn.vm_on("pve1", 120)
+        assert rec is not None
+        rec["created_at"] -= 7200
+        txn.save_vm("pve1", rec)
+    run(store, "qm", "start", "120")
+    [vm] = get_json(store, "/cluster/resources", "--type", "vm")
+    assert vm["status"] == "stopped"
+    assert run(store, "qm", "status", "120").out == "status: running\n"
+
+
+def test_cluster_resources_nodes_and_all(store: Store) -> None:
+    nodes = get_json(store, "/cluster/resources", "--type", "node")
+    assert isinstance(nodes, list)
+    assert sorted(n["node"] for n in nodes) == ["pve1", "pve2", "pve3"]
+    pve1 = next(n for n in nodes if n["node"] == "pve1")
+    assert pve1["id"] == "node/pve1" and pve1["status"] == "online" and pve1["type"] == "node"
+    assert pve1["maxcpu"] == 16 and pve1["maxmem"] == 64 * 1024**3
+    assert {"cpu", "mem", "disk", "uptime", "level", "maxdisk"} <= set(pve1)
+    everything = get_json(store, "/cluster/resources")
+    assert isinstance(everything, list)
+    assert {e["type"] for e in everything} == {"node", "storage"}
+
+
+def test_nodes_and_node_status(store: Store) -> None:
+    nodes = get_json(store, "/nodes")
+    assert isinstance(nodes, list) and [n["node"] for n in nodes] == ["pve1", "pve2", "pve3"]
+    assert all(len(n["ssl_fingerprint"]) == 95 for n in nodes)
+    status = get_json(store, "/nodes/pve3/status")
+    assert isinstance(status, dict)
+    assert "avx2" not in status["cpuinfo"]["flags"].split()
+    assert "aes" in status["cpuinfo"]["flags"].split()
+    assert "avx2" in get_json(store, "/nodes/pve1/status")["cpuinfo"]["flags"].split()
+    assert status["loadavg"] == ["0.12", "0.18", "0.15"]
+    assert status["pveversion"].startswith("pve-manager/")
+    r = run(store, "pvesh", "get", "/nodes/pve9/status", "--output-format", "json")
+    assert r.code == 255
+    assert r.err == (
+        "hostname lookup 'pve9' failed - failed to get address info for: pve9: "
+        "Name or service not known\n"
+    )
+
+
+def test_nextid(store: Store) -> None:
+    assert get_json(store, "/cluster/nextid") == 100
+    run(store, "qm", "create", "100")
+    assert get_json(store, "/cluster/nextid") == 101
+    r = run(store, "pvesh", "get", "/cluster/nextid", "--vmid", "100")
+    assert "vmid: VM 100 already exists" in r.err
+
+
+def test_pvesh_errors_and_text_output(store: Store) -> None:
+    r = run(store, "pvesh", "get", "/nope")
+    assert (r.code, r.err) == (255, "No 'get' handler defined for '/nope'\n")
+    r = run(store, "pvesh", "get", "/nodes", "--type", "vm")
+    assert r.err == "Unknown option: type\n400 unable to parse option\n"
+    r = run(store, "pvesh", "get", "/cluster/resources", "--type", "disk")
+    assert (
+        "type: value 'disk' does not have a value in the enumeration 'vm, storage, node, sdn'"
+        in r.err
+    )
+    r = run(store, "pvesh", "get", "/nodes")
+    assert r.code == 0 and r.out.startswith("┌") and "│ pve2 " in r.out
+    assert run(store, "pvesh", "get", "/cluster/nextid").out == "100\n"
+    r = run(
+        store,
+        "pvesh",
+        "get",
+        "cluster/resources",
+        "--type",
+        "node",
+        "--output-format",
+        "json-pretty",
+    )
+    assert r.out.startswith("[\n")
+
+
+def test_pvesm_status_lists_and_counts_volumes(store: Store, tmp_path: Path) -> None:
+    before = run(store, "pvesm", "status").out.splitlines()
+    assert before[0] == (
+        "Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %"
+    )
+    assert before[1] == (
+        "local             dir     active        98497780         9858012        88639768   10.01%"
+    )
+    assert before[2].startswith("local-lvm     lvmthin     active       832888832               0")
+    installed_vm(store, tmp_path)
+    after = run(store, "pvesm", "status", "--storage", "local-lvm").out.splitlines()
+    assert len(after) == 2
+    used = int(after[1].split()[4])
+    assert used == (2 * 1024**3 + 4 * 1024**2) // 1024
+
+
+def test_pvesm_unknown_storage(store: Store) -> None:
+    r = run(store, "pvesm", "status", "-storage", "nosuch")
+    assert r.code == 255
+    assert r.err == (
+        "400 Parameter verification failed.\nstorage: No such storage.\npvesm status  [OPTIONS]\n"
+    )
