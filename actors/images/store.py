@@ -44,6 +44,11 @@ class DeleteFile:
 
 
 @attrs.frozen
+class GetCatalogue:
+    """What the actor believes is stored (for operators and tests; reads use the files)."""
+
+
+@attrs.frozen
 class Entry:
     type: str
     size: int
@@ -71,6 +76,8 @@ class ImageStoreActor(AggregateActor):
             return self._store(message)
         if isinstance(message, DeleteFile):
             return self._delete(message)
+        if isinstance(message, GetCatalogue):
+            return dict(self.catalogue)
         raise TypeError(f"unknown command {type(message).__name__}")
 
     def _target(self, raw: str) -> tuple[str, Path]:

@@ -1,0 +1,62 @@
+"""The image store actor's NATS commands: another way in, so attacked like the HTTP one."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.images.commands import DELETE_SUBJECT, STORE_SUBJECT
+from actors.images.store import SINGLETON, Entry, GetCatalogue, ImageStoreActor
+from events.bus import request_json
+from gateway.runtime import Runtime
+from tests.images.conftest import Images
+from tests.images.imagedata import encoded
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        ({}, 400, "malformed command"),
+        ({"path": "a.png", "tmp_name": "x", "type": "image/png", "size": "many"}, 400, None),
+        ({"path": "../a.png", "tmp_name": "t", "type": "image/png", "size": 1}, 400, None),
+        ({"path": "/etc/a.png", "tmp_name": "t", "type": "image/png", "size": 1}, 400, None),
+        ({"path": "a.png", "tmp_name": "../../secret", "type": "image/png", "size": 1}, 400, None),
+        ({"path": "a.png", "tmp_name": "missing", "type": "image/png", "size": 1}, 400, None),
+        ({"path": "a.html", "tmp_name": "t", "type": "text/html", "size": 1}, 415, None),
+    ],
+)
+async def test_store_command_rules(
+    images: Images, runtime: Runtime, payload: dict[str, object], status: int, message: str | None
+) -> None:
+    reply = await request_json(runtime.nc, STORE_SUBJECT, payload)
+    assert reply["error"]["status"] == status
+    if message is not None:
+        assert reply["error"]["message"] == message
+    assert list(images.layout.store.iterdir()) == []
+
+
+async def test_store_command_refuses_a_temp_file_of_another_size(
+    images: Images, runtime: Runtime
+) -> None:
+    (images.layout.tmp / "up-1").write_bytes(b"12345")
+    payload = {"path": "a.png", "tmp_name": "up-1", "type": "image/png", "size": 4}
+    reply = await request_json(runtime.nc, STORE_SUBJECT, payload)
+    assert reply["error"] == {"status": 400, "message": "upload is not complete"}
+
+
+@pytest.mark.parametrize("path", ["", "..", "a/../../b", "a\\b", "/abs"])
+async def test_delete_command_rules(images: Images, runtime: Runtime, path: str) -> None:
+    reply = await request_json(runtime.nc, DELETE_SUBJECT, {"path": path})
+    assert reply["error"] == {"status": 400, "message": "invalid path"}
+
+
+async def test_catalogue_is_rebuilt_from_the_stream(images: Images, runtime: Runtime) -> None:
+    async with await images.upload("k", "a.png", encoded("PNG", (4, 4))) as resp:
+        assert resp.status == 201
+    async with await images.upload("k", "b.png", encoded("PNG", (4, 4))) as resp:
+        assert resp.status == 201
+    async with images.http.delete("/del/k/a.png") as resp:
+        assert resp.status == 200
+    await runtime.actors.stop(ImageStoreActor, SINGLETON)
+    handle = await runtime.actors.spawn(ImageStoreActor, SINGLETON, layout=images.layout)
+    catalogue = await handle.ask(GetCatalogue())
+    assert catalogue == {"k/b.png": Entry("image/png", len(encoded("PNG", (4, 4))))}
