@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -223,3 +224,22 @@ async def test_stalled_upload_times_out_with_408(make_images: ImagesFactory) -> 
     # the cancelled upload left no temp file and wrote nothing
     await wait_for(lambda: list(images.layout.tmp.iterdir()) == [], what="temp file removed")
     assert not (images.layout.store / "slow").exists()
+
+
+async def test_an_event_from_another_host_purges_this_hosts_cache(
+    images: Images, runtime: Runtime
+) -> None:
+    images.put("shared/p.png", encoded("PNG", (40, 40)))
+    async with images.http.get("/c/img/shared/p.png?w=10&t=png") as resp:
+        assert resp.status == 200
+    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    # what another host's store actor publishes after a delete
+    payload = {
+        "type": "images.deleted",
+        "stream": "images:store",
+        "version": 7,
+        "position": 99,
+        "data": {"path": "shared/p.png", "trashed_as": "x/shared/p.png"},
+    }
+    await runtime.nc.publish("cairn.evt.images.store", json.dumps(payload).encode())
+    await wait_for(lambda: not cache_dir.exists(), what="variants purged by the event")
