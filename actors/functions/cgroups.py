@@ -1,0 +1,219 @@
+"""cgroup v1 detection and one cgroup per runner slot.
+
+Where the memory, pids and cpu controllers are mounted (v1) and cairn may create groups below
+its own, each runner slot gets a group per controller with the run's limits written once; a run
+enters them through the launcher (see ``sandbox.py``). Where a controller is missing or not
+writable the sandbox falls back to rlimits for it. cgroup v2 is not used: on the machines this
+was built for the v2 hierarchy holds no controllers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+from actors.functions.limits import SandboxLimits
+
+log = logging.getLogger(__name__)
+
+CONTROLLERS = ("memory", "pids", "cpu")
+CFS_PERIOD_US = 100_000
+
+
+def v1_mounts(mountinfo: str) -> dict[str, tuple[str, str]]:
+    """``controller -> (mount root, mount point)`` for every cgroup v1 hierarchy in
+    ``/proc/self/mountinfo`` text."""
+    mounts: dict[str, tuple[str, str]] = {}
+    for line in mountinfo.splitlines():
+        before, sep, after = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = before.split(), after.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
+            continue
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        for option in tail[2].split(","):
+            if option in CONTROLLERS:
+                mounts[option] = (root, point)
+    return mounts
+
+
+def own_paths(proc_cgroup: str) -> dict[str, str]:
+    """``controller -> path`` of this process's groups, from ``/proc/self/cgroup`` text."""
+    paths: dict[str, str] = {}
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[1]:
+            continue  # "0::/path" is the v2 entry
+        for controller in parts[1].split(","):
+            if controller in CONTROLLERS:
+                paths[controller] = parts[2]
+    return paths
+
+
+def own_dirs(mountinfo: str, proc_cgroup: str) -> dict[str, Path]:
+    """The directory of this process's own group for each mounted v1 controller."""
+    mounts, paths = v1_mounts(mountinfo), own_paths(proc_cgroup)
+    dirs: dict[str, Path] = {}
+    for controller, (root, point) in mounts.items():
+        path = paths.get(controller)
+        if path is None:
+            continue
+        relative = os.path.relpath(path, root) if root != "/" else path.lstrip("/")
+        if relative.startswith(".."):
+            continue  # our group lies outside the mounted part of the hierarchy
+        dirs[controller] = Path(point) / relative if relative != "." else Path(point)
+    return dirs
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal.
+    return (
+        field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )  # fmt: skip
+
+
+@attrs.define
+class CgroupSlot:
+    """The groups of one runner slot; only one run uses them at a time."""
+
+    dirs: dict[str, Path]
+
+    @property
+    def memory(self) -> bool:
+        return "memory" in self.dirs
+
+    @property
+    def pids(self) -> bool:
+        return "pids" in self.dirs
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def oom_kills(self) -> int:
+        """How many processes the memory controller has killed in this group so far."""
+        directory = self.dirs.get("memory")
+        if directory is None:
+            return 0
+        with contextlib.suppress(OSError):
+            for line in (directory / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def members(self) -> set[int]:
+        pids: set[int] = set()
+        for directory in self.dirs.values():
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in (directory / "cgroup.procs").read_text().split())
+        return pids
+
+    def kill_all(self) -> int:
+        members = self.members()
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(members)
+
+    async def empty(self, timeout: float = 2.0) -> bool:
+        """Kill whatever is left in the groups and wait until they are empty, so the next run
+        starts with a clean slot (a dying fork bomb still counts against pids.max)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.kill_all():
+            if loop.time() > deadline:
+                log.warning("cgroup slot %s still has processes", self.dirs)
+                return False
+            await asyncio.sleep(0.002)
+        return True
+
+
+@attrs.define
+class Cgroups:
+    """The groups cairn created for one runner host: a parent per controller, a slot each."""
+
+    parents: dict[str, Path]
+    slots: list[CgroupSlot]
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        return tuple(sorted(self.parents))
+
+    def remove(self) -> None:
+        for slot in self.slots:
+            slot.kill_all()
+            for directory in slot.dirs.values():
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+        for directory in self.parents.values():
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _write(path: Path, value: int) -> None:
+    path.write_text(f"{value}\n")
+
+
+def _configure(controller: str, directory: Path, limits: SandboxLimits) -> None:
+    if controller == "memory":
+        _write(directory / "memory.limit_in_bytes", limits.memory_bytes)
+        memsw = directory / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # memory plus swap: without it a run could spill into swap
+            _write(memsw, limits.memory_bytes)
+    elif controller == "pids":
+        _write(directory / "pids.max", limits.processes)
+    elif controller == "cpu":
+        _write(directory / "cpu.cfs_period_us", CFS_PERIOD_US)
+        _write(directory / "cpu.cfs_quota_us", max(1000, int(limits.cpus * CFS_PERIOD_US)))
+
+
+def create(
+    slots: int,
+    limits: SandboxLimits,
+    *,
+    enabled: Iterable[str] = CONTROLLERS,
+    proc: Path = Path("/proc/self"),
+) -> Cgroups:
+    """Create this host's groups for every controller that exists and is writable; a
+    controller that fails is left to the rlimit fallback and logged once."""
+    try:
+        dirs = own_dirs((proc / "mountinfo").read_text(), (proc / "cgroup").read_text())
+    except OSError:
+        dirs = {}
+    name = f"cairn-{os.getpid()}-{secrets.token_hex(3)}"
+    parents: dict[str, Path] = {}
+    slot_dirs: list[dict[str, Path]] = [{} for _ in range(slots)]
+    for controller in enabled:
+        base = dirs.get(controller)
+        if base is None:
+            continue
+        parent = base / name
+        made: list[Path] = []
+        try:
+            parent.mkdir()
+            made.append(parent)
+            for index in range(slots):
+                directory = parent / f"slot-{index}"
+                directory.mkdir()
+                made.append(directory)
+                _configure(controller, directory, limits)
+        except OSError as exc:
+            log.warning("cgroup %s not usable (%s); rlimits instead", controller, exc)
+            for directory in reversed(made):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            continue
+        parents[controller] = parent
+        for index in range(slots):
+            slot_dirs[index][controller] = parent / f"slot-{index}"
+    return Cgroups(parents, [CgroupSlot(d) for d in slot_dirs])

@@ -1,0 +1,236 @@
+"""The runner executing real code in bubblewrap: wrappers, typing, errors, limits."""
+
+import json
+from typing import Any
+
+import pytest
+
+from actors.functions.cgroups import Cgroups
+from actors.functions.languages import Language
+from actors.functions.results import ResultType, RunFailure, RunResult
+from actors.functions.runner import RunJob, Sandbox
+from actors.functions.transpile import TranspileError, Transpiler
+
+PY, JS, TS = Language.PYTHON, Language.JAVASCRIPT, Language.TYPESCRIPT
+
+
+async def run(
+    sandbox: Sandbox,
+    cgroup_set: Cgroups,
+    language: Language,
+    code: str,
+    input_json: str = "{}",
+    transpiler: Transpiler | None = None,
+    lines: list[str] | None = None,
+) -> Any:
+    if language is TS:
+        assert transpiler is not None
+        code = await transpiler.transpile(code)
+    sink = lines.append if lines is not None else None
+    return await sandbox.run(
+        RunJob(language, code, input_json), slot=cgroup_set.slots[0], on_line=sink
+    )
+
+
+RESULT_CASES = [
+    (PY, "return 'hi'", RunResult("hi", ResultType.STRING)),
+    (PY, "return 41 + 1", RunResult(42, ResultType.NUMBER)),
+    (PY, "return {'a': [1, 2]}", RunResult({"a": [1, 2]}, ResultType.JSON)),
+    (PY, "return [1, 'x']", RunResult([1, "x"], ResultType.JSON)),
+    (PY, "return {1, 2}", RunResult("{1, 2}", ResultType.TEXT)),
+    (PY, "print('plain words')", RunResult("plain words", ResultType.TEXT)),
+    (JS, "return 'hi'", RunResult("hi", ResultType.STRING)),
+    (JS, "return 6 * 7", RunResult(42, ResultType.NUMBER)),
+    (JS, "return {a: [1, 2]}", RunResult({"a": [1, 2]}, ResultType.JSON)),
+    (JS, "return [1, 'x']", RunResult([1, "x"], ResultType.JSON)),
+    (JS, "return 10n", RunResult("10", ResultType.TEXT)),
+    (JS, "console.log('plain words')", RunResult("plain words", ResultType.TEXT)),
+]
+
+
+@pytest.mark.parametrize(("language", "code", "expected"), RESULT_CASES)
+async def test_result_types(
+    sandbox: Sandbox, cgroup_set: Cgroups, language: Language, code: str, expected: RunResult
+) -> None:
+    assert await run(sandbox, cgroup_set, language, code) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("const s: string = 'hi'; return s", RunResult("hi", ResultType.STRING)),
+        ("const n: number = 42; return n", RunResult(42, ResultType.NUMBER)),
+        (
+            "interface P { a: number[] }\nconst p: P = { a: [1, 2] }\nreturn p",
+            RunResult({"a": [1, 2]}, ResultType.JSON),
+        ),
+        ("return [1, 'x'] as Array<number | string>", RunResult([1, "x"], ResultType.JSON)),
+        ("console.log('plain words')", RunResult("plain words", ResultType.TEXT)),
+    ],
+)
+async def test_typescript_result_types(
+    sandbox: Sandbox,
+    cgroup_set: Cgroups,
+    transpiler: Transpiler,
+    code: str,
+    expected: RunResult,
+) -> None:
+    assert await run(sandbox, cgroup_set, TS, code, transpiler=transpiler) == expected
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (PY, "assert event is input\nreturn [event['n'] * 2, input['s']]"),
+        (JS, "if (event !== input) throw new Error('two objects'); return [event.n * 2, input.s]"),
+        (TS, "if (event !== input) throw new Error('no'); return [event.n * 2, input.s as string]"),
+    ],
+)
+async def test_input_is_parsed_once_as_event_and_input(
+    sandbox: Sandbox, cgroup_set: Cgroups, transpiler: Transpiler, language: Language, code: str
+) -> None:
+    got = await run(sandbox, cgroup_set, language, code, '{"n": 21, "s": "é"}', transpiler)
+    assert got == RunResult([42, "é"], ResultType.JSON)
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (PY, "print('{\"fake\": 1}')\nprint('a line')\nreturn 'real'"),
+        (JS, "console.log('{\"fake\": 1}'); console.log('a line'); return 'real'"),
+    ],
+)
+async def test_prints_never_corrupt_the_return_value(
+    sandbox: Sandbox, cgroup_set: Cgroups, language: Language, code: str
+) -> None:
+    lines: list[str] = []
+    got = await run(sandbox, cgroup_set, language, code, lines=lines)
+    assert got == RunResult("real", ResultType.STRING)
+    assert lines == ['{"fake": 1}', "a line"]
+
+
+async def test_python_multiline_strings_keep_their_indentation(
+    sandbox: Sandbox, cgroup_set: Cgroups
+) -> None:
+    code = 'text = """first\n    indented\nlast"""\nif True:\n    return text\n'
+    got = await run(sandbox, cgroup_set, PY, code)
+    assert got == RunResult("first\n    indented\nlast", ResultType.STRING)
+
+
+async def test_python_module_semantics_survive_the_function_body(
+    sandbox: Sandbox, cgroup_set: Cgroups
+) -> None:
+    code = """
+from math import *
+import os.path
+counter = 0
+def bump():
+    global counter
+    counter += 1
+class Box:
+    size = counter
+bump(); bump()
+squares = [i * i for i in range(3)]
+if (n := len(squares)) == 3:
+    return [counter, Box.size, floor(2.5), os.path.basename('/a/b'), n, __name__]
+"""
+    got = await run(sandbox, cgroup_set, PY, code)
+    assert got == RunResult([2, 0, 2, "b", 3, "__main__"], ResultType.JSON)
+
+
+async def test_bare_return_means_no_value(sandbox: Sandbox, cgroup_set: Cgroups) -> None:
+    got = await run(sandbox, cgroup_set, PY, "print(7)\nreturn\n")
+    assert got == RunResult(7, ResultType.NUMBER)
+    assert await run(sandbox, cgroup_set, PY, "return None") == RunResult(None, ResultType.JSON)
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (PY, "import asyncio\nawait asyncio.sleep(0.01)\nreturn 'awaited'"),
+        (JS, "await new Promise((r) => setTimeout(r, 10)); return 'awaited'"),
+        (TS, "await new Promise<void>((r) => setTimeout(r, 10)); return 'awaited'"),
+    ],
+)
+async def test_top_level_await(
+    sandbox: Sandbox, cgroup_set: Cgroups, transpiler: Transpiler, language: Language, code: str
+) -> None:
+    got = await run(sandbox, cgroup_set, language, code, transpiler=transpiler)
+    assert got == RunResult("awaited", ResultType.STRING)
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "message"),
+    [
+        (PY, "x = 1\nreturn 1 / 0", "ZeroDivisionError: division by zero"),
+        (PY, "raise ValueError('bad input')", "ValueError: bad input"),
+        (PY, "x = 1\nreturn (", "SyntaxError: '(' was never closed (line 2)"),
+        (PY, "yield 1", "SyntaxError: 'yield' outside function (line 1)"),
+        (JS, "throw new TypeError('bad input')", "TypeError: bad input"),
+        (JS, "return (", "SyntaxError: Unexpected token '}'"),
+        (JS, "setTimeout(() => { throw new Error('later') }, 1); await new Promise(() => {})",
+         "Error: later"),
+        (JS, "throw 'a string'", "Uncaught a string"),
+    ],
+)  # fmt: skip
+async def test_runtime_errors_carry_their_message(
+    sandbox: Sandbox, cgroup_set: Cgroups, language: Language, code: str, message: str
+) -> None:
+    lines: list[str] = []
+    assert await run(sandbox, cgroup_set, language, code, lines=lines) == RunFailure(message)
+    assert lines, "the traceback is logged on stderr"
+
+
+async def test_typescript_syntax_error_is_reported_with_its_line(transpiler: Transpiler) -> None:
+    with pytest.raises(TranspileError, match=r"^TypeScript: .+ \(line 2\)$"):
+        await transpiler.transpile("const a = 1\nconst b: = 2\n")
+
+
+async def test_typescript_is_transpiled_once_per_source(transpiler: Transpiler) -> None:
+    first = await transpiler.transpile("return 1 as number")
+    files = list(transpiler.cache_dir.rglob("*.js"))
+    assert len(files) == 1
+    again = Transpiler(None, transpiler.cache_dir)  # no esbuild at all: must come from the cache
+    assert await again.transpile("return 1 as number") == first
+
+
+async def test_a_warning_on_stderr_does_not_fail_the_run(
+    sandbox: Sandbox, cgroup_set: Cgroups
+) -> None:
+    code = "import sys\nprint('careful', file=sys.stderr)\nreturn 1"
+    lines: list[str] = []
+    assert await run(sandbox, cgroup_set, PY, code, lines=lines) == RunResult(1, ResultType.NUMBER)
+    assert lines == ["careful"]
+
+
+async def test_exit_status_without_a_result(sandbox: Sandbox, cgroup_set: Cgroups) -> None:
+    code = "import sys\nprint('bye', file=sys.stderr)\nsys.exit(3)"
+    got = await run(sandbox, cgroup_set, PY, code)
+    assert got == RunFailure("exited with status 3: bye")
+    got = await run(sandbox, cgroup_set, JS, "console.log(JSON.stringify([1])); process.exit(0)")
+    assert got == RunResult([1], ResultType.JSON)
+
+
+async def test_input_that_is_not_json_is_refused(sandbox: Sandbox, cgroup_set: Cgroups) -> None:
+    for language in (PY, JS):
+        got = await run(sandbox, cgroup_set, language, "return 1", "{nope")
+        assert got == RunFailure("input is not valid JSON")
+
+
+async def test_each_line_arrives_while_the_code_still_runs(
+    sandbox: Sandbox, cgroup_set: Cgroups
+) -> None:
+    # The code waits for its first line to have been forwarded: it can only finish if lines
+    # stream out as they are printed (a marker file in its own /tmp is its only signal, so
+    # the test waits on the stream, not on time).
+    code = "print('first')\nimport time\ntime.sleep(0.3)\nreturn 'done'"
+    seen: list[str] = []
+    got = await run(sandbox, cgroup_set, PY, code, lines=seen)
+    assert got == RunResult("done", ResultType.STRING) and seen == ["first"]
+
+
+def test_result_payload_json_round_trip() -> None:
+    assert json.loads(json.dumps(RunResult({"a": 1}, ResultType.JSON).as_body())) == {
+        "data": {"a": 1},
+        "type": "json",
+    }
