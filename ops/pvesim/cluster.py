@@ -126,6 +126,7 @@ class SimCluster:
         self._guest_tasks: dict[int, asyncio.Task[None]] = {}
         self._guest_changed = asyncio.Condition()
         self._runs: dict[int, list[GuestRun]] = {}
+        self._history: dict[int, list[str]] = {}
         self._control: asyncio.AbstractServer | None = None
         self._sock_dir: str | None = None
         self._started = False
@@ -301,6 +302,10 @@ class SimCluster:
     def guest_runs(self, vmid: int) -> list[GuestRun]:
         return list(self._runs.get(vmid, []))
 
+    def history(self, vmid: int) -> list[str]:
+        """Guest power transitions seen by the cluster: "up", "down", "restart"."""
+        return list(self._history.get(vmid, []))
+
     def guest_up(self, vmid: int) -> bool:
         return vmid in self._guests
 
@@ -351,12 +356,14 @@ class SimCluster:
             log.warning("pvesim: guest %s cannot listen on %s: %s", vmid, boot.get("ip"), exc)
             return
         self._guests[vmid] = guest
+        self._history.setdefault(vmid, []).append("up")
         await self._notify_changed()
 
     async def _take_down(self, vmid: int) -> None:
         guest = self._guests.pop(vmid, None)
         if guest is not None:
             await guest.stop()
+            self._history.setdefault(vmid, []).append("down")
             await self._notify_changed()
 
     def _schedule(self, vmid: int, coro: Any) -> None:
@@ -376,6 +383,7 @@ class SimCluster:
             self._executor, restart_after_reboot, self.store, node, vmid, time.time()
         )
         if restarted:
+            self._history.setdefault(vmid, []).append("restart")
             await self._bring_up(vmid, 0.0 if inline else self._scaled("boot") * 0.8)
 
     async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
