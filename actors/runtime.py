@@ -1,0 +1,369 @@
+"""The actor runtime every domain actor uses.
+
+Shape ("actors decide, jobs do"):
+
+* An :class:`AggregateActor` is a pykka thread that owns one event stream. At start it replays
+  the stream through :meth:`~AggregateActor.apply`, the only place its state changes.
+* :meth:`~AggregateActor.handle` checks a command against the state, records the decision with
+  :meth:`~AggregateActor.record` (applied at once, appended to the store in order) and may start
+  slow work with :meth:`~AggregateActor.start_job`: a coroutine on the asyncio loop whose outcome
+  comes back to ``handle`` as a message. A handler never blocks on I/O.
+* The event loop talks to actors through an :class:`ActorHandle`: ``ask`` tells the actor a
+  message carrying a reply callback, which resolves an asyncio future through
+  ``call_soon_threadsafe``; the loop is never blocked and never awaits a pykka future. The reply
+  is released only once the events the command recorded are stored.
+
+Errors:
+
+* :class:`Rejected` from ``handle`` is an answer (a wrong state, a bad argument): the caller's
+  ``ask`` raises it, the actor carries on.
+* Any other exception from ``handle`` or ``apply``, or a failed append, means the in-memory
+  state can no longer be trusted: the caller's ``ask`` raises it, the actor stops (pykka's
+  ``on_failure``), and the :class:`ActorHost` starts a new one from the stored stream. Messages
+  still queued for the dead actor are handed to the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import pykka
+
+from events.model import Event
+from events.store import EventStore, Recorded
+from events.subjects import stream_name
+
+log = logging.getLogger(__name__)
+
+ReplyCallback = Callable[[Any, BaseException | None], None]
+
+
+class Rejected(Exception):
+    """A command refused by the actor's rules; ``status`` is the HTTP status it maps to."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ActorUnavailable(Exception):
+    """The actor is not running and is not being restarted."""
+
+
+@attrs.frozen(slots=True)
+class _Envelope:
+    message: Any
+    reply: ReplyCallback | None
+
+
+@attrs.frozen(slots=True)
+class _JobDone:
+    done: Callable[[Any], Any]
+    future: concurrent.futures.Future[Any]
+
+
+@attrs.frozen(slots=True)
+class _AppendFailed:
+    error: BaseException
+
+
+@attrs.frozen(slots=True)
+class ActorContext:
+    loop: asyncio.AbstractEventLoop
+    store: EventStore
+    host: ActorHost
+
+
+class AggregateActor(pykka.ThreadingActor):
+    """Base of every event-sourced actor. Subclasses set ``aggregate`` and implement ``apply``
+    and ``handle``; extra constructor keywords given to ``ActorHost.spawn`` arrive in
+    ``setup(**kwargs)``, which runs before the replay."""
+
+    aggregate: ClassVar[str]
+
+    def __init__(
+        self, ctx: ActorContext, ident: str, history: Sequence[Recorded], kwargs: dict[str, Any]
+    ) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.ident = ident
+        self.stream = stream_name(self.aggregate, ident)
+        self.version = 0
+        self._jobs: set[concurrent.futures.Future[Any]] = set()
+        self._appends: list[concurrent.futures.Future[Any]] = []
+        self.setup(**kwargs)
+        for record in history:
+            self.apply(record.event)
+            self.version = record.version
+
+    # -- for subclasses ----------------------------------------------------------------------
+
+    def setup(self, **kwargs: Any) -> None:
+        """Take the dependencies given to ``spawn``; called before the replay."""
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} takes no settings, got {sorted(kwargs)}")
+
+    def apply(self, event: Event) -> None:
+        """Change the state by one event. Must be a pure state transition: no I/O, no time."""
+        raise NotImplementedError
+
+    def handle(self, message: Any) -> Any:
+        """Decide on a command or a job's outcome; return the reply."""
+        raise NotImplementedError
+
+    def record(self, *events: Event) -> None:
+        """Apply ``events`` now and append them to this actor's stream (in call order)."""
+        expected = self.version
+        for event in events:
+            self.apply(event)
+        self.version += len(events)
+        future = asyncio.run_coroutine_threadsafe(
+            self.ctx.store.append(self.stream, expected, events), self.ctx.loop
+        )
+        self._appends.append(future)
+        future.add_done_callback(self._check_append)
+
+    def start_job(
+        self, coro: Coroutine[Any, Any, Any], *, done: Callable[[Any], Any] | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Run ``coro`` on the event loop. When it ends, ``done(result or exception)`` is
+        called in this actor's thread and what it returns is handled as a message (``None``:
+        nothing to handle)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.ctx.loop)
+        self._jobs.add(future)
+
+        def finished(f: concurrent.futures.Future[Any]) -> None:
+            self._jobs.discard(f)
+            if done is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    self.actor_ref.tell(_JobDone(done, f))
+
+        future.add_done_callback(finished)
+        return future
+
+    def notify(self, message: Any) -> None:
+        """Queue ``message`` for ``handle`` from any thread (a job's progress, say)."""
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_Envelope(message, None))
+
+    # -- pykka hooks -------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Envelope):
+            self._dispatch(message.message, message.reply)
+        elif isinstance(message, _JobDone):
+            outcome = _outcome(message.future)
+            follow_up = message.done(outcome)
+            if follow_up is not None:
+                self._dispatch(follow_up, None)
+        elif isinstance(message, _AppendFailed):
+            raise message.error
+        return None
+
+    def _dispatch(self, message: Any, reply: ReplyCallback | None) -> None:
+        self._appends = []
+        try:
+            value = self.handle(message)
+        except Rejected as exc:
+            self._reply_after_appends(reply, None, exc)
+            return
+        except Exception as exc:
+            if reply is not None:
+                reply(None, exc)
+            raise
+        self._reply_after_appends(reply, value, None)
+
+    def _reply_after_appends(
+        self, reply: ReplyCallback | None, value: Any, error: BaseException | None
+    ) -> None:
+        if reply is None:
+            return
+        pending = self._appends
+        if not pending:
+            reply(value, error)
+            return
+
+        # The append futures complete on the loop in submission order; the last one decides.
+        def release(f: concurrent.futures.Future[Any]) -> None:
+            exc = f.exception()
+            reply(None, exc) if exc is not None else reply(value, error)
+
+        pending[-1].add_done_callback(release)
+
+    def _check_append(self, future: concurrent.futures.Future[Any]) -> None:
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None:
+            log.error("%s: append failed, restarting from the store: %s", self.stream, exc)
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.actor_ref.tell(_AppendFailed(exc))
+
+    def on_stop(self) -> None:
+        self._cancel_jobs()
+
+    def on_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._cancel_jobs()
+        queued: list[_Envelope] = []
+        while not self.actor_inbox.empty():
+            envelope = self.actor_inbox.get()
+            if isinstance(envelope.message, _Envelope):
+                queued.append(envelope.message)
+        self.ctx.host.crashed(type(self), self.ident, queued)
+
+    def _cancel_jobs(self) -> None:
+        for job in list(self._jobs):
+            job.cancel()
+
+
+def _outcome(future: concurrent.futures.Future[Any]) -> Any:
+    if future.cancelled():
+        return asyncio.CancelledError()
+    exc = future.exception()
+    return exc if exc is not None else future.result()
+
+
+A = TypeVar("A", bound=AggregateActor)
+
+
+class ActorHandle:
+    """The event loop's way to an actor; stays valid across restarts."""
+
+    def __init__(self, host: ActorHost, cls: type[AggregateActor], ident: str) -> None:
+        self._host = host
+        self.cls = cls
+        self.ident = ident
+        self.ref: pykka.ActorRef[Any] | None = None
+        self.ready = asyncio.Event()
+        self.restarts = 0
+
+    async def ask(self, message: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def resolve(value: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        def reply(value: Any, error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(resolve, value, error)
+
+        await self._deliver(_Envelope(message, reply))
+        return await future
+
+    async def tell(self, message: Any) -> None:
+        await self._deliver(_Envelope(message, None))
+
+    async def _deliver(self, envelope: _Envelope) -> None:
+        while True:
+            await self.ready.wait()
+            ref = self.ref
+            if ref is None:
+                raise ActorUnavailable(f"{self.cls.aggregate}:{self.ident} is stopped")
+            try:
+                ref.tell(envelope)
+                return
+            except pykka.ActorDeadError:
+                # It crashed between our check and the tell; the host is restarting it.
+                self.ready.clear()
+                if self._host.stopping:
+                    raise ActorUnavailable(
+                        f"{self.cls.aggregate}:{self.ident} is stopped"
+                    ) from None
+
+
+class ActorHost:
+    """Starts actors from their stored streams and restarts the ones that crash."""
+
+    def __init__(self, store: EventStore, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.store = store
+        self.loop = loop or asyncio.get_running_loop()
+        self.ctx = ActorContext(self.loop, store, self)
+        self._handles: dict[tuple[type[AggregateActor], str], ActorHandle] = {}
+        self._kwargs: dict[tuple[type[AggregateActor], str], dict[str, Any]] = {}
+        self.stopping = False
+
+    async def spawn(self, cls: type[A], ident: str | int, **kwargs: Any) -> ActorHandle:
+        key = (cls, str(ident))
+        handle = self._handles.get(key)
+        if handle is not None:
+            return handle
+        handle = ActorHandle(self, cls, str(ident))
+        self._handles[key] = handle
+        self._kwargs[key] = kwargs
+        await self._start(handle, [])
+        return handle
+
+    def get(self, cls: type[AggregateActor], ident: str | int) -> ActorHandle | None:
+        return self._handles.get((cls, str(ident)))
+
+    def handles(self, cls: type[AggregateActor]) -> list[ActorHandle]:
+        return [h for (c, _), h in self._handles.items() if c is cls]
+
+    async def _start(self, handle: ActorHandle, queued: list[_Envelope]) -> None:
+        key = (handle.cls, handle.ident)
+        history = await self.store.read_stream(stream_name(handle.cls.aggregate, handle.ident))
+        handle.ref = handle.cls.start(self.ctx, handle.ident, history, self._kwargs[key])
+        for envelope in queued:
+            handle.ref.tell(envelope)
+        handle.ready.set()
+
+    def crashed(self, cls: type[AggregateActor], ident: str, queued: list[_Envelope]) -> None:
+        """Called from a dying actor's thread (its ``on_failure``)."""
+        self.loop.call_soon_threadsafe(self._schedule_restart, cls, ident, queued)
+
+    def _schedule_restart(
+        self, cls: type[AggregateActor], ident: str, queued: list[_Envelope]
+    ) -> None:
+        handle = self._handles.get((cls, ident))
+        if handle is None or self.stopping:
+            for envelope in queued:
+                if envelope.reply is not None:
+                    envelope.reply(None, ActorUnavailable(f"{cls.aggregate}:{ident} stopped"))
+            return
+        handle.ready.clear()
+        handle.restarts += 1
+        log.warning("restarting %s:%s from its stored events", cls.aggregate, ident)
+        self.loop.create_task(self._start(handle, queued))
+
+    async def stop(self, cls: type[AggregateActor], ident: str | int) -> None:
+        handle = self._handles.pop((cls, str(ident)), None)
+        if handle is None or handle.ref is None:
+            return
+        ref, handle.ref = handle.ref, None
+        handle.ready.set()  # waiters see ref None and get ActorUnavailable
+        await asyncio.to_thread(_stop_ref, ref)
+
+    async def stop_all(self) -> None:
+        self.stopping = True
+        refs = [h.ref for h in self._handles.values() if h.ref is not None]
+        for handle in self._handles.values():
+            handle.ref = None
+            handle.ready.set()
+        self._handles.clear()
+
+        def stop_refs() -> None:
+            for ref in refs:
+                _stop_ref(ref)
+
+        await asyncio.to_thread(stop_refs)
+
+
+def _stop_ref(ref: pykka.ActorRef[Any]) -> None:
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.stop(block=True, timeout=10)

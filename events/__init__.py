@@ -1,0 +1,1 @@
+"""cairn's event model and its plumbing: attrs events, the store, NATS publishing, embedded NATS."""

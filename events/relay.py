@@ -1,0 +1,140 @@
+"""The outbox relay: publishes stored events on NATS in global order, at least once.
+
+Its cursor (the last published position) is kept in the store. Fresh appends are handed over in
+memory so the usual path costs no extra read; after an outage, or whenever the in-memory hand-over
+has a gap, the relay reads from the store from its cursor. It publishes only while connected and
+advances the cursor only after a flush proved the server has the messages, so a NATS outage
+delays events and loses none (a subscriber may see a message twice: dedupe by stream version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+
+from nats.aio.client import Client
+
+from events.codec import to_dict
+from events.store import EventStore, Recorded
+from events.subjects import subject_for
+
+log = logging.getLogger(__name__)
+
+
+def wire_payload(record: Recorded) -> bytes:
+    return json.dumps(
+        {
+            "type": record.event.type_name,
+            "stream": record.stream,
+            "version": record.version,
+            "position": record.position,
+            "recorded_at": record.recorded_at,
+            "data": to_dict(record.event),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        store: EventStore,
+        nc: Client,
+        *,
+        name: str = "outbox",
+        batch_size: int = 500,
+        cursor_save_interval: float = 0.5,
+        retry_interval: float = 0.2,
+    ) -> None:
+        self._store = store
+        self._nc = nc
+        self._name = name
+        self._batch_size = batch_size
+        self._save_interval = cursor_save_interval
+        self._retry_interval = retry_interval
+        self._fresh: deque[Recorded] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.cursor = 0
+        self._saved_cursor = 0
+        self._last_save = 0.0
+
+    async def start(self) -> None:
+        self.cursor = self._saved_cursor = await self._store.load_cursor(self._name)
+        self._store.add_listener(self._on_append)
+        self._wake.set()  # catch up with whatever was stored while nobody published
+        self._task = asyncio.create_task(self._run(), name=f"relay:{self._name}")
+
+    async def stop(self) -> None:
+        self._store.remove_listener(self._on_append)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.cursor != self._saved_cursor:
+            await self._store.save_cursor(self._name, self.cursor)
+            self._saved_cursor = self.cursor
+
+    def _on_append(self, records: list[Recorded]) -> None:
+        self._fresh.extend(records)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("relay: publishing paused at position %d: %s", self.cursor, exc)
+                self._fresh.clear()  # the store has them; read from the cursor next time
+                await asyncio.sleep(self._retry_interval)
+                self._wake.set()
+
+    def _take_fresh(self) -> list[Recorded]:
+        while self._fresh and self._fresh[0].position <= self.cursor:
+            self._fresh.popleft()
+        if not self._fresh or self._fresh[0].position != self.cursor + 1:
+            return []
+        batch: list[Recorded] = []
+        expected = self.cursor + 1
+        while self._fresh and len(batch) < self._batch_size:
+            if self._fresh[0].position != expected:
+                break
+            batch.append(self._fresh.popleft())
+            expected += 1
+        return batch
+
+    async def _drain(self) -> None:
+        while True:
+            if not self._nc.is_connected:
+                # Publishing now would only fill the client's reconnect buffer, and replaying
+                # from the cursor later would then deliver those events twice out of order.
+                await asyncio.sleep(self._retry_interval)
+                continue
+            batch = self._take_fresh()
+            if not batch:
+                batch = await self._store.read_all(self.cursor, self._batch_size)
+                self._fresh.clear()
+            if not batch:
+                return
+            for record in batch:
+                await self._nc.publish(subject_for(record.stream), wire_payload(record))
+            await self._nc.flush(timeout=2)
+            self.cursor = batch[-1].position
+            await self._maybe_save_cursor()
+
+    async def _maybe_save_cursor(self) -> None:
+        now = time.monotonic()
+        if now - self._last_save >= self._save_interval:
+            self._last_save = now
+            await self._store.save_cursor(self._name, self.cursor)
+            self._saved_cursor = self.cursor

@@ -1,0 +1,250 @@
+"""The event store: append-only streams over SQLAlchemy async (SQLite WAL by default).
+
+Each stream (``"<aggregate>:<id>"``) is a sequence of versions 1, 2, 3, …; ``append`` takes the
+version the writer last saw and fails with :class:`ConcurrencyConflict` if someone else wrote in
+between (a unique ``(stream, version)`` key makes that true across processes and databases too).
+Every row also gets a global ``position``: the outbox relay publishes in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from events.codec import decode, encode
+from events.model import Event
+from events.subjects import stream_name
+
+__all__ = [
+    "ConcurrencyConflict",
+    "EventStore",
+    "EventStoreError",
+    "Recorded",
+    "default_store_url",
+    "stream_name",
+]
+
+
+class EventStoreError(Exception):
+    """Base of the store's errors."""
+
+
+class ConcurrencyConflict(EventStoreError):
+    """Another writer appended to the stream after the version this writer read."""
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, not {expected}: "
+            "another writer appended first; reload the stream and decide again"
+        )
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+@attrs.frozen(slots=True)
+class Recorded:
+    """An event as stored: where it sits globally and in its stream."""
+
+    position: int
+    stream: str
+    version: int
+    event: Event
+    recorded_at: float
+
+
+metadata = sa.MetaData()
+events_table = sa.Table(
+    "events",
+    metadata,
+    sa.Column("position", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("stream", sa.String(400), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("type", sa.String(200), nullable=False),
+    sa.Column("schema", sa.Integer, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("stream", "version", name="uq_stream_version"),
+    sqlite_autoincrement=True,
+)
+cursors_table = sa.Table(
+    "cursors",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("position", sa.Integer, nullable=False),
+)
+
+AppendListener = Callable[[list[Recorded]], None]
+
+
+def default_store_url(data_dir: Path) -> str:
+    return f"sqlite+aiosqlite:///{data_dir / 'events.sqlite3'}"
+
+
+def _row_to_recorded(row: Any) -> Recorded:
+    position, stream, version, type_name, data, recorded_at = tuple(row)
+    return Recorded(position, stream, version, decode(type_name, data), recorded_at)
+
+
+_SELECT = sa.select(
+    events_table.c.position,
+    events_table.c.stream,
+    events_table.c.version,
+    events_table.c.type,
+    events_table.c.data,
+    events_table.c.recorded_at,
+)
+
+
+class EventStore:
+    """Append, read a stream, read everything in global order; notify listeners of appends."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        # SQLite has one writer at a time; queueing appends here instead of in SQLite's busy
+        # loop keeps latency flat. Other databases are still protected by the unique key.
+        self._write_lock = asyncio.Lock()
+        self._listeners: list[AppendListener] = []
+
+    @classmethod
+    async def open(cls, url: str) -> EventStore:
+        engine = create_async_engine(url)
+        if engine.dialect.name == "sqlite":
+            sa_event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            database = engine.url.database
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    def add_listener(self, listener: AppendListener) -> None:
+        """Call ``listener(records)`` on the event loop after each committed append."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: AppendListener) -> None:
+        self._listeners.remove(listener)
+
+    async def append(
+        self, stream: str, expected_version: int, events: Sequence[Event]
+    ) -> list[Recorded]:
+        if not events:
+            return []
+        now = time.time()
+        rows = [
+            {
+                "stream": stream,
+                "version": expected_version + i,
+                "type": ev.type_name,
+                "schema": ev.schema_version,
+                "data": encode(ev).decode(),
+                "recorded_at": now,
+            }
+            for i, ev in enumerate(events, start=1)
+        ]
+        async with self._write_lock:
+            try:
+                async with self._engine.begin() as conn:
+                    current = await self._current_version(conn, stream)
+                    if current != expected_version:
+                        raise ConcurrencyConflict(stream, expected_version, current)
+                    result = await conn.execute(
+                        events_table.insert().returning(
+                            events_table.c.position, sort_by_parameter_order=True
+                        ),
+                        rows,
+                    )
+                    positions = [int(p) for p in result.scalars()]
+            except IntegrityError:
+                async with self._engine.connect() as conn:
+                    actual = await self._current_version(conn, stream)
+                raise ConcurrencyConflict(stream, expected_version, actual) from None
+        recorded = [
+            Recorded(pos, stream, row["version"], ev, now)  # type: ignore[arg-type]
+            for pos, row, ev in zip(positions, rows, events, strict=True)
+        ]
+        for listener in list(self._listeners):
+            listener(recorded)
+        return recorded
+
+    @staticmethod
+    async def _current_version(conn: AsyncConnection, stream: str) -> int:
+        result = await conn.execute(
+            sa.select(sa.func.max(events_table.c.version)).where(events_table.c.stream == stream)
+        )
+        return int(result.scalar() or 0)
+
+    async def stream_version(self, stream: str) -> int:
+        async with self._engine.connect() as conn:
+            return await self._current_version(conn, stream)
+
+    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        query = _SELECT.where(
+            events_table.c.stream == stream, events_table.c.version > after_version
+        ).order_by(events_table.c.version)
+        async with self._engine.connect() as conn:
+            result = await conn.execute(query)
+            return [_row_to_recorded(row) for row in result]
+
+    async def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Recorded]:
+        query = (
+            _SELECT.where(events_table.c.position > after_position)
+            .order_by(events_table.c.position)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            result = await conn.execute(query)
+            return [_row_to_recorded(row) for row in result]
+
+    async def last_position(self) -> int:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(sa.select(sa.func.max(events_table.c.position)))
+            return int(result.scalar() or 0)
+
+    async def stream_names(self, prefix: str) -> list[str]:
+        """Names of the streams starting with ``prefix`` (e.g. ``"vm:"``), oldest first."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = (
+            sa.select(events_table.c.stream)
+            .where(events_table.c.stream.like(escaped + "%", escape="\\"))
+            .group_by(events_table.c.stream)
+            .order_by(sa.func.min(events_table.c.position))
+        )
+        async with self._engine.connect() as conn:
+            result = await conn.execute(query)
+            return [row[0] for row in result]
+
+    async def load_cursor(self, name: str) -> int:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(
+                sa.select(cursors_table.c.position).where(cursors_table.c.name == name)
+            )
+            return int(result.scalar() or 0)
+
+    async def save_cursor(self, name: str, position: int) -> None:
+        async with self._write_lock, self._engine.begin() as conn:
+            updated = await conn.execute(
+                cursors_table.update().where(cursors_table.c.name == name).values(position=position)
+            )
+            if updated.rowcount == 0:
+                await conn.execute(cursors_table.insert().values(name=name, position=position))
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()

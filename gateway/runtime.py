@@ -1,0 +1,65 @@
+"""What every service is built on: data dir, configuration, NATS, the event store, the outbox
+relay and the actor host, opened and closed in one place (``open_runtime``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import attrs
+from nats.aio.client import Client
+
+from actors.runtime import ActorHost
+from events.bus import connect
+from events.nats_server import EmbeddedNats
+from events.relay import OutboxRelay
+from events.store import EventStore, default_store_url
+from gateway.config import data_dir as resolve_data_dir
+from gateway.config import env_str
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define
+class Runtime:
+    data_dir: Path
+    env: Mapping[str, str]
+    nats_url: str
+    nc: Client
+    store: EventStore
+    actors: ActorHost
+    relay: OutboxRelay
+    embedded_nats: EmbeddedNats | None = None
+    # Command-line switches a service may honour (e.g. "sim" from `cairn serve vm --sim`).
+    flags: frozenset[str] = frozenset()
+    # Where each service listens, (host, port), known before its app is built.
+    listen: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    env: Mapping[str, str], data_dir: Path | None = None, flags: frozenset[str] = frozenset()
+) -> AsyncIterator[Runtime]:
+    """Start (or join) NATS, open the store, start the relay and the actor host; undo it all
+    in reverse order on exit, also when start-up fails half-way."""
+    root = data_dir or resolve_data_dir(env)
+    async with contextlib.AsyncExitStack() as stack:
+        embedded = None
+        nats_url = env_str(env, "NATS_URL")
+        if nats_url is None:
+            embedded = EmbeddedNats(root / "nats")
+            nats_url = await embedded.start()
+            stack.push_async_callback(embedded.stop)
+            log.info("embedded nats-server on %s (store %s)", nats_url, root / "nats")
+        nc = await connect(nats_url)
+        stack.push_async_callback(nc.close)
+        store = await EventStore.open(env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root))
+        stack.push_async_callback(store.close)
+        relay = OutboxRelay(store, nc)
+        await relay.start()
+        stack.push_async_callback(relay.stop)
+        host = ActorHost(store)
+        stack.push_async_callback(host.stop_all)
+        yield Runtime(root, env, nats_url, nc, store, host, relay, embedded, flags)

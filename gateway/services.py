@@ -1,0 +1,46 @@
+"""The service catalogue: each service module ``gateway/<name>.py`` exposes ``SERVICE``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Awaitable, Callable
+
+import attrs
+from aiohttp import web
+
+from gateway.runtime import Runtime
+
+AppFactory = Callable[[Runtime], Awaitable[web.Application]]
+
+
+@attrs.frozen
+class ServiceDef:
+    name: str
+    port_env: str
+    default_port: int | None  # None: a free port
+    build: AppFactory
+    default_host: str = "127.0.0.1"
+    summary: str = ""
+
+
+# Order is start-up order. "status" is the gateway's own: health and what runs where.
+KNOWN = ("status", "vm", "functions", "search", "images")
+
+
+def module_name(name: str) -> str:
+    return f"gateway.{name}" if name != "status" else "gateway.status"
+
+
+def load(name: str) -> ServiceDef:
+    if name not in KNOWN:
+        raise KeyError(f"unknown service {name!r}; known: {', '.join(KNOWN[1:])}")
+    module = importlib.import_module(module_name(name))
+    service: ServiceDef = module.SERVICE
+    return service
+
+
+def available() -> list[ServiceDef]:
+    """Every service whose module exists (an existing module that fails to import is an
+    error worth seeing, not a service to skip)."""
+    return [load(name) for name in KNOWN if importlib.util.find_spec(module_name(name))]

@@ -1,0 +1,127 @@
+"""Server-sent events for every streaming endpoint.
+
+``data:`` lines always hold real JSON (quotes and newlines in messages are escaped by the
+encoder, so a message can never break the framing), every event carries an ``id:`` for
+``Last-Event-ID`` re-attach, a comment line goes out after a long silence so proxies keep the
+connection, and the stream ends with ``event: close`` / ``data: {}``. A client that goes away
+ends nothing but the stream: ``send`` returns ``False`` and the producer decides what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    # nginx buffers proxied responses unless told otherwise; progress must arrive live.
+    "X-Accel-Buffering": "no",
+}
+
+
+def format_event(data: Any, *, event: str | None = None, id: str | int | None = None) -> bytes:
+    """One SSE frame. ``data`` is JSON-encoded onto a single line."""
+    lines = []
+    if id is not None:
+        lines.append(f"id: {_single_line(str(id))}")
+    if event is not None:
+        lines.append(f"event: {_single_line(event)}")
+    lines.append("data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _single_line(value: str) -> str:
+    return value.replace("\r", " ").replace("\n", " ")
+
+
+def last_event_id(request: web.Request) -> str | None:
+    value = request.headers.get("Last-Event-ID")
+    return value.strip() if value and value.strip() else None
+
+
+class EventStream:
+    """``async with EventStream(request) as sse: await sse.send({...})``."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        *,
+        heartbeat: float = 15.0,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self._request = request
+        self._heartbeat = heartbeat
+        merged = {**SSE_HEADERS, **(headers or {})}
+        self.response = web.StreamResponse(status=status, headers=merged)
+        self._next_id = 1
+        self._lock = asyncio.Lock()
+        self._quiet = asyncio.Event()
+        self._pinger: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def __aenter__(self) -> EventStream:
+        await self.response.prepare(self._request)
+        self._pinger = asyncio.create_task(self._ping())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._pinger is not None:
+            self._pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pinger
+        if exc_type is asyncio.CancelledError:
+            return
+        await self.send({}, event="close")
+        if not self.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.response.write_eof()
+        self.closed = True
+
+    async def send(
+        self,
+        data: Any,
+        *,
+        event: str | None = None,
+        id: str | int | None = None,
+    ) -> bool:
+        """Write one event; ``False`` if the client has gone away."""
+        if id is None:
+            id = self._next_id
+            self._next_id += 1
+        return await self._write(format_event(data, event=event, id=id))
+
+    async def _write(self, frame: bytes) -> bool:
+        if self.closed:
+            return False
+        async with self._lock:
+            try:
+                await self.response.write(frame)
+            except (ConnectionError, RuntimeError):
+                # aiohttp raises ConnectionResetError (a ConnectionError) or, once the
+                # transport is gone, RuntimeError; either way the client left.
+                self.closed = True
+                return False
+        self._quiet.set()
+        return True
+
+    async def _ping(self) -> None:
+        while not self.closed:
+            self._quiet.clear()
+            try:
+                await asyncio.wait_for(self._quiet.wait(), self._heartbeat)
+            except TimeoutError:
+                if not await self._write(b": keep-alive\n\n"):
+                    return

@@ -1,0 +1,67 @@
+"""Shared fixtures: a real nats-server per test, a real SQLite event store, a runtime."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from nats.aio.client import Client
+
+from events.bus import connect
+from events.catalog import load_all
+from events.nats_server import EmbeddedNats
+from events.store import EventStore, default_store_url
+from gateway.runtime import Runtime, open_runtime
+
+T = TypeVar("T")
+
+load_all()
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNats]:
+    """A running nats-server on a free loopback port; tests may stop and start it again."""
+    server = EmbeddedNats(tmp_path / "nats")
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def nc(nats_server: EmbeddedNats) -> AsyncIterator[Client]:
+    client = await connect(nats_server.url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    s = await EventStore.open(default_store_url(tmp_path))
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[Runtime]:
+    env = {"NATS_URL": nats_server.url, "CAIRN_DATA": str(tmp_path / "data")}
+    async with open_runtime(env, tmp_path / "data") as rt:
+        yield rt
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[T] | T], *, timeout: float = 10.0, what: str = "condition"
+) -> T:
+    """Poll ``condition`` until it is truthy; for state that offers nothing to await."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
