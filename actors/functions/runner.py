@@ -207,16 +207,15 @@ class _Run:
                 self.timed_out = not self.output.exceeded
                 self.kill()
                 _, pending = await asyncio.wait(pending, timeout=DRAIN_AFTER_KILL_S)
-                for task in pending:
-                    task.cancel()
-            if self.proc.returncode is None:
-                self.kill()
-                await self.proc.wait()
         finally:
+            # Also on cancellation (the caller went away): nothing of the run may outlive it.
             feeder.cancel()
             for task in work:
                 task.cancel()
             transport.close()
+            if self.proc.returncode is None:
+                self.kill()
+                await asyncio.shield(self.proc.wait())
 
     async def _feed(self) -> None:
         stdin = self.proc.stdin

@@ -1,0 +1,50 @@
+"""Function code, content-addressed: ``<root>/<sha[:2]>/<sha>``. Identical code is stored
+once; a file is written to a temporary name and renamed, so a reader never sees half of it."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def digest(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+class CodeStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_of(self, sha256: str) -> Path:
+        if not _SHA256.match(sha256):
+            raise ValueError(f"not a SHA-256: {sha256!r}")
+        return self.root / sha256[:2] / sha256
+
+    def put(self, code: str) -> str:
+        """Store ``code`` (idempotent); returns its SHA-256. Raises OSError when it cannot."""
+        sha = digest(code)
+        target = self.path_of(sha)
+        if target.is_file():
+            return sha
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(code.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return sha
+
+    def get(self, sha256: str) -> str:
+        return self.path_of(sha256).read_text(encoding="utf-8")

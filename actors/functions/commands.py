@@ -1,0 +1,83 @@
+"""The registry's command side on NATS: upload (store the code, then let the actor decide the
+version) and resolve (which version a run uses, with its code). The gateway never calls the
+actor directly; a refusal travels back as ``{"error": {"status", "message"}}``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+from actors.functions import protocol
+from actors.functions.codestore import CodeStore
+from actors.functions.languages import parse_language
+from actors.functions.registry import SINGLETON, FunctionRegistry, Resolve, StoreVersion
+from actors.functions.requests import FAILED_TO_RUN, INVALID_PATH, INVALID_PAYLOAD, SAVE_FAILED
+from actors.runtime import ActorHandle, ActorHost, Rejected
+from events.bus import serve_json
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"status": status, "message": message}}
+
+
+async def serve_registry(
+    nc: Client, actors: ActorHost, code: CodeStore
+) -> tuple[ActorHandle, list[Subscription]]:
+    handle = await actors.spawn(FunctionRegistry, SINGLETON)
+
+    async def on_upload(payload: Any) -> Any:
+        try:
+            path, language, source = payload["path"], payload["language"], payload["code"]
+        except (KeyError, TypeError):
+            return _error(400, INVALID_PAYLOAD)
+        if not all(isinstance(v, str) and v for v in (path, language, source)):
+            return _error(400, INVALID_PAYLOAD)
+        # The gateway checked these already; the registry does not trust its callers.
+        if ".." in path or path.startswith("/") or parse_language(language) is None:
+            return _error(400, INVALID_PATH)
+        try:
+            sha = await asyncio.to_thread(code.put, source)
+            stored = await handle.ask(
+                StoreVersion(path, language, sha, len(source.encode("utf-8")))
+            )
+        except Exception:
+            log.exception("storing a version of %r failed", path)
+            return _error(500, SAVE_FAILED)
+        return {"ok": {"path": stored.path, "language": stored.language, "version": stored.version}}
+
+    async def on_resolve(payload: Any) -> Any:
+        try:
+            path, version = payload["path"], payload.get("version")
+        except (KeyError, TypeError, AttributeError):
+            return _error(400, INVALID_PAYLOAD)
+        if not isinstance(path, str) or not (version is None or type(version) is int):
+            return _error(400, INVALID_PAYLOAD)
+        try:
+            stored = await handle.ask(Resolve(path, version))
+        except Rejected as exc:
+            return _error(exc.status, exc.message)
+        try:
+            source = code.get(stored.sha256)
+        except (OSError, ValueError):
+            log.exception("code %s of %r is missing", stored.sha256, path)
+            return _error(500, f"{FAILED_TO_RUN}the code of version {stored.version} is missing")
+        return {
+            "ok": {
+                "path": stored.path,
+                "version": stored.version,
+                "language": stored.language,
+                "code": source,
+            }
+        }
+
+    subs = [
+        await serve_json(nc, protocol.UPLOAD_SUBJECT, on_upload, queue=protocol.REGISTRY_QUEUE),
+        await serve_json(nc, protocol.RESOLVE_SUBJECT, on_resolve, queue=protocol.REGISTRY_QUEUE),
+    ]
+    return handle, subs

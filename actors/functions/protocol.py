@@ -1,0 +1,38 @@
+"""What travels over NATS between gateways, the registry and runner hosts.
+
+Commands to the registry are JSON request/reply (``events.bus``). A run is one request on
+``RUN_SUBJECT``, served by a queue group of runner hosts (any machine on the same NATS); the
+chosen host answers on the request's reply subject with a sequence of messages:
+
+``accepted`` (queued) or ``busy`` (queue full), then ``started``, then ``log`` lines when the
+caller asked for a stream, then exactly one ``result`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+UPLOAD_SUBJECT = "cairn.cmd.functions.upload"
+RESOLVE_SUBJECT = "cairn.cmd.functions.resolve"
+REGISTRY_QUEUE = "functions-registry"
+RUN_SUBJECT = "cairn.functions.run"
+RUNNERS_QUEUE = "functions-runners"
+# Every runner host listens (no queue group): only the one running the id acts on it.
+CANCEL_SUBJECT = "cairn.functions.cancel"
+
+ACCEPTED = "accepted"
+BUSY = "busy"
+STARTED = "started"
+LOG = "log"
+RESULT = "result"
+ERROR = "error"
+FINAL = frozenset({BUSY, RESULT, ERROR})
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Any:
+    return json.loads(data)

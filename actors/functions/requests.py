@@ -1,0 +1,154 @@
+"""Parsing the HTTP bodies of the three endpoints, with the spec's exact messages. Pure:
+bytes in, a request or a ``BadRequest`` out."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from actors.functions.languages import Language, parse_language
+from actors.functions.results import loads_strict
+
+INVALID_PAYLOAD = "Invalid request payload"
+INVALID_PATH = "Invalid path"
+SAVE_FAILED = "Failed to save function"
+UNSUPPORTED_LANGUAGE = "unsupported language"
+CODE_REQUIRED = "code is required"
+INPUT_NOT_JSON = "input is not valid JSON"
+FAILED_TO_RUN = "failed to run: "
+
+_INT64 = re.compile(r"^[+-]?[0-9]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def too_large(limit: int) -> str:
+    return f"request body is larger than CODE_MAX_SIZE ({limit} bytes)"
+
+
+@attrs.frozen
+class UploadRequest:
+    path: str
+    language: Language
+    code: str
+
+
+@attrs.frozen
+class RunOptions:
+    input_json: str
+    stream: bool
+
+
+@attrs.frozen
+class RunNowRequest:
+    language: Language
+    code: str
+    input_json: str
+    stream: bool
+
+
+def normalize_path(raw: str) -> str:
+    """Paths are the same with or without leading slashes (``/a/b`` is ``a/b``)."""
+    return raw.lstrip("/")
+
+
+def parse_object(body: bytes, *, empty_is: dict[str, Any] | None = None) -> dict[str, Any]:
+    if not body.strip() and empty_is is not None:
+        return dict(empty_is)
+    try:
+        value = loads_strict(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadRequest(INVALID_PAYLOAD) from None
+    if not isinstance(value, dict):
+        raise BadRequest(INVALID_PAYLOAD)
+    return value
+
+
+def _required_string(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or value == "":
+        raise BadRequest(INVALID_PAYLOAD)
+    return value
+
+
+def parse_upload(body: bytes) -> UploadRequest:
+    fields = parse_object(body)
+    path = _required_string(fields, "path")
+    code = _required_string(fields, "code")
+    language_name = _required_string(fields, "language")
+    path = normalize_path(path)
+    if not path or ".." in path or _CONTROL.search(path):
+        raise BadRequest(INVALID_PATH)
+    language = parse_language(language_name)
+    if language is None:
+        raise BadRequest(INVALID_PATH)  # the spec gives an unsupported language this message
+    return UploadRequest(path, language, code)
+
+
+def input_json(fields: dict[str, Any]) -> str:
+    """The ``input`` field, a JSON text; ``{}`` when there is none."""
+    value = fields.get("input")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "{}"
+    if not isinstance(value, str):
+        raise BadRequest(INVALID_PAYLOAD)
+    try:
+        loads_strict(value)
+    except (ValueError, RecursionError):
+        raise BadRequest(INPUT_NOT_JSON) from None
+    return value
+
+
+def stream_flag(fields: dict[str, Any]) -> bool:
+    value = fields.get("stream", False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(INVALID_PAYLOAD)
+    return value
+
+
+def parse_run(body: bytes) -> RunOptions:
+    """The body of ``/run/*``; ``code`` and ``language`` in it are ignored (the stored
+    function's own win)."""
+    fields = parse_object(body, empty_is={})
+    return RunOptions(input_json(fields), stream_flag(fields))
+
+
+def parse_run_now(body: bytes) -> RunNowRequest:
+    fields = parse_object(body)
+    code, language_name = fields.get("code"), fields.get("language")
+    if code is not None and not isinstance(code, str):
+        raise BadRequest(INVALID_PAYLOAD)
+    if language_name is not None and not isinstance(language_name, str):
+        raise BadRequest(INVALID_PAYLOAD)
+    options = RunOptions(input_json(fields), stream_flag(fields))
+    if not code or not code.strip():
+        raise BadRequest(CODE_REQUIRED)
+    language = parse_language(language_name)
+    if language is None:
+        raise BadRequest(UNSUPPORTED_LANGUAGE)
+    return RunNowRequest(language, code, options.input_json, options.stream)
+
+
+def parse_version(raw: str | None) -> int | None:
+    """The ``version`` query parameter: an int64, or None (latest) when missing or not one."""
+    if raw is None or not _INT64.match(raw):
+        return None
+    value = int(raw)
+    if not -(2**63) <= value < 2**63:
+        return None
+    return value
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,216 @@
+"""A runner host: takes run requests from NATS (a queue group, so hosts on several machines
+share the load), keeps them in a bounded queue and runs them in the sandbox, one cgroup slot
+per concurrent run.
+
+Capacity is ``RUN_CONCURRENCY`` running plus ``RUN_QUEUE`` waiting; a request beyond it is
+answered ``busy`` at once (the gateway turns that into 503), never queued behind minutes of
+work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import attrs
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from actors.functions import cgroups, protocol
+from actors.functions.languages import Language, parse_language
+from actors.functions.results import RunFailure, RunResult
+from actors.functions.runner import RunJob, Sandbox
+from actors.functions.settings import FunctionsSettings
+from actors.functions.transpile import TranspileError, Transpiler
+
+log = logging.getLogger(__name__)
+
+# A log line longer than this goes out in pieces (a message must fit NATS's max_payload even
+# when JSON escaping makes it six times longer).
+LOG_PIECE = 16 * 1024
+STOP_GRACE_S = 10.0
+
+
+@attrs.frozen
+class _Job:
+    id: str
+    reply: str
+    language: Language
+    code: str
+    input_json: str
+    stream: bool
+
+
+def parse_job(data: bytes, reply: str) -> _Job | None:
+    try:
+        fields: Any = protocol.decode(data)
+        language = parse_language(fields["language"])
+        job = _Job(
+            str(fields["id"]),
+            reply,
+            language,  # type: ignore[arg-type]
+            fields["code"],
+            fields.get("input") or "{}",
+            bool(fields.get("stream")),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    if language is None or not isinstance(job.code, str) or not isinstance(job.input_json, str):
+        return None
+    return job
+
+
+class RunnerHost:
+    def __init__(self, nc: Client, settings: FunctionsSettings, data_dir: Path) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.sandbox = Sandbox(settings.limits, settings.runtimes)
+        self.transpiler = Transpiler(settings.esbuild, data_dir / "functions" / "ts-cache")
+        self.capacity = settings.concurrency + settings.queue
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self.pending = 0
+        self.taken = 0  # runs accepted so far (status and tests)
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.cgroups: cgroups.Cgroups | None = None
+        self._queued: set[str] = set()
+        self._cancelled: set[str] = set()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._workers: list[asyncio.Task[None]] = []
+        self._subs: list[Subscription] = []
+
+    async def start(self) -> None:
+        count = self.settings.concurrency
+        if self.settings.cgroups:
+            self.cgroups = await asyncio.to_thread(cgroups.create, count, self.settings.limits)
+            log.info("runner: cgroup controllers %s", ", ".join(self.cgroups.controllers) or "none")
+        slots = self.cgroups.slots if self.cgroups else [None] * count
+        self._workers = [asyncio.create_task(self._worker(slot)) for slot in slots]
+        self._subs = [
+            await self.nc.subscribe(
+                protocol.RUN_SUBJECT, queue=protocol.RUNNERS_QUEUE, cb=self._on_run
+            ),
+            await self.nc.subscribe(protocol.CANCEL_SUBJECT, cb=self._on_cancel),
+        ]
+
+    async def stop(self) -> None:
+        """Take no more work, let what was accepted finish (bounded), then clean up."""
+        if self._subs:
+            with contextlib.suppress(Exception):
+                await self._subs[0].unsubscribe()
+            with contextlib.suppress(Exception):
+                await self.nc.flush(timeout=2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), STOP_GRACE_S)
+        for sub in self._subs[1:]:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._subs = []
+        for task in [*self._workers, *self._running.values()]:
+            task.cancel()
+        await asyncio.gather(*self._workers, *self._running.values(), return_exceptions=True)
+        self._workers = []
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.remove)
+            self.cgroups = None
+
+    # -- NATS ------------------------------------------------------------------------------
+
+    async def _on_run(self, msg: Msg) -> None:
+        if not msg.reply:
+            return
+        job = parse_job(msg.data, msg.reply)
+        if job is None:
+            await self._send(msg.reply, {"t": protocol.ERROR, "message": "malformed run request"})
+            return
+        if self.pending >= self.capacity:
+            await self._send(msg.reply, {"t": protocol.BUSY})
+            return
+        self.pending += 1
+        self.taken += 1
+        self.idle.clear()
+        self._queued.add(job.id)
+        self.queue.put_nowait(job)
+        await self._send(msg.reply, {"t": protocol.ACCEPTED})
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            run_id = str(protocol.decode(msg.data)["id"])
+            task = self._running.get(run_id)
+            if task is not None:
+                task.cancel()
+            elif run_id in self._queued:
+                self._cancelled.add(run_id)
+
+    async def _send(self, reply: str, message: dict[str, Any]) -> None:
+        data = protocol.encode(message)
+        if len(data) > self.nc.max_payload:
+            data = protocol.encode(
+                {
+                    "t": protocol.ERROR,
+                    "message": f"result is larger than NATS allows ({self.nc.max_payload} bytes)",
+                }
+            )
+        with contextlib.suppress(Exception):
+            await self.nc.publish(reply, data)
+
+    # -- work ------------------------------------------------------------------------------
+
+    async def _worker(self, slot: cgroups.CgroupSlot | None) -> None:
+        while True:
+            job = await self.queue.get()
+            self._queued.discard(job.id)
+            try:
+                if job.id in self._cancelled:
+                    self._cancelled.discard(job.id)
+                    continue
+                task = asyncio.create_task(self._execute(job, slot))
+                self._running[job.id] = task
+                await asyncio.wait([task])
+            finally:
+                self._running.pop(job.id, None)
+                self.pending -= 1
+                if self.pending == 0:
+                    self.idle.set()
+
+    async def _execute(self, job: _Job, slot: cgroups.CgroupSlot | None) -> None:
+        outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        async def deliver() -> None:
+            # One sender per run keeps log lines and the final message in order.
+            while (message := await outbox.get()) is not None:
+                await self._send(job.reply, message)
+
+        def on_line(line: str) -> None:
+            for start in range(0, max(len(line), 1), LOG_PIECE):
+                outbox.put_nowait({"t": protocol.LOG, "data": line[start : start + LOG_PIECE]})
+
+        sender = asyncio.create_task(deliver())
+        outbox.put_nowait({"t": protocol.STARTED})
+        try:
+            final = await self._final(job, slot, on_line if job.stream else None)
+            outbox.put_nowait(final)
+        finally:
+            outbox.put_nowait(None)
+            await asyncio.shield(sender)
+
+    async def _final(
+        self, job: _Job, slot: cgroups.CgroupSlot | None, on_line: Any
+    ) -> dict[str, Any]:
+        code = job.code
+        if job.language is Language.TYPESCRIPT:
+            try:
+                code = await self.transpiler.transpile(code)
+            except TranspileError as exc:
+                return {"t": protocol.ERROR, "message": str(exc)}
+        outcome = await self.sandbox.run(
+            RunJob(job.language, code, job.input_json), slot=slot, on_line=on_line
+        )
+        if isinstance(outcome, RunResult):
+            return {"t": protocol.RESULT, "data": outcome.data, "type": str(outcome.type)}
+        assert isinstance(outcome, RunFailure)
+        return {"t": protocol.ERROR, "message": outcome.message}

@@ -1,0 +1,67 @@
+"""Configuration of the script execution service (every variable is in docs/functions.md)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from actors.functions.limits import MIB, SandboxLimits
+from actors.functions.sandbox import Runtimes
+from actors.functions.transpile import find_esbuild
+from gateway.config import ConfigError, env_bool, env_float, env_int, env_str
+
+DEFAULT_CODE_MAX_SIZE = 262_144
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_QUEUE = 32
+
+
+@attrs.frozen
+class FunctionsSettings:
+    code_max_size: int = DEFAULT_CODE_MAX_SIZE
+    limits: SandboxLimits = attrs.field(factory=SandboxLimits)
+    concurrency: int = 2
+    queue: int = DEFAULT_QUEUE
+    # Whether this process runs a runner host too (runner hosts elsewhere share the load).
+    runner: bool = True
+    cgroups: bool = True
+    runtimes: Runtimes = attrs.field(factory=Runtimes)
+    esbuild: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> FunctionsSettings:
+        timeout = env_float(env, "RUN_TIMEOUT", DEFAULT_TIMEOUT_S, min=0.01)
+        if timeout > 24 * 3600:
+            raise ConfigError("RUN_TIMEOUT", "must be at most 86400 seconds", str(timeout))
+        limits = SandboxLimits(
+            timeout_s=timeout,
+            cpu_seconds=_int(env, "RUN_CPU_SECONDS", math.ceil(timeout), 1),
+            memory_bytes=_int(env, "RUN_MEMORY_MB", 256, 16) * MIB,
+            processes=_int(env, "RUN_PROCESSES", 64, 4),
+            output_bytes=_int(env, "RUN_OUTPUT_BYTES", 512 * 1024, 1024),
+            tmpfs_bytes=_int(env, "RUN_TMPFS_MB", 16, 1) * MIB,
+            cpus=env_float(env, "RUN_CPUS", 1.0, min=0.01),
+        )
+        defaults = Runtimes()
+        return cls(
+            code_max_size=_int(env, "CODE_MAX_SIZE", DEFAULT_CODE_MAX_SIZE, 1),
+            limits=limits,
+            concurrency=_int(env, "RUN_CONCURRENCY", os.cpu_count() or 2, 1),
+            queue=_int(env, "RUN_QUEUE", DEFAULT_QUEUE, 0),
+            runner=env_bool(env, "FUNCTIONS_RUNNER", True),
+            cgroups=env_bool(env, "RUN_CGROUPS", True),
+            runtimes=Runtimes(
+                python=env_str(env, "RUN_PYTHON") or defaults.python,
+                node=env_str(env, "RUN_NODE") or defaults.node,
+                bwrap=env_str(env, "BWRAP") or defaults.bwrap,
+            ),
+            esbuild=find_esbuild(env),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    value = env_int(env, name, default, min=minimum)
+    assert value is not None
+    return value

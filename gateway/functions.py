@@ -1,0 +1,303 @@
+"""The script execution service over HTTP (spec: script-execution.md; DESIGN §4).
+
+A translator only: uploads and version lookups are NATS commands to the registry, runs are NATS
+requests to the runner hosts' queue group, whose messages become a JSON body or an SSE stream.
+Error bodies are text/plain with the spec's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from aiohttp import web
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from actors.functions import protocol
+from actors.functions.host import FunctionsHost
+from actors.functions.requests import (
+    FAILED_TO_RUN,
+    SAVE_FAILED,
+    BadRequest,
+    normalize_path,
+    parse_run,
+    parse_run_now,
+    parse_upload,
+    parse_version,
+    too_large,
+)
+from actors.functions.results import ResultType, RunResult
+from actors.functions.settings import FunctionsSettings
+from events.bus import CommandTimeout, NoResponders, request_json
+from gateway.runtime import Runtime
+from gateway.services import ServiceDef
+from gateway.sse import SSE_HEADERS, format_event
+
+log = logging.getLogger(__name__)
+
+COMMAND_TIMEOUT_S = 10.0
+ACCEPT_TIMEOUT_S = 5.0
+# After "started": the run's own time-out, a TypeScript transpile, and slack for the bus.
+START_SLACK_S = 40.0
+QUEUE_FULL = "run queue is full"
+NO_RUNNER = "no runner host is available"
+
+
+class RunFailed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RunClient:
+    """Sends run requests and collects each run's reply messages through one wildcard inbox
+    subscription (a subscription per run would cost a round trip each)."""
+
+    def __init__(self, nc: Client, settings: FunctionsSettings) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.prefix = f"_INBOX.cairn-functions.{secrets.token_hex(8)}"
+        self._runs: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_reply)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+
+    async def _on_reply(self, msg: Msg) -> None:
+        queue = self._runs.get(msg.subject.rpartition(".")[2])
+        if queue is None:
+            return
+        if msg.headers and msg.headers.get("Status") == "503":
+            queue.put_nowait({"t": "no-responders"})
+            return
+        with contextlib.suppress(ValueError):
+            queue.put_nowait(protocol.decode(msg.data))
+
+    def _queued_wait(self) -> float:
+        # A queued run waits for every run ahead of it in the worst case.
+        rounds = self.settings.queue // self.settings.concurrency + 1
+        return rounds * (self.settings.limits.timeout_s + START_SLACK_S)
+
+    async def run(self, request: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        """The run's messages up to and including the final one. Raises RunFailed when no
+        runner takes it. Leaving early cancels the run on its host."""
+        run_id = secrets.token_hex(12)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._runs[run_id] = queue
+        finished = False
+        try:
+            await self.nc.publish(
+                protocol.RUN_SUBJECT,
+                protocol.encode({**request, "id": run_id}),
+                reply=f"{self.prefix}.{run_id}",
+            )
+            timeout = ACCEPT_TIMEOUT_S
+            while True:
+                try:
+                    message = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    raise RunFailed(500, f"{FAILED_TO_RUN}no answer from the runner") from None
+                kind = message.get("t")
+                if kind == "no-responders":
+                    raise RunFailed(503, NO_RUNNER)
+                if kind == protocol.BUSY:
+                    raise RunFailed(503, QUEUE_FULL)
+                if kind == protocol.ACCEPTED:
+                    timeout = self._queued_wait()
+                elif kind == protocol.STARTED:
+                    timeout = self.settings.limits.timeout_s + START_SLACK_S
+                finished = kind in protocol.FINAL
+                yield message
+                if finished:
+                    return
+        finally:
+            del self._runs[run_id]
+            if not finished:
+                with contextlib.suppress(Exception):
+                    await self.nc.publish(protocol.CANCEL_SUBJECT, protocol.encode({"id": run_id}))
+
+
+def text_error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message, content_type="text/plain")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The body, refused as soon as it is known to pass ``limit`` (``CODE_MAX_SIZE``)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest(too_large(limit))
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(65536):
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(too_large(limit))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class FunctionsGateway:
+    def __init__(self, runtime: Runtime, settings: FunctionsSettings, client: RunClient) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.client = client
+
+    async def upload(self, request: web.Request) -> web.StreamResponse:
+        try:
+            upload = parse_upload(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        command = {"path": upload.path, "language": str(upload.language), "code": upload.code}
+        try:
+            reply = await request_json(
+                self.runtime.nc, protocol.UPLOAD_SUBJECT, command, COMMAND_TIMEOUT_S
+            )
+        except (NoResponders, CommandTimeout):
+            return text_error(500, SAVE_FAILED)
+        if "error" in reply:
+            return text_error(int(reply["error"]["status"]), str(reply["error"]["message"]))
+        return web.json_response(reply["ok"])
+
+    async def run_stored(self, request: web.Request) -> web.StreamResponse:
+        try:
+            options = parse_run(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        lookup = {
+            "path": normalize_path(request.match_info["target"]),
+            "version": parse_version(request.query.get("version")),
+        }
+        try:
+            reply = await request_json(
+                self.runtime.nc, protocol.RESOLVE_SUBJECT, lookup, COMMAND_TIMEOUT_S
+            )
+        except (NoResponders, CommandTimeout):
+            return text_error(500, f"{FAILED_TO_RUN}the function registry is not answering")
+        if "error" in reply:
+            return text_error(int(reply["error"]["status"]), str(reply["error"]["message"]))
+        found = reply["ok"]
+        run = {
+            "language": found["language"],
+            "code": found["code"],
+            "input": options.input_json,
+            "stream": options.stream,
+        }
+        return await self._respond(request, run, options.stream)
+
+    async def run_now(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = parse_run_now(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        run = {
+            "language": str(body.language),
+            "code": body.code,
+            "input": body.input_json,
+            "stream": body.stream,
+        }
+        return await self._respond(request, run, body.stream)
+
+    async def _respond(
+        self, request: web.Request, run: dict[str, Any], stream: bool
+    ) -> web.StreamResponse:
+        messages = self.client.run(run)
+        try:
+            if stream:
+                return await self._stream(request, messages)
+            async for message in messages:
+                if message["t"] == protocol.RESULT:
+                    return web.json_response({"data": message["data"], "type": message["type"]})
+                if message["t"] == protocol.ERROR:
+                    return text_error(500, f"{FAILED_TO_RUN}{message['message']}")
+            return text_error(500, f"{FAILED_TO_RUN}the runner stopped answering")
+        except RunFailed as exc:
+            return text_error(exc.status, exc.message)
+        finally:
+            await messages.aclose()
+
+    async def _stream(
+        self, request: web.Request, messages: AsyncIterator[dict[str, Any]]
+    ) -> web.StreamResponse:
+        # The first message says whether a runner took the run: a full queue is still an
+        # HTTP status, not an event in a stream that already said 200.
+        first = await anext(messages)
+        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        await response.prepare(request)
+        pending: list[dict[str, Any]] = [first]
+        try:
+            while True:
+                for message in pending:
+                    event = _stream_event(message)
+                    if event is not None:
+                        await response.write(format_event(event))
+                    if message["t"] in protocol.FINAL:
+                        await response.write_eof()
+                        return response
+                pending = [await anext(messages)]
+        except RunFailed as exc:
+            await response.write(
+                format_event({"event": "error", "data": exc.message, "type": "text"})
+            )
+        except (ConnectionError, StopAsyncIteration):
+            pass  # the client left (the run is cancelled by aclose) or the runner went away
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+
+FUNCTIONS = web.AppKey("functions", FunctionsGateway)
+FUNCTIONS_HOST = web.AppKey("functions-host", FunctionsHost)
+
+
+def _stream_event(message: dict[str, Any]) -> dict[str, Any] | None:
+    kind = message["t"]
+    if kind == protocol.LOG:
+        return {"event": "log", "data": message["data"], "type": "text"}
+    if kind == protocol.RESULT:
+        result = RunResult(message["data"], ResultType(message["type"]))
+        return {"event": "result", "data": result.stream_data(), "type": str(result.type)}
+    if kind == protocol.ERROR:
+        return {"event": "error", "data": message["message"], "type": "text"}
+    return None
+
+
+async def build(runtime: Runtime) -> web.Application:
+    settings = FunctionsSettings.from_env(runtime.env)
+    host = await FunctionsHost.start(runtime, settings)
+    client = RunClient(runtime.nc, settings)
+    await client.start()
+    service = FunctionsGateway(runtime, settings, client)
+
+    app = web.Application()
+    app[FUNCTIONS] = service
+    app[FUNCTIONS_HOST] = host
+    app.router.add_post("/upload", service.upload)
+    app.router.add_post("/run-now", service.run_now)
+    app.router.add_post("/run/{target:.*}", service.run_stored)
+
+    async def cleanup(_: web.Application) -> None:
+        await client.stop()
+        await host.stop()
+
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+SERVICE = ServiceDef(
+    name="functions",
+    port_env="FUNCTIONS_PORT",
+    default_port=8200,
+    build=build,
+    summary="store versioned functions and run them in a sandbox",
+)

@@ -1,0 +1,216 @@
+"""POST /run/*targetPath and /run-now over real HTTP: results, versions, errors, time-outs."""
+
+import json
+
+import pytest
+from yarl import URL
+
+from gateway.runtime import Runtime
+from tests.functions.conftest import Service, start_service
+
+TYPE_CASES = {
+    "python": {
+        "string": ("return 'hi'", "hi"),
+        "number": ("return 42", 42),
+        "json": ("return {'a': [1, 2]}", {"a": [1, 2]}),
+        "array": ("return [1, 'x']", [1, "x"]),
+        "text": ("print('plain words')", "plain words"),
+    },
+    "javascript": {
+        "string": ("return 'hi'", "hi"),
+        "number": ("return 42", 42),
+        "json": ("return {a: [1, 2]}", {"a": [1, 2]}),
+        "array": ("return [1, 'x']", [1, "x"]),
+        "text": ("console.log('plain words')", "plain words"),
+    },
+    "typescript": {
+        "string": ("const s: string = 'hi'; return s", "hi"),
+        "number": ("const n: number = 42; return n", 42),
+        "json": ("type T = {a: number[]}; const t: T = {a: [1, 2]}; return t", {"a": [1, 2]}),
+        "array": ("return [1, 'x'] as (number | string)[]", [1, "x"]),
+        "text": ("console.log('plain words' as string)", "plain words"),
+    },
+}
+EXPECTED_TYPE = {"string": "string", "number": "number", "json": "json", "array": "json",
+                 "text": "text"}  # fmt: skip
+
+
+@pytest.mark.parametrize("language", list(TYPE_CASES))
+async def test_result_types_per_language(service: Service, language: str) -> None:
+    for kind, (code, data) in TYPE_CASES[language].items():
+        reply = await service.run_now(language, code)
+        assert reply.status == 200, (kind, reply)
+        assert reply.json() == {"data": data, "type": EXPECTED_TYPE[kind]}, kind
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", "return [event['n'], input['n'], event is input]"),
+        ("javascript", "return [event.n, input.n, event === input]"),
+        ("typescript", "return [event.n as number, input.n, event === input]"),
+    ],
+)
+async def test_event_and_input(service: Service, language: str, code: str) -> None:
+    reply = await service.run_now(language, code, input='{"n": 7}')
+    assert reply.json() == {"data": [7, 7, True], "type": "json"}
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", "print('{\"not\": \"this\"}')\nprint(42)\nreturn 'returned'"),
+        ("javascript",
+         "console.log(JSON.stringify({not: 'this'})); console.log(42); return 'returned'"),
+    ],
+)  # fmt: skip
+async def test_prints_plus_return(service: Service, language: str, code: str) -> None:
+    assert (await service.run_now(language, code)).json() == {"data": "returned", "type": "string"}
+
+
+async def test_python_multiline_string(service: Service) -> None:
+    code = 'def f():\n    return """a\n  b\nc"""\nreturn f()'
+    assert (await service.run_now("python", code)).json() == {"data": "a\n  b\nc", "type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", "import asyncio\nawait asyncio.sleep(0)\nreturn 'ok'"),
+        ("javascript", "const v = await Promise.resolve('ok'); return v"),
+        ("typescript", "const v: string = await Promise.resolve('ok'); return v"),
+    ],
+)
+async def test_top_level_await(service: Service, language: str, code: str) -> None:
+    assert (await service.run_now(language, code)).json() == {"data": "ok", "type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "message"),
+    [
+        ("python", "return 1 / 0", "failed to run: ZeroDivisionError: division by zero"),
+        ("javascript", "null.x",
+         "failed to run: TypeError: Cannot read properties of null (reading 'x')"),
+        ("typescript", "throw new RangeError('too far' as string)",
+         "failed to run: RangeError: too far"),
+        ("typescript", "const x: = 1", "failed to run: TypeScript: Unexpected \"=\" (line 1)"),
+    ],
+)  # fmt: skip
+async def test_runtime_errors_with_their_message(
+    service: Service, language: str, code: str, message: str
+) -> None:
+    reply = await service.run_now(language, code)
+    assert (reply.status, reply.content_type, reply.text) == (500, "text/plain", message)
+
+
+async def test_time_out(service: Service) -> None:
+    reply = await service.run_now("python", "while True:\n    pass")
+    assert (reply.status, reply.text) == (500, "failed to run: timed out after 3 s")
+    assert (await service.run_now("python", "return 'alive'")).json()["data"] == "alive"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"language": "cobol", "code": "x"}, "unsupported language"),
+        ({"code": "return 1"}, "unsupported language"),
+        ({"language": "python"}, "code is required"),
+        ({"language": "python", "code": ""}, "code is required"),
+        ({"language": "python", "code": "   \n\t"}, "code is required"),
+        ({"language": "python", "code": 5}, "Invalid request payload"),
+        ({"language": 5, "code": "x"}, "Invalid request payload"),
+        ({"language": "python", "code": "x", "input": {"a": 1}}, "Invalid request payload"),
+        ({"language": "python", "code": "x", "stream": "yes"}, "Invalid request payload"),
+        ({"language": "python", "code": "x", "input": "{nope"}, "input is not valid JSON"),
+        ([], "Invalid request payload"),
+    ],
+)
+async def test_run_now_bad_requests(service: Service, body: object, message: str) -> None:
+    reply = await service.post("/run-now", body)
+    assert (reply.status, reply.content_type, reply.text) == (400, "text/plain", message)
+
+
+async def test_run_now_malformed_and_oversized_bodies(service: Service) -> None:
+    assert (await service.post("/run-now", raw=b"{not json")).status == 400
+    big = await service.run_now("python", "#" * 9000)
+    assert (big.status, big.text) == (400, "request body is larger than CODE_MAX_SIZE (8192 bytes)")
+
+
+# -- stored functions ----------------------------------------------------------------------
+
+
+async def test_run_latest_and_exact_versions(service: Service) -> None:
+    python, javascript = "return event['a'] + event['b']", "return `${event.a}${event.b}`"
+    first = (await service.upload("math/add", "python", python))["version"]
+    second = (await service.upload("math/add", "javascript", javascript))["version"]
+    body = {"input": json.dumps({"a": 1, "b": 2})}
+    assert (await service.post("/run/math/add", body)).json() == {"data": "12", "type": "string"}
+    exact = await service.post(f"/run/math/add?version={first}", body)
+    assert exact.json() == {"data": 3, "type": "number"}  # language belongs to the version
+    assert (await service.post(f"/run//math/add?version={second}", body)).json()["data"] == "12"
+
+
+@pytest.mark.parametrize("version", ["abc", "1.5", "", "0x10", "99999999999999999999", " 1"])
+async def test_non_integer_version_means_latest(service: Service, version: str) -> None:
+    await service.upload("v", "python", "return 'old'")
+    await service.upload("v", "python", "return 'latest'")
+    reply = await service.post(f"/run/v?version={version}", {})
+    assert reply.json() == {"data": "latest", "type": "string"}
+
+
+@pytest.mark.parametrize("version", ["1", "-5", "0", "9223372036854775807"])
+async def test_unknown_version(service: Service, version: str) -> None:
+    await service.upload("v", "python", "return 1")
+    reply = await service.post(f"/run/v?version={version}", {})
+    assert (reply.status, reply.content_type, reply.text) == (
+        404,
+        "text/plain",
+        "assign version not found",
+    )
+
+
+@pytest.mark.parametrize(
+    "path", ["/run/nope", "/run/", "/run/v/%2e%2e/v", "/run/%2e%2e%2fetc", "/run/v%00"]
+)
+async def test_unknown_script(service: Service, path: str) -> None:
+    await service.upload("v", "python", "return 1")
+    url = URL(f"http://127.0.0.1:{service.port}{path}", encoded=True)
+    async with service.session.post(url, data=b"{}") as response:
+        assert (response.status, await response.text()) == (404, "script not found")
+
+
+async def test_run_body_rules(service: Service) -> None:
+    await service.upload("echo", "python", "return input")
+    # No body at all: {} is sent.
+    async with service.session.post("/run/echo") as response:
+        assert await response.json() == {"data": {}, "type": "json"}
+    # code and language in the body are overwritten by the stored function's.
+    reply = await service.post(
+        "/run/echo", {"code": "return 'evil'", "language": "javascript", "input": "[1]"}
+    )
+    assert reply.json() == {"data": [1], "type": "json"}
+    for raw in (b"{", b"[1, 2]", b'"s"'):
+        bad = await service.post("/run/echo", raw=raw)
+        assert (bad.status, bad.content_type) == (400, "text/plain")
+    big = await service.post("/run/echo", {"input": json.dumps("x" * 9000)})
+    assert (big.status, big.text) == (400, "request body is larger than CODE_MAX_SIZE (8192 bytes)")
+    not_json = await service.post("/run/echo", {"input": "{'single': 1}"})
+    assert (not_json.status, not_json.text) == (400, "input is not valid JSON")
+
+
+async def test_stored_run_failure_is_500_with_prefix(service: Service) -> None:
+    await service.upload("boom", "python", "raise KeyError('k')")
+    reply = await service.post("/run/boom", {})
+    assert (reply.status, reply.text) == (500, "failed to run: KeyError: 'k'")
+
+
+async def test_registry_is_rebuilt_from_the_store(runtime: Runtime) -> None:
+    async with start_service(runtime) as service:
+        first = (await service.upload("keep", "python", "return 'one'"))["version"]
+        await service.upload("keep", "python", "return 'two'")
+    async with start_service(runtime) as again:
+        assert (await again.post("/run/keep", {})).json()["data"] == "two"
+        old = await again.post(f"/run/keep?version={first}", {})
+        assert old.json()["data"] == "one"
+        newer = (await again.upload("keep", "python", "return 'three'"))["version"]
+        assert newer > first
