@@ -5,29 +5,30 @@ Kept free of asyncssh imports on the command path so each fake command starts fa
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .context import Ctx, stdio_ctx
 from .state import Store
+
+if TYPE_CHECKING:
+    import argparse
 
 PROGRAMS = ("qm", "pvesh", "pvesm")
 
 
 def execute(ctx: Ctx, argv: Sequence[str]) -> int:
     """Run one fake command line (argv[0] is the program) as ctx.node."""
-    from . import pvesh, pvesm, qm
+    import importlib
 
     program = os.path.basename(argv[0]) if argv else ""
-    runners: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
-        "qm": qm.run,
-        "pvesh": pvesh.run,
-        "pvesm": pvesm.run,
-    }
-    runner = runners.get(program)
+    runner: Callable[[Ctx, Sequence[str]], int] | None = None
+    if program in PROGRAMS:
+        # Import only the program asked for: each fake command is a fresh interpreter.
+        runner = importlib.import_module(f"pvesim.{program}").run
     if runner is None:
         ctx.err(f"bash: line 1: {argv[0] if argv else ''}: command not found\n")
         return 127
@@ -53,6 +54,8 @@ def run_command(argv: Sequence[str]) -> int:
 
 
 def sim_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="cairn sim", description="Run a simulated three-node Proxmox VE cluster on loopback."
     )

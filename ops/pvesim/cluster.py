@@ -78,12 +78,18 @@ def _load_or_make_key(path: Path) -> asyncssh.SSHKey:
     return key
 
 
+# The fake commands need only the standard library, so the shim skips `site` (-S): site-packages
+# and editable-install finders cost more than the command itself.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
 def shim_text(python: str, root: Path, node: str, program: str) -> str:
     return (
         "#!/bin/sh\n"
         f"# pvesim: fake `{program}` of node {node}\n"
         f"PVESIM_ROOT={shlex.quote(str(root))} PVESIM_NODE={shlex.quote(node)} "
-        f'exec {shlex.quote(python)} -m pvesim.cli {program} "$@"\n'
+        f"PYTHONPATH={shlex.quote(str(PACKAGE_PARENT))} "
+        f'exec {shlex.quote(python)} -S -m pvesim.cli {program} "$@"\n'
     )
 
 

@@ -206,9 +206,13 @@ class Store:
 
     def log_command(self, node: str, argv: list[str]) -> None:
         shown = list(argv)
-        for i, arg in enumerate(shown[:-1]):
-            if arg.lstrip("-") in ("cipassword", "password"):
-                shown[i + 1] = "<hidden>"
+        for i, arg in enumerate(shown):
+            name, eq, _ = arg.lstrip("-").partition("=")
+            if arg.startswith("-") and name in ("cipassword", "password"):
+                if eq:
+                    shown[i] = f"{arg.split('=', 1)[0]}=<hidden>"
+                elif i + 1 < len(shown):
+                    shown[i + 1] = "<hidden>"
         line = json.dumps({"t": time.time(), "node": node, "argv": shown}) + "\n"
         fd = os.open(self.root / "commands.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -186,7 +186,11 @@ def test_set_password_hidden_and_masked(store: Store) -> None:
     assert r.out == "update VM 120: -cipassword <hidden>\n"
     cfg = run(store, "qm", "config", "120").out
     assert "cipassword: **********\n" in cfg and "hunter2" not in cfg
-    assert "hunter2" not in (store.root / "commands.log").read_text()
+    run(store, "qm", "set", "120", "--cipassword=hunter3")
+    run(store, "qm", "set", "120", "-cipassword", "hunter4")
+    log = (store.root / "commands.log").read_text()
+    assert "hunter2" not in log and "hunter3" not in log and "hunter4" not in log
+    assert log.count("<hidden>") == 3
     assert "hunter2" not in (store.root / "nodes/pve1/qemu-server/120.json").read_text()
 
 
