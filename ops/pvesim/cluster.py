@@ -152,17 +152,34 @@ class SimCluster:
             default_cluster(self.nodes, self.main_node, self.delay_scale, self.statd_lag)
         )
         others = [ip for name, ip in self.nodes.items() if name != self.main_node]
+        with self.store.locked() as txn:
+            previous = dict(txn.cluster["settings"])
+        # Reuse the ports of the last run when they are still free, so a restarted `cairn sim`
+        # keeps the environment a VM service was started with.
         if self.node_ssh_port is None:
-            self.node_ssh_port = pick_port(others or ["127.0.0.1"])
+            old = previous.get("node_ssh_port")
+            if old and all(_port_free(h, int(old)) for h in others):
+                self.node_ssh_port = int(old)
+            else:
+                self.node_ssh_port = pick_port(others or ["127.0.0.1"])
         if self.vm_ssh_port is None:
-            self.vm_ssh_port = pick_port(["127.0.0.1", "127.0.0.100"])
+            old = previous.get("vm_ssh_port")
+            if old and _port_free("127.0.0.1", int(old)):
+                self.vm_ssh_port = int(old)
+            else:
+                self.vm_ssh_port = pick_port(["127.0.0.1", "127.0.0.100"])
         # A unix socket path must stay under ~108 bytes, which a pytest tmp_path can exceed.
         self._sock_dir = tempfile.mkdtemp(prefix="pvesim-")
         sock_path = os.path.join(self._sock_dir, "control.sock")
         with self.store.locked() as txn:
             settings = txn.cluster["settings"]
-            settings.update(delay_scale=self.delay_scale, statd_lag=self.statd_lag,
-                            control_socket=sock_path)  # fmt: skip
+            settings.update(
+                delay_scale=self.delay_scale,
+                statd_lag=self.statd_lag,
+                control_socket=sock_path,
+                node_ssh_port=self.node_ssh_port,
+                vm_ssh_port=self.vm_ssh_port,
+            )
             txn.save_cluster()
         (self.root / "guests").mkdir(exist_ok=True)
         client_key = _load_or_make_key(self.node_key)
@@ -252,6 +269,17 @@ class SimCluster:
     def set_delay_scale(self, scale: float) -> None:
         self.delay_scale = scale
         self._update_settings(delay_scale=scale)
+
+    async def set_node_online(self, node: str, online: bool) -> None:
+        """Take a non-main node off the network (its SSH server stops) or bring it back."""
+        with self.store.locked() as txn:
+            txn.cluster["nodes"][node]["online"] = online
+            txn.save_cluster()
+        server = next(s for s in self._node_servers if s.node == node)
+        if online:
+            await server.start()
+        else:
+            await server.stop()
 
     def set_statd_lag(self, seconds: float | None) -> None:
         self.statd_lag = seconds

@@ -58,6 +58,9 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                 lag = statd_lag(txn, scale)
                 entries = [
                     res.vm_resource(n, r, int(nodes[n]["maxcpu"]), now, lag)
+                    if nodes[n].get("online", True)
+                    # no fresh RRD data from an offline node: its guests are "unknown"
+                    else res.vm_resource(n, r, 0, now, float("inf"))
                     for n, recs in vms.items()
                     for r in recs
                 ]

@@ -167,6 +167,7 @@ _SPEC_BUILDERS: dict[str, Callable[[], CommandSpec]] = {
         "qm config <vmid> [OPTIONS]", (("vmid", VMID),), {"current": BOOL, "snapshot": STR}
     ),
     "list": lambda: CommandSpec("qm list  [OPTIONS]", (), {"full": BOOL}),
+    "unlock": lambda: CommandSpec("qm unlock <vmid>", (("vmid", VMID),), {}),
 }  # fmt: skip
 
 
@@ -941,6 +942,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
         if rec is None:
             raise not_found(ctx.node, vmid)
         check_lock(rec)
+        target_online = nodes[target].get("online", True)
         running = rec["status"] == "running"
         if running and not online:
             raise CliError("can't migrate running VM without --online")
@@ -959,6 +961,9 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
 
     try:
         log(f"starting migration of VM {vmid} to node '{target}' ({target_ip})")
+        if not target_online:
+            ctx.delay("migrate_base")
+            raise CliError("Can't connect to destination address using public key")
         for volid in volids:
             kind = "generated disk" if "cloudinit" in volid else "local disk"
             where = "in current VM config"
@@ -1109,6 +1114,19 @@ def cmd_list(ctx: Ctx, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_unlock(ctx: Ctx, argv: Sequence[str]) -> int:
+    """`qm unlock`: what an operator runs after a create or migration died half-way."""
+    p = parse(SPECS["unlock"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None:
+            raise not_found(ctx.node, vmid)
+        rec["config"].pop("lock", None)
+        txn.save_vm(ctx.node, rec)
+    return 0
+
+
 def usage_short() -> str:
     lines = ["USAGE: qm <COMMAND> [ARGS] [OPTIONS]"]
     for name in sorted(_SPEC_BUILDERS):
@@ -1130,6 +1148,7 @@ HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "list": cmd_list,
+    "unlock": cmd_unlock,
 }
 
 

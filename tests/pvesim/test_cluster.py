@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -332,3 +333,48 @@ async def test_run_sim_prints_env_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(30):
         assert await proc.wait() == 0
+
+
+async def test_offline_node(sim: SimCluster, tmp_path: Path) -> None:
+    await sh(sim, "qm", "create", "140")
+    async with await node_conn(sim, "127.0.0.3") as conn:
+        assert (await conn.run("qm create 141")).exit_status == 0
+    await sim.set_node_online("pve3", False)
+    with pytest.raises(OSError):
+        await node_conn(sim, "127.0.0.3")
+    r = await sh(sim, "pvesh", "get", "/cluster/resources", "--output-format", "json")
+    entries = {e["id"]: e for e in json.loads(r.out)}
+    assert entries["node/pve3"]["status"] == "offline" and "mem" not in entries["node/pve3"]
+    assert entries["qemu/141"]["status"] == "unknown"
+    r = await sh(sim, "qm", "migrate", "140", "pve3")
+    assert (r.code, r.err) == (255, "migration aborted\n")
+    assert "Can't connect to destination address using public key" in r.out
+    assert sim.vm(140).node == "pve1" and sim.vm(140).lock is None  # type: ignore[union-attr]
+    await sim.set_node_online("pve3", True)
+    async with await node_conn(sim, "127.0.0.3") as conn:
+        assert (await conn.run("qm status 141")).stdout == "status: stopped\n"
+
+
+async def test_restart_keeps_ports_keys_and_running_guests(tmp_path: Path) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as sim:
+        await install(sim, tmp_path, key, vmid=150)
+        await sh(sim, "qm", "start", "150")
+        await sh(sim, "qm", "create", "151")
+        first_env = sim.env()
+        # A create that died half-way leaves its lock behind, as on a real node
+        with sim.store.locked() as txn:
+            rec = txn.vm_on("pve1", 151)
+            assert rec is not None
+            rec["config"]["lock"] = "create"
+            txn.save_vm("pve1", rec)
+    async with SimCluster(tmp_path / "pve", delay_scale=0) as again:
+        assert again.env() == first_env
+        assert again.guest_up(150)
+        async with await guest_conn(again, 150, "alice", key) as conn:
+            assert (await conn.run("echo ready")).stdout == "ready\n"
+        async with await node_conn(again) as conn:
+            assert (await conn.run("qm status 999")).exit_status == 2
+        assert (await sh(again, "qm", "start", "151")).err == "VM is locked (create)\n"
+        assert (await sh(again, "qm", "unlock", "151")).code == 0
+        assert (await sh(again, "qm", "destroy", "151")).code == 0
