@@ -378,3 +378,32 @@ async def test_restart_keeps_ports_keys_and_running_guests(tmp_path: Path) -> No
         assert (await sh(again, "qm", "start", "151")).err == "VM is locked (create)\n"
         assert (await sh(again, "qm", "unlock", "151")).code == 0
         assert (await sh(again, "qm", "destroy", "151")).code == 0
+
+
+async def test_node_ssh_does_not_run_a_shell(sim: SimCluster, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    async with await node_conn(sim) as conn:
+        r = await conn.run(f"qm status 120; touch {marker}")
+        assert r.exit_status == 255 and str(r.stderr).startswith("400 too many arguments")
+        r = await conn.run(f"qm list && touch {marker}")
+        assert r.exit_status == 255
+        r = await conn.run(f"$(touch {marker})")
+        assert r.exit_status == 127
+        r = await conn.run("qm migrate 120 ../../etc")
+        assert r.exit_status == 255
+        r = await conn.run("pvesh get /nodes/../status --output-format json")
+        assert r.exit_status == 255
+    assert not marker.exists()
+
+
+async def test_guest_never_executes_scripts(sim: SimCluster, tmp_path: Path) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    await install(sim, tmp_path, key, vmid=160)
+    await sh(sim, "qm", "start", "160")
+    marker = tmp_path / "pwned"
+    async with await guest_conn(sim, 160, "alice", key) as conn:
+        assert (await conn.run("sudo bash -s", input=f"touch {marker}\n")).exit_status == 0
+        assert (await conn.run(f"touch {marker}")).exit_status == 127
+        assert (await conn.run(f"echo $(touch {marker})")).exit_status == 0
+    assert not marker.exists()
+    assert sim.guest_runs(160)[0].stdin == f"touch {marker}\n"
