@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncssh
 import attrs
 import pytest
-from pvesim.cluster import SimCluster
+from pvesim.cluster import SimCluster, VmView
 
 from .helpers import qcow2_image, run
 
@@ -29,6 +29,12 @@ class Proc:
 async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
     async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
         yield cluster
+
+
+def vm_of(sim: SimCluster, vmid: int) -> VmView:
+    vm = sim.vm(vmid)
+    assert vm is not None, f"VM {vmid} does not exist"
+    return vm
 
 
 async def sh(sim: SimCluster, *argv: str, stdin: str = "") -> Proc:
@@ -114,7 +120,7 @@ async def test_node_ssh_runs_commands_as_that_node(sim: SimCluster, tmp_path: Pa
         assert (r.exit_status, r.stderr) == (127, "bash: line 1: rm: command not found\n")
         r = await conn.run("pvesh get /cluster/resources --type vm --output-format json")
         assert '"node":"pve2"' in str(r.stdout)
-    assert sim.vm(130) is not None and sim.vm(130).node == "pve2"  # type: ignore[union-attr]
+    assert vm_of(sim, 130).node == "pve2"
     assert (await sh(sim, "qm", "status", "130")).code == 2
 
 
@@ -135,7 +141,7 @@ async def test_node_ssh_streams_output_and_reads_stdin(sim: SimCluster, tmp_path
             await proc.wait()
             assert proc.exit_status == 0
     assert "starting migration of VM 131 to node 'pve3' (127.0.0.3)" in lines[0]
-    assert sim.vm(131).node == "pve3"  # type: ignore[union-attr]
+    assert vm_of(sim, 131).node == "pve3"
 
 
 async def test_node_ssh_checks_keys_both_ways(sim: SimCluster, tmp_path: Path) -> None:
@@ -213,7 +219,7 @@ async def test_unbootable_vm_never_answers(sim: SimCluster, tmp_path: Path) -> N
     key = asyncssh.generate_private_key("ssh-ed25519")
     await install(sim, tmp_path, key, vmid=122, boot="order=net0;ide2")
     assert (await sh(sim, "qm", "start", "122")).code == 0
-    assert sim.vm(122).status == "running"  # type: ignore[union-attr]
+    assert vm_of(sim, 122).status == "running"
     assert not sim.guest_up(122)
 
 
@@ -298,7 +304,7 @@ async def test_scaled_delays_reboot_restarts_asynchronously(tmp_path: Path) -> N
         await sh(sim, "qm", "start", "128")
         sim.set_delay_scale(0.02)
         assert (await sh(sim, "qm", "reboot", "128")).code == 0
-        await wait_until(lambda: sim.vm(128).status == "running")  # type: ignore[union-attr]
+        await wait_until(lambda: vm_of(sim, 128).status == "running")
         await sim.wait_guest(128, up=True, timeout=20)
         async with await guest_conn(sim, 128, "alice", key) as conn:
             assert (await conn.run("echo ready")).stdout == "ready\n"
@@ -349,7 +355,7 @@ async def test_offline_node(sim: SimCluster, tmp_path: Path) -> None:
     r = await sh(sim, "qm", "migrate", "140", "pve3")
     assert (r.code, r.err) == (255, "migration aborted\n")
     assert "Can't connect to destination address using public key" in r.out
-    assert sim.vm(140).node == "pve1" and sim.vm(140).lock is None  # type: ignore[union-attr]
+    assert vm_of(sim, 140).node == "pve1" and vm_of(sim, 140).lock is None
     await sim.set_node_online("pve3", True)
     async with await node_conn(sim, "127.0.0.3") as conn:
         assert (await conn.run("qm status 141")).stdout == "status: stopped\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pvesim import formats as f
+import pvesim.formats as f
 
 GIB = 1024**3
 

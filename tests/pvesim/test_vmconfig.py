@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pvesim import vmconfig as vc
+import pvesim.vmconfig as vc
 
 
 def test_default_boot_order_disk_cdrom_net() -> None:
