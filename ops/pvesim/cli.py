@@ -75,12 +75,18 @@ def sim_parser() -> argparse.ArgumentParser:
 def run_sim(args: Sequence[str] | None = None) -> int:
     """`cairn sim`: start the cluster, print its environment, run until SIGINT/SIGTERM."""
     import asyncio
+    import logging
     import signal
 
     from .cluster import SimCluster
     from .state import DEFAULT_DELAY_SCALE
 
-    opts = sim_parser().parse_args(list(args) if args is not None else None)
+    argv = list(args) if args is not None else sys.argv[1:]
+    if argv[:1] == ["--"]:  # `cairn sim -- --delay-scale 1` passes the separator along
+        argv = argv[1:]
+    opts = sim_parser().parse_args(argv)
+    # One INFO line per SSH connection would drown the environment this command prints.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
     async def serve() -> None:
         sim = SimCluster(

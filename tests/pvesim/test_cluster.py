@@ -316,7 +316,7 @@ async def test_run_sim_prints_env_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c",
         "import sys; from pvesim.cli import run_sim; sys.exit(run_sim(sys.argv[1:]))",
-        "--root", str(tmp_path / "sim"), "--delay-scale", "0",
+        "--", "--root", str(tmp_path / "sim"), "--delay-scale", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
