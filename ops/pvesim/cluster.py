@@ -281,6 +281,30 @@ class SimCluster:
         else:
             await server.stop()
 
+    def add_container(
+        self, vmid: int, node: str, name: str | None = None, running: bool = True
+    ) -> None:
+        """An LXC guest: listed in /cluster/resources and holding its id, nothing more."""
+        with self.store.locked() as txn:
+            cts = txn.cluster.setdefault("containers", {})
+            cts[str(vmid)] = {"node": node, "name": name or f"CT{vmid}",
+                              "status": "running" if running else "stopped"}  # fmt: skip
+            txn.save_cluster()
+
+    def set_storage_state(self, storage: str, state: str) -> None:
+        """`active`, `inactive` (not online: warning in pvesm, allocations fail) or `disabled`."""
+        if state not in ("active", "inactive", "disabled"):
+            raise ValueError(f"unknown storage state {state!r}")
+        with self.store.locked() as txn:
+            info = txn.cluster["storages"][storage]
+            info["disable"] = state == "disabled"
+            info["state"] = "inactive" if state == "inactive" else "active"
+            txn.save_cluster()
+
+    def set_pvesm_kib_header(self, kib: bool) -> None:
+        """True: `Total (KiB)` headers (libpve-storage-perl >= 9.0.14); False: the older ones."""
+        self._update_settings(pvesm_kib_header=kib)
+
     def set_statd_lag(self, seconds: float | None) -> None:
         self.statd_lag = seconds
         self._update_settings(statd_lag=seconds)

@@ -64,6 +64,7 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                     for n, recs in vms.items()
                     for r in recs
                 ]
+                entries += [res.ct_resource(int(k), ct, now) for k, ct in txn.containers.items()]
                 out += sorted(entries, key=lambda e: str(e["vmid"]))
             if kind in (None, "node"):
                 out += [res.node_resource(n, nodes[n], vms.get(n, []), now) for n in nodes]
@@ -95,6 +96,7 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
             ]  # fmt: skip
         if path == "/cluster/nextid":
             taken = {int(r["vmid"]) for recs in vms.values() for r in recs}
+            taken |= {int(k) for k in txn.containers}
             wanted = options.get("vmid")
             if wanted is not None:
                 if wanted in taken:

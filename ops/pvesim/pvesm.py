@@ -34,6 +34,7 @@ def status(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(failure.message, failure.exit_code)
         storages = txn.storages
         volumes = txn.volumes(ctx.node)
+        kib_header = txn.setting("pvesm_kib_header") is not False
     if wanted is not None and wanted not in storages:
         raise param_error({"storage": "No such storage."}, USAGE)
     rows = []
@@ -44,8 +45,10 @@ def status(ctx: Ctx, argv: Sequence[str]) -> int:
             continue
         if parsed.options.get("enabled") and info.get("disable"):
             continue
+        if info.get("state") == "inactive" and not info.get("disable"):
+            ctx.err(f"storage '{name}' is not online\n")
         rows.append(res.storage_row(name, info, volumes.get(name, {})))
-    ctx.out(format_pvesm_status(rows))
+    ctx.out(format_pvesm_status(rows, kib_header=kib_header))
     return 0
 
 

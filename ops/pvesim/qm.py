@@ -311,6 +311,8 @@ def storage_checked(txn: Txn, storage: str) -> dict[str, Any]:
         raise CliError(f"storage '{storage}' does not exist")
     if info.get("disable"):
         raise CliError(f"storage '{storage}' is disabled")
+    if info.get("state") == "inactive":
+        raise CliError(f"storage '{storage}' is not online")
     if "images" not in str(info.get("content", "")).split(","):
         raise CliError(f"storage {storage} does not support vm images")
     return info
@@ -464,6 +466,11 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
             SPECS["create"].usage,
         )
     with ctx.store.locked() as txn:
+        ct = txn.containers.get(str(vmid))
+        if ct is not None:
+            raise CliError(
+                f"unable to create VM {vmid} - CT {vmid} already exists on node '{ct['node']}'"
+            )
         found = txn.find_vm(vmid)
         if found:
             raise CliError(

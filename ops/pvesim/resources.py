@@ -61,6 +61,32 @@ def vm_resource(
     return entry
 
 
+def ct_resource(vmid: int, ct: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """An LXC guest as /cluster/resources lists it (`pct` itself is not simulated)."""
+    running = ct.get("status", "running") == "running"
+    maxmem = int(ct.get("maxmem", 512 * 1024**2))
+    return {
+        "cpu": 0.0031 if running else 0,
+        "disk": 1073741824,
+        "diskread": 0,
+        "diskwrite": 0,
+        "id": f"lxc/{vmid}",
+        "maxcpu": int(ct.get("maxcpu", 1)),
+        "maxdisk": 8 * 1024**3,
+        "maxmem": maxmem,
+        "mem": maxmem // 4 if running else 0,
+        "name": str(ct.get("name", f"CT{vmid}")),
+        "netin": 0,
+        "netout": 0,
+        "node": str(ct["node"]),
+        "status": "running" if running else "stopped",
+        "template": 0,
+        "type": "lxc",
+        "uptime": 3600 if running else 0,
+        "vmid": vmid,
+    }
+
+
 def node_mem_used(info: Mapping[str, Any], vms: Iterable[Mapping[str, Any]]) -> int:
     used = int(info["mem_base"])
     for rec in vms:
@@ -106,8 +132,8 @@ def storage_row(
     """One `pvesm status` row, KiB."""
     total = int(info["total_kib"])
     used = min(int(info.get("base_used_kib", 0)) + storage_used_bytes(volumes) // 1024, total)
-    status = "disabled" if info.get("disable") else "active"
-    if status == "disabled":
+    status = "disabled" if info.get("disable") else str(info.get("state", "active"))
+    if status != "active":
         return {
             "name": name,
             "type": info["type"],

@@ -136,6 +136,11 @@ class Txn:
         result: dict[str, Any] | None = _read_json(self._vm_path(node, vmid), None)
         return result
 
+    @property
+    def containers(self) -> dict[str, dict[str, Any]]:
+        """LXC guests (only listed and counted; `pct` is not simulated): {vmid: {node, ...}}."""
+        return dict(self.cluster.get("containers", {}))
+
     def find_vm(self, vmid: int) -> tuple[str, dict[str, Any]] | None:
         for node in self.nodes:
             rec = self.vm_on(node, vmid)

@@ -413,3 +413,38 @@ async def test_guest_never_executes_scripts(sim: SimCluster, tmp_path: Path) -> 
         assert (await conn.run(f"echo $(touch {marker})")).exit_status == 0
     assert not marker.exists()
     assert sim.guest_runs(160)[0].stdin == f"touch {marker}\n"
+
+
+async def test_containers_storage_states_and_header_variant(
+    sim: SimCluster, tmp_path: Path
+) -> None:
+    sim.add_container(105, "pve2", "dns")
+    r = await sh(sim, "qm", "create", "105")
+    assert (r.code, r.err) == (
+        255,
+        "unable to create VM 105 - CT 105 already exists on node 'pve2'\n",
+    )
+    r = await sh(
+        sim, "pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json"
+    )
+    [ct] = json.loads(r.out)
+    assert (ct["id"], ct["type"], ct["name"], ct["node"]) == ("lxc/105", "lxc", "dns", "pve2")
+
+    sim.set_storage_state("local-lvm", "inactive")
+    r = await sh(sim, "pvesm", "status")
+    assert r.code == 0 and r.err == "storage 'local-lvm' is not online\n"
+    assert r.out.splitlines()[2].split()[:5] == ["local-lvm", "lvmthin", "inactive", "0", "0"]
+    await sh(sim, "qm", "create", "106")
+    image = qcow2_image(tmp_path / "img.qcow2")
+    r = await sh(sim, "qm", "importdisk", "106", str(image), "local-lvm")
+    assert (r.code, r.err) == (255, "storage 'local-lvm' is not online\n")
+    sim.set_storage_state("local-lvm", "disabled")
+    assert (await sh(sim, "pvesm", "status")).out.splitlines()[2].endswith("N/A")
+    r = await sh(sim, "qm", "importdisk", "106", str(image), "local-lvm")
+    assert r.err == "storage 'local-lvm' is disabled\n"
+    sim.set_storage_state("local-lvm", "active")
+    assert (await sh(sim, "qm", "importdisk", "106", str(image), "local-lvm")).code == 0
+
+    sim.set_pvesm_kib_header(False)
+    header = (await sh(sim, "pvesm", "status")).out.splitlines()[0]
+    assert header.split() == ["Name", "Type", "Status", "Total", "Used", "Available", "%"]
