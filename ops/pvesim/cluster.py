@@ -469,6 +469,10 @@ class SimCluster:
                 self._schedule(vmid, self._bring_up(vmid, self._scaled("boot")))
         elif what in ("stop", "destroy"):
             await self._take_down(vmid)
+            if what == "destroy":
+                # A new VM with this id is a new machine with its own SSH host key.
+                (self.root / "guests" / f"{vmid}.host_key").unlink(missing_ok=True)
+                (self.root / "guests" / f"{vmid}.host_key.pub").unlink(missing_ok=True)
         elif what == "migrate":
             vm = self.vm(vmid)
             if vm is None or vm.status != "running":

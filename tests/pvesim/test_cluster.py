@@ -200,6 +200,7 @@ async def test_guest_lifecycle_over_real_ssh(sim: SimCluster, tmp_path: Path) ->
     await sh(sim, "qm", "stop", "120")
     assert (await sh(sim, "qm", "destroy", "120", "--purge")).code == 0
     assert sim.vm(120) is None and sim.volumes("pve1") == {}
+    assert not (sim.root / "guests" / "120.host_key").exists()
 
 
 async def test_guest_default_user_from_tags_and_remote_start(
