@@ -109,7 +109,7 @@ class Cluster:
         for name, address in sorted(settings.nodes.items()):
             transport: Transport
             if name == settings.main_node:
-                transport = LocalTransport(env)
+                transport = LocalTransport(env, timeout=settings.command_timeout)
             else:
                 transport = SshTransport(
                     address,
@@ -117,6 +117,7 @@ class Cluster:
                     username=settings.node_ssh_user,
                     client_key=settings.node_ssh_key,
                     known_hosts=settings.known_hosts,
+                    timeout=settings.command_timeout,
                 )
             transports.append(transport)
             handles[name] = await host.spawn(NodeActor, name, address=address, transport=transport)

@@ -45,6 +45,8 @@ class VmSettings:
     ssh_poll_interval: float = 2.0
     # How long after a task the cluster's word on power state is not trusted (pvestatd lags).
     observe_grace: float = 12.0
+    # Longest a single qm/pvesh/pvesm may run (a 16 GiB migration over 1 GbE takes ~150 s).
+    command_timeout: float = 900.0
 
     @property
     def ip_prefix(self) -> str:
@@ -152,4 +154,5 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         ssh_wait_timeout=_float(env, "VM_SSH_WAIT", 300.0),
         ssh_poll_interval=_float(env, "VM_SSH_POLL", 2.0),
         observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),
+        command_timeout=_float(env, "VM_COMMAND_TIMEOUT", 900.0),
     )

@@ -43,8 +43,9 @@ async def _pump(stream: asyncio.StreamReader, out: list[str], on_line: LineSink 
 class LocalTransport:
     """`qm` and friends as local subprocesses (the main node); found on PATH from `env`."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], timeout: float = 900.0) -> None:
         self._env = {**os.environ, **env}
+        self._timeout = timeout
 
     async def run(
         self, argv: list[str], *, stdin: bytes | None = None, on_line: LineSink | None = None
@@ -66,8 +67,19 @@ class LocalTransport:
                 with contextlib.suppress(ConnectionError):
                     await proc.stdin.drain()
                 proc.stdin.close()
-            await asyncio.gather(_pump(proc.stdout, out, on_line), _pump(proc.stderr, err, None))
-            rc = await proc.wait()
+            async with asyncio.timeout(self._timeout):
+                await asyncio.gather(
+                    _pump(proc.stdout, out, on_line), _pump(proc.stderr, err, None)
+                )
+                rc = await proc.wait()
+        except TimeoutError:
+            # A hung qm must not hold its VM busy forever.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return CommandResult(
+                124, "".join(out), f"{argv[0]}: timed out after {self._timeout:g}s\n"
+            )
         except asyncio.CancelledError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -90,8 +102,10 @@ class SshTransport:
         client_key: str | None,
         known_hosts: str | None,
         connect_timeout: float = 10.0,
+        timeout: float = 900.0,
     ) -> None:
         self.host = host
+        self._timeout = timeout
         self._options = dict(
             port=port,
             username=username,
@@ -121,7 +135,10 @@ class SshTransport:
             return CommandResult(255, "", f"ssh: connect to host {self.host}: {exc}\n")
         command = shlex.join(argv)
         try:
-            async with conn.create_process(command, encoding=None) as proc:
+            async with (
+                asyncio.timeout(self._timeout),
+                conn.create_process(command, encoding=None) as proc,
+            ):
                 if stdin is not None:
                     proc.stdin.write(stdin)
                 proc.stdin.write_eof()
@@ -131,6 +148,10 @@ class SshTransport:
                     _pump_ssh(proc.stdout, out, on_line), _pump_ssh(proc.stderr, err, None)
                 )
                 completed = await proc.wait(check=False)
+        except TimeoutError:
+            return CommandResult(
+                124, "", f"ssh: {self.host}: {argv[0]} timed out after {self._timeout:g}s\n"
+            )
         except (OSError, asyncssh.Error) as exc:
             self._conn = None
             return CommandResult(255, "", f"ssh: {self.host}: {exc}\n")

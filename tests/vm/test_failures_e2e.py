@@ -1,0 +1,113 @@
+"""A failure at each install stage: an error record, then close, and nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.vm.conftest import Service, read_sse
+
+
+def assert_clean(service: Service, vmid: int) -> None:
+    assert service.sim.vm(vmid) is None, f"VM {vmid} left in the cluster"
+    for node in ("pve1", "pve2", "pve3"):
+        leftovers = [v for v in service.sim.volumes(node) if f"vm-{vmid}-" in v]
+        assert leftovers == [], (node, leftovers)
+
+
+async def failing_install(service: Service, vmid: int, step: str, **body: Any) -> str:
+    sse = await service.install(id=vmid, **body)
+    assert sse.closed, sse
+    assert sse.last["status"] == "error", sse.records[-3:]
+    assert sse.last["step"] == step, sse.records[-3:]
+    assert sse.last["message"].startswith("[-] ")
+    assert [r for r in sse.records if r["status"] == "error"] == [sse.last]
+    assert_clean(service, vmid)
+    message: str = sse.last["message"]
+    return message
+
+
+async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
+    start_service: Any,
+) -> None:
+    service: Service = await start_service(VM_SSH_WAIT="2")
+    sim = service.sim
+    sim.inject_failure("qm create", vmid=110)
+    sim.inject_failure("qm importdisk", vmid=111)
+    sim.inject_failure("qm set", vmid=112)
+    sim.inject_failure("qm resize", vmid=113)
+    sim.inject_failure("qm migrate", vmid=114)
+    sim.inject_failure("qm start", vmid=115)
+    sim.inject_failure("guest boot", vmid=116)
+    sim.inject_failure("guest exec", vmid=117, exit_code=3)
+    sim.inject_failure("qm reboot", vmid=118)
+    init = "VM initialization > "
+    cases = [
+        (110, "VM creation > creating VM", {}),
+        (111, "VM creation > importing disk image", {}),
+        (112, "VM creation > creating VM", {}),  # the cloud-init `qm set`
+        (113, init + "initializing configuration", {}),
+        (114, init + "migrating VM", {"node": "pve2"}),
+        (115, init + "waiting for ready", {}),
+        (116, init + "waiting for ready", {}),
+        (117, init + "SSH initialization", {}),
+        (118, init + "rebooting VM", {}),
+    ]
+    messages = await asyncio.gather(
+        *(failing_install(service, vmid, step, **body) for vmid, step, body in cases)
+    )
+    assert "disk resize failed" in messages[3]  # qm resize exited 0 but said why on stderr
+    assert "exited with status 3" in messages[7]
+    for vmid, _, _ in cases:
+        assert await service.get(f"/vm/{vmid}/status") == (404, f"VM {vmid} not found")
+    listing = await service.list()
+    assert not {r["vmid"] for r in listing["list"]} & {vmid for vmid, _, _ in cases}
+    again = await service.install(id=110)
+    assert again.last["status"] == "success" and again.last["vm_id"] == 110, again.records[-2:]
+
+
+async def test_failure_while_finalizing(start_service: Any) -> None:
+    service: Service = await start_service(VM_SSH_WAIT="2")
+    async with service.session.post(
+        service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 120}
+    ) as resp:
+        seen = []
+        while not any(r["step"] == "VM initialization > SSH initialization" for r in seen):
+            seen += (await read_sse(resp, stop_after=1)).records
+        service.sim.inject_failure("guest boot", vmid=120)  # the boot after the reboot
+        rest = await read_sse(resp)
+    assert rest.closed and rest.last["status"] == "error"
+    assert rest.last["step"] == "VM initialization > finalizing"
+    assert_clean(service, 120)
+
+
+async def test_failures_before_any_vm_exists(service: Service) -> None:
+    service.mirror.files.pop("ubuntu/20.04/ubuntu-20.04-server-cloudimg-amd64.img")
+    sums = "rockylinux/8/CHECKSUM"
+    service.mirror.files[sums] = service.mirror.files[sums].replace(b"= ", b"= 00")
+    msg = await failing_install(
+        service, 130, "OS preparation > validating OS image URL", os="ubuntu", version="20.04"
+    )
+    assert "HTTP 404" in msg
+    msg = await failing_install(
+        service, 131, "OS preparation > downloading OS image", os="rockylinux", version="8"
+    )
+    assert "checksum" in msg
+    service.sim.inject_failure("pvesm status")
+    await failing_install(service, 132, "preparation > checking storage pool")
+    assert not any(" qm create " in c for c in service.sim.commands())
+
+
+async def test_taken_id_and_exhausted_range(start_service: Any) -> None:
+    service: Service = await start_service(ASSIGN_IP_START="100", ASSIGN_IP_END="101")
+    first = await service.install()
+    assert first.last["vm_id"] == 100
+    taken = await service.install(id=100)
+    assert taken.closed and [r["status"] for r in taken.records] == ["processing", "error"]
+    assert taken.last["step"] == "preparation > checking VMID"
+    assert taken.last["message"].startswith("[-] VM 100 already exists (")
+    second = await service.install()
+    assert second.last["vm_id"] == 101
+    full = await service.install()
+    assert full.closed and full.last["status"] == "error"
+    assert full.last["message"].startswith("[-] no free VMID in 100-101: every id is in use (")

@@ -1,0 +1,65 @@
+"""An install outlives its client and its process: re-attach, and recovery after a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import wait_for
+from tests.vm.conftest import Service, read_sse
+
+
+async def test_install_goes_on_without_its_client_and_can_be_reattached(
+    service: Service,
+) -> None:
+    async with service.session.post(
+        service.api + "/vm/install", json={"os": "debian", "version": "12"}
+    ) as resp:
+        first = await read_sse(resp, stop_after=3)
+        vmid = int(resp.headers["X-VM-Id"])
+    assert first.ids[0].startswith(f"{vmid}:")
+    # The client has gone; the install finishes anyway.
+    await wait_for(lambda: service.sim.guest_up(vmid), timeout=30, what="the VM to run")
+    headers = {"Last-Event-ID": first.ids[-1]}
+    async with service.session.get(f"{service.api}/vm/{vmid}/task", headers=headers) as resp:
+        rest = await read_sse(resp)
+    assert rest.closed and rest.last["status"] == "success" and rest.last["vm_id"] == vmid
+    assert first.records + rest.records == (await whole_task(service, vmid)).records
+    assert rest.records[0]["step"] == "preparation > assigning IP"
+
+
+async def whole_task(service: Service, vmid: int) -> Any:
+    async with service.session.get(f"{service.api}/vm/{vmid}/task") as resp:
+        sse = await read_sse(resp)
+    assert sse.closed
+    assert sse.records[0]["message"].startswith("[*] start VM installation")
+    return sse
+
+
+async def test_reattach_refuses_foreign_or_unknown_ids(service: Service) -> None:
+    assert await service.get("/vm/150/task") == (404, "VM 150 not found")
+    status, text = await service.get("/vm/150/task", headers={"Last-Event-ID": "151:3"})
+    assert (status, text) == (400, "Last-Event-ID: not an id of VM 150")
+    status, _ = await service.get("/vm/150/task", headers={"Last-Event-ID": "150:99"})
+    assert status == 404
+
+
+async def test_restart_during_an_install_cleans_up_and_frees_the_id(start_service: Any) -> None:
+    service: Service = await start_service()
+    async with service.session.post(
+        service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 140}
+    ) as resp:
+        seen: list[dict[str, Any]] = []
+        while not any(r["step"] == "VM initialization > initializing configuration" for r in seen):
+            seen += (await read_sse(resp, stop_after=1)).records
+        # The service dies between two stages, with a half-built VM in the cluster.
+        await start_service.stop_last()
+    assert service.sim.vm(140) is not None
+
+    again: Service = await start_service()
+    await wait_for(lambda: service.sim.vm(140) is None, timeout=30, what="the half-built VM")
+    sse = await whole_task(again, 140)
+    assert sse.last["status"] == "error"
+    assert "interrupted by a restart" in sse.last["message"]
+    assert await again.get("/vm/140/status") == (404, "VM 140 not found")
+    retry = await again.install(id=140)
+    assert retry.last["status"] == "success" and retry.last["vm_id"] == 140, retry.records[-2:]
