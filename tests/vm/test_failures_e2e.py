@@ -71,7 +71,7 @@ async def test_failure_while_finalizing(start_service: Any) -> None:
     async with service.session.post(
         service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 120}
     ) as resp:
-        seen = []
+        seen: list[dict[str, Any]] = []
         while not any(r["step"] == "VM initialization > SSH initialization" for r in seen):
             seen += (await read_sse(resp, stop_after=1)).records
         service.sim.inject_failure("guest boot", vmid=120)  # the boot after the reboot

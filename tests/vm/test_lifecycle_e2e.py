@@ -40,18 +40,18 @@ async def test_install_with_every_field_then_manage_the_vm(service: Service) -> 
 
     assert await service.post("/vm/150/stop") == (200, "ok")
     assert await service.get("/vm/150/status") == (200, "stopped")
-    assert service.sim.vm(150).status == "stopped"  # type: ignore[union-attr]
+    assert service.sim.vm(150).status == "stopped"
 
     moved = await service.post_sse("/vm/150/set/node", {"node": "pve3"})
     assert moved.closed and moved.last["status"] == "success", moved.records
     assert moved.last["vm_id"] == 150
     assert any("starting migration of VM 150" in r["message"] for r in moved.records)
-    assert service.sim.vm(150).node == "pve3"  # type: ignore[union-attr]
+    assert service.sim.vm(150).node == "pve3"
 
     assert await service.post("/vm/150/set/cpu", {"cpu": 2}) == (200, "ok")
     assert await service.post("/vm/150/set/memory", {"memory": 1024}) == (200, "ok")
     assert await service.post("/vm/150/set/disk", {"disk": "8G"}) == (200, "ok")
-    c = service.sim.vm(150).config  # type: ignore[union-attr]
+    c = service.sim.vm(150).config
     assert (c["cores"], c["memory"]) == (2, 1024) and "size=48G" in c["scsi0"]
 
     started = await service.post_sse("/vm/150/start")
@@ -108,7 +108,10 @@ async def test_wrong_state_unknown_vm_and_bad_ids(service: Service) -> None:
     for action in ("stop", "shutdown", "destroy"):
         status, _ = await service.post(f"/vm/abc/{action}")
         assert status == 500
-    for what, body in (("cpu", {"cpu": 2}), ("memory", {"memory": 1024}), ("disk", {"disk": "1G"})):
+    bodies: list[tuple[str, dict[str, Any]]] = [
+        ("cpu", {"cpu": 2}), ("memory", {"memory": 1024}), ("disk", {"disk": "1G"}),
+    ]  # fmt: skip
+    for what, body in bodies:
         status, _ = await service.post(f"/vm/1.5/set/{what}", body)
         assert status == 500
 
@@ -162,11 +165,11 @@ async def test_clamping_minimums_and_balloon(start_service: Any) -> None:
     assert any(n.startswith("[*] setting CPU to maximum 4 (") for n in notes)
     assert any(n.startswith("[*] setting RAM to maximum 4096 (") for n in notes)
     assert any(n.startswith("[*] setting disk to maximum 32G (") for n in notes)
-    c = service.sim.vm(sse.last["vm_id"]).config  # type: ignore[union-attr]
+    c = service.sim.vm(sse.last["vm_id"]).config
     assert (c["cores"], c["memory"], c["balloon"]) == (4, 4096, 1024) and "size=32G" in c["scsi0"]
 
     small = await service.install(cpu=0, ram=100, disk="8G")
-    c = service.sim.vm(small.last["vm_id"]).config  # type: ignore[union-attr]
+    c = service.sim.vm(small.last["vm_id"]).config
     assert (c["cores"], c["memory"]) == (1, 512) and "size=16G" in c["scsi0"]
     assert "balloon" not in c or c["balloon"] in (0, "0")
     assert await service.post(f"/vm/{small.last['vm_id']}/stop") == (200, "ok")
