@@ -459,7 +459,9 @@ def apply_drive(
 def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
     p = parse(SPECS["create"], argv)
     vmid: int = p.args["vmid"]
-    opts = p.options
+    opts = dict(p.options)
+    if "sshkeys" in opts:
+        opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
     if "balloon" in opts and opts["balloon"] > opts.get("memory", 512):
         raise param_error(
             {"balloon": "balloon value too large (must be smaller than assigned memory)"},
@@ -548,6 +550,14 @@ def read_sshkeys_file(ctx: Ctx, path: str) -> str:
         raise CliError(f"can't open '{path}' - {exc.strerror}") from exc
 
 
+def read_checked_sshkeys(ctx: Ctx, path: str) -> str:
+    """The CLI reads the file, checks every key and stores it URL-encoded (QS param_mapping)."""
+    text = read_sshkeys_file(ctx, path)
+    if not validate_ssh_keys(text):
+        raise CliError("SSH public key validation error")
+    return uri_escape(text)
+
+
 def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
     p = parse(SPECS["set"], argv)
     vmid: int = p.args["vmid"]
@@ -555,10 +565,7 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
     skiplock = bool(opts.pop("skiplock", 0))
     opts.pop("digest", None)
     if "sshkeys" in opts:
-        text = read_sshkeys_file(ctx, str(opts["sshkeys"]))
-        opts["sshkeys"] = uri_escape(text)
-        if not validate_ssh_keys(text):
-            raise CliError("SSH public key validation error")
+        opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
     if not opts:
         raise CliError("no options specified")
     ctx.delay("set")

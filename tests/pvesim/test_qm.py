@@ -374,3 +374,12 @@ def test_create_holds_lock_create_while_it_runs(store: Store) -> None:
         worker.join(10)
     assert out == ["0"]
     assert run(store, "qm", "set", "129", "--cores", "2").code == 0
+
+
+def test_create_reads_sshkeys_file_too(store: Store) -> None:
+    r = run(store, "qm", "create", "120", "--sshkeys", "/dev/stdin", stdin=ED25519_PUB + "\n")
+    assert r.code == 0
+    assert "sshkeys: ssh-ed25519%20AAAAC3" in run(store, "qm", "config", "120").out
+    r = run(store, "qm", "create", "121", "--sshkeys", "/dev/stdin", stdin="garbage\n")
+    assert (r.code, r.err) == (255, "SSH public key validation error\n")
+    assert run(store, "qm", "status", "121").code == 2
