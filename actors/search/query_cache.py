@@ -1,0 +1,76 @@
+"""A persistent, bounded cache of query embeddings (SQLite, least recently used evicted).
+
+A semantic query costs an embedding call (milliseconds locally, a network round trip with an
+external provider); the spec takes the query vector "from a cache or from the provider". Keys
+include the provider's fingerprint, so switching provider never returns a foreign vector.
+"""
+
+import hashlib
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+_HOT = 1024
+
+
+class QueryCache:
+    def __init__(self, path: Path, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS cache"
+            " (key TEXT PRIMARY KEY, vector BLOB NOT NULL, used REAL NOT NULL)"
+        )
+        self._hot: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(fingerprint: str, query: str) -> str:
+        return hashlib.sha256(f"{fingerprint}\0{query}".encode()).hexdigest()
+
+    def get(self, fingerprint: str, query: str) -> np.ndarray | None:
+        key = self.key(fingerprint, query)
+        with self._lock:
+            if key in self._hot:
+                self._hot.move_to_end(key)
+                return self._hot[key]
+            row = self._conn.execute("SELECT vector FROM cache WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            self._conn.execute("UPDATE cache SET used = ? WHERE key = ?", (time.time(), key))
+            vector = np.frombuffer(row[0], dtype=np.float32)
+            self._remember(key, vector)
+            return vector
+
+    def put(self, fingerprint: str, query: str, vector: np.ndarray) -> None:
+        key = self.key(fingerprint, query)
+        vector = np.asarray(vector, dtype=np.float32)
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO cache (key, vector, used) VALUES (?, ?, ?)",
+                (key, vector.tobytes(), time.time()),
+            )
+            self._conn.execute(
+                "DELETE FROM cache WHERE key IN"
+                " (SELECT key FROM cache ORDER BY used DESC LIMIT -1 OFFSET ?)",
+                (self.max_entries,),
+            )
+            self._remember(key, vector)
+
+    def _remember(self, key: str, vector: np.ndarray) -> None:
+        self._hot[key] = vector
+        self._hot.move_to_end(key)
+        while len(self._hot) > min(_HOT, self.max_entries):
+            self._hot.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM cache").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()

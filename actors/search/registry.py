@@ -1,0 +1,105 @@
+"""The durable registry of search databases, and where their files live.
+
+Only `cairn search add|remove` change it (HTTP never does). It is a small JSON file written
+atomically (temp file, then rename) under an exclusive lock, under the user config directory
+(`$XDG_CONFIG_HOME/cairn/search/`, default `~/.config/cairn/search/`), beside the `endpoint`
+file and one folder per database.
+"""
+
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import attrs
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+class RegistryError(Exception):
+    pass
+
+
+def validate_name(name: str) -> str:
+    """A database name: lowercase letters, digits, `-` and `_`, starting with a letter or digit."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise RegistryError(
+            f"invalid database name {name!r}: use 1-63 lowercase letters, digits, '-' or '_',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+@attrs.frozen
+class Entry:
+    db: str
+    createAt: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"db": self.db, "createAt": self.createAt}
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "cairn" / "search"
+
+
+def inbox_root(env: Mapping[str, str]) -> Path:
+    return Path(env.get("SEARCH_INBOX") or "inbox").absolute()
+
+
+class Registry:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.file = root / "registry.json"
+
+    def database_dir(self, name: str) -> Path:
+        return self.root / "databases" / validate_name(name)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "registry.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def entries(self) -> list[Entry]:
+        try:
+            raw = json.loads(self.file.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise RegistryError(f"registry {self.file} is unreadable: {exc}") from exc
+        return [Entry(item["db"], item["createAt"]) for item in raw.get("databases", [])]
+
+    def _write(self, entries: list[Entry]) -> None:
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"databases": [e.to_json() for e in entries]}, indent=2))
+        os.replace(tmp, self.file)
+
+    def add(self, name: str, now: datetime | None = None) -> Entry:
+        validate_name(name)
+        with self._locked():
+            entries = self.entries()
+            if any(e.db == name for e in entries):
+                raise RegistryError(f"database {name!r} is already registered")
+            stamp = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
+            entry = Entry(name, stamp)
+            self._write([*entries, entry])
+            self.database_dir(name).mkdir(parents=True, exist_ok=True)
+        return entry
+
+    def remove(self, name: str) -> None:
+        validate_name(name)
+        with self._locked():
+            entries = self.entries()
+            if not any(e.db == name for e in entries):
+                raise RegistryError(f"database {name!r} is not registered")
+            self._write([e for e in entries if e.db != name])

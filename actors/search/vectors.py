@@ -1,0 +1,98 @@
+"""A database's semantic index: usearch, 512 dimensions, cosine, keyed by chunk id.
+
+The vectors themselves are stored in the SQLite file (`vectors` table), so the usearch file is a
+cache of them: it is loaded if its sidecar says it reflects the same vector space and the same
+number of vectors, and rebuilt from SQLite otherwise (missing or stale). Scores below `CUTOFF` are
+dropped before any limit is applied.
+"""
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+from usearch.index import Index
+
+from actors.search.embedding import DIMENSIONS
+
+CUTOFF = 0.3
+
+
+def _new_index() -> Index:
+    return Index(ndim=DIMENSIONS, metric="cos", dtype="f16")
+
+
+class VectorIndex:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sidecar = path.with_suffix(".json")
+        self._index = _new_index()
+        # usearch's Python object is not documented as safe for search during remove/add.
+        self._lock = threading.Lock()
+        self.dirty = False
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def load_or_rebuild(self, fingerprint: str, keys: np.ndarray, vectors: np.ndarray) -> bool:
+        """Load the saved index if it matches, else rebuild it; True when rebuilt."""
+        if self.path.exists() and self.sidecar.exists():
+            try:
+                meta = json.loads(self.sidecar.read_text())
+                index = _new_index()
+                index.load(str(self.path))
+                if meta.get("fingerprint") == fingerprint and len(index) == len(keys) == meta.get(
+                    "count"
+                ):
+                    with self._lock:
+                        self._index = index
+                    return False
+            except (OSError, ValueError, RuntimeError):
+                pass
+        index = _new_index()
+        if len(keys):
+            index.add(keys, vectors)
+        with self._lock:
+            self._index = index
+        self.save(fingerprint)
+        return True
+
+    def add(self, keys: list[int], vectors: np.ndarray) -> None:
+        if not keys:
+            return
+        with self._lock:
+            for key in keys:
+                if self._index.contains(key):
+                    self._index.remove(key)
+            self._index.add(np.asarray(keys, dtype=np.uint64), vectors)
+            self.dirty = True
+
+    def remove(self, keys: list[int]) -> None:
+        with self._lock:
+            for key in keys:
+                if self._index.contains(key):
+                    self._index.remove(key)
+                    self.dirty = True
+
+    def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
+        """Up to `count` (key, cosine) pairs with cosine >= CUTOFF, best first."""
+        with self._lock:
+            size = len(self._index)
+            if size == 0:
+                return []
+            matches = self._index.search(vector, min(count, size))
+        out = []
+        for key, distance in zip(matches.keys, matches.distances, strict=True):
+            score = 1.0 - float(distance)
+            if score >= CUTOFF:
+                out.append((int(key), score))
+        return out
+
+    def save(self, fingerprint: str) -> None:
+        with self._lock:
+            tmp = self.path.with_suffix(".tmp")
+            self._index.save(str(tmp))
+            tmp.replace(self.path)
+            count = len(self._index)
+            self.dirty = False
+        self.sidecar.write_text(json.dumps({"fingerprint": fingerprint, "count": count}))

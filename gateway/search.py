@@ -1,0 +1,277 @@
+"""The search service (spec part A): keyword, semantic or both over registered databases.
+
+Read-only over HTTP. Databases are loaded at start-up from the durable registry; each gets an
+indexer actor and an inbox watcher. Requests whose Host or Origin is not a loopback name get 403
+(DNS rebinding). `/mcp` is mounted only with SEARCH_REMOTE=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from actors.search.embedding import Provider, make_provider
+from actors.search.engine import Engine
+from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
+from actors.search.query_cache import QueryCache
+from actors.search.registry import Registry, config_dir, inbox_root
+from actors.search.store import ChunkRow
+from gateway.runtime import Runtime
+from gateway.services import ServiceDef
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 100
+TARGETS = ("keyword", "semantic")
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+class BadRequest(Exception):
+    pass
+
+
+def parse_limit(raw: str | None) -> int:
+    """1-100; missing, non-numeric, non-positive or above 100 falls back to 10 (spec)."""
+    try:
+        value = int(raw) if raw is not None else DEFAULT_LIMIT
+    except ValueError:
+        return DEFAULT_LIMIT
+    return value if 1 <= value <= MAX_LIMIT else DEFAULT_LIMIT
+
+
+def quoted(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def group_by_source(rows: list[ChunkRow]) -> list[dict[str, Any]]:
+    """Groups in rank order of their best match; matches in rank order within a group."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row.source, []).append({"chunk": row.chunk, "content": row.content})
+    return [{"source": source, "matches": matches} for source, matches in groups.items()]
+
+
+def is_loopback_host(value: str) -> bool:
+    """`Host` header (host[:port]) naming a loopback address."""
+    host = value.strip().lower()
+    if host.startswith("["):
+        host = host[: host.find("]") + 1] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host in _LOOPBACK_HOSTS or (host.startswith("127.") and host.replace(".", "").isdigit())
+
+
+def is_loopback_origin(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and is_loopback_host(parts.netloc)
+
+
+@web.middleware
+async def rebinding_guard(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    host = request.headers.get("Host", "")
+    origin = request.headers.get("Origin")
+    if not is_loopback_host(host) or (origin is not None and not is_loopback_origin(origin)):
+        return web.json_response({"error": "forbidden: host or origin is not loopback"}, status=403)
+    return await handler(request)
+
+
+class SearchService:
+    """Loaded databases and the two search branches; shared by HTTP and MCP."""
+
+    def __init__(self, registry: Registry, engines: dict[str, Engine]) -> None:
+        self.registry = registry
+        self.engines = engines
+
+    def listing(self) -> dict[str, Any]:
+        return {
+            "loaded": sorted(self.engines),
+            "registered": [e.to_json() for e in self.registry.entries()],
+        }
+
+    def engine(self, db: str | None) -> Engine:
+        if not db:
+            raise BadRequest("db is required")
+        engine = self.engines.get(db)
+        if engine is None:
+            raise BadRequest(f"{quoted(db)} not exist")
+        return engine
+
+    async def search(
+        self, db: str | None, q: str | None, target: str | None, limit: int
+    ) -> dict[str, Any]:
+        engine = self.engine(db)
+        if not q:
+            raise BadRequest("invalid argument: q is required")
+        if target is not None and target not in TARGETS:
+            raise BadRequest(f"invalid argument: unknown target {quoted(target)}")
+        branches = [target] if target else list(TARGETS)
+        runners = {"keyword": engine.keyword, "semantic": engine.semantic}
+        tasks = [asyncio.ensure_future(runners[name](q, limit)) for name in branches]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            # No partial result: the other branch is abandoned.
+            for task in tasks:
+                task.cancel()
+            raise
+        return {name: group_by_source(rows) for name, rows in zip(branches, results, strict=True)}
+
+
+SEARCH = web.AppKey("search", SearchService)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        query = request.rel_url.query
+        target = fixed if fixed is not None else query.get("target")
+        try:
+            body = await request.app[SEARCH].search(
+                query.get("db"), query.get("q"), target, parse_limit(query.get("limit"))
+            )
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        except Exception as exc:
+            log.exception("search failed")
+            return _error(500, str(exc) or type(exc).__name__)
+        return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+    return handler
+
+
+async def health(_: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def list_databases(request: web.Request) -> web.Response:
+    try:
+        return web.json_response(request.app[SEARCH].listing())
+    except Exception as exc:
+        return _error(500, str(exc))
+
+
+def build_app(service: SearchService, *, remote: bool = False) -> web.Application:
+    app = web.Application(middlewares=[rebinding_guard])
+    app[SEARCH] = service
+    app.router.add_get("/api/health", health)
+    app.router.add_get("/api/list", list_databases)
+    app.router.add_get("/api/search", _search_handler(None))
+    app.router.add_get("/api/keyword", _search_handler("keyword"))
+    app.router.add_get("/api/semantic", _search_handler("semantic"))
+    if remote:
+        from gateway.search_mcp import mount_mcp
+
+        mount_mcp(app, service)
+    return app
+
+
+async def open_databases(
+    runtime: Runtime, registry: Registry, provider: Provider | None, cache: QueryCache | None
+) -> tuple[dict[str, Engine], list[asyncio.Task[None]], asyncio.Event]:
+    env = runtime.env
+    engines: dict[str, Engine] = {}
+    watchers: list[asyncio.Task[None]] = []
+    stop = asyncio.Event()
+    for entry in registry.entries():
+        inbox = inbox_root(env) / entry.db
+        try:
+            engine = await asyncio.to_thread(
+                Engine, entry.db, registry.database_dir(entry.db), inbox, provider, cache
+            )
+            await asyncio.to_thread(engine.open_vectors)
+        except Exception:
+            log.exception("search: database %s could not be opened; not loaded", entry.db)
+            continue
+        engines[entry.db] = engine
+        handle = await runtime.actors.spawn(SearchIndexer, entry.db, engine=engine)
+        watchers.append(asyncio.create_task(watch(inbox, handle, stop, engine)))
+        todo = await asyncio.to_thread(engine.reconcile)
+        await handle.ask(Reconciled(len(todo)))
+        if todo:
+            await handle.tell(SourcesChanged(tuple(todo)))
+        if provider is not None:
+            watchers.append(asyncio.create_task(_embed_missing(engine)))
+    return engines, watchers, stop
+
+
+async def _embed_missing(engine: Engine) -> None:
+    with contextlib.suppress(Exception):
+        stored = await engine.embed_missing()
+        if stored:
+            log.info("search %s: embedded %d chunks left without vectors", engine.name, stored)
+
+
+def write_endpoint(env: Mapping[str, str], base_url: str) -> None:
+    path = config_dir(env) / "endpoint"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(base_url + "\n")
+    tmp.replace(path)
+
+
+async def build(runtime: Runtime) -> web.Application:
+    env = runtime.env
+    root = config_dir(env)
+    registry = Registry(root)
+    provider = make_provider(env)
+    cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
+    root.mkdir(parents=True, exist_ok=True)
+    cache = QueryCache(root / "query_cache.sqlite", cache_size)
+    engines, tasks, stop = await open_databases(runtime, registry, provider, cache)
+    service = SearchService(registry, engines)
+    app = build_app(service, remote=env.get("SEARCH_REMOTE") == "1")
+    listen = runtime.listen.get("search")
+    if listen is not None:
+        write_endpoint(env, f"http://{listen[0]}:{listen[1]}")
+
+    async def save_loop() -> None:
+        # The usearch file is a cache of the vectors in SQLite; saving it now and then spares a
+        # rebuild at the next start.
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=30)
+            for engine in engines.values():
+                await asyncio.to_thread(engine.save_vectors_if_dirty)
+
+    tasks.append(asyncio.create_task(save_loop()))
+
+    async def cleanup(_: web.Application) -> None:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for db in engines:
+            await runtime.actors.stop(SearchIndexer, db)
+        for engine in engines.values():
+            await asyncio.to_thread(engine.close)
+        cache.close()
+        if provider is not None:
+            await provider.close()
+
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+SERVICE = ServiceDef(
+    name="search",
+    port_env="SEARCH_PORT",
+    default_port=None,
+    build=build,
+    summary="keyword and semantic search over the inbox databases",
+)

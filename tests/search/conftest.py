@@ -1,0 +1,104 @@
+"""A running search service over real NATS, SQLite, usearch, watchfiles and the local model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from actors.search.registry import Registry, config_dir
+from events.nats_server import EmbeddedNats
+from gateway import search
+from gateway.runtime import open_runtime
+
+
+class SearchHarness:
+    def __init__(self, tmp_path: Path, nats_url: str) -> None:
+        self.env = {
+            "NATS_URL": nats_url,
+            "CAIRN_DATA": str(tmp_path / "data"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "SEARCH_INBOX": str(tmp_path / "inbox"),
+        }
+        self.registry = Registry(config_dir(self.env))
+        self.inbox = tmp_path / "inbox"
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.base = ""
+        self.unclaimed: list[dict[str, Any]] = []
+        self._stack = contextlib.AsyncExitStack()
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self, **env: str) -> None:
+        self.env.update(env)
+        runtime = await self._stack.enter_async_context(open_runtime(self.env))
+
+        async def on_event(msg: Any) -> None:
+            self.events.put_nowait(json.loads(msg.data))
+
+        sub = await runtime.nc.subscribe("cairn.evt.search.*", cb=on_event)
+        self._stack.push_async_callback(sub.unsubscribe)
+        runtime.listen["search"] = ("127.0.0.1", 0)
+        app = await search.build(runtime)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        self._stack.push_async_callback(server.close)
+        self.base = f"http://127.0.0.1:{server.port}"
+        self.session = aiohttp.ClientSession()
+        self._stack.push_async_callback(self.session.close)
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+        self._stack = contextlib.AsyncExitStack()
+
+    async def get(self, path: str, **params: Any) -> tuple[int, Any]:
+        assert self.session is not None
+        async with self.session.get(self.base + path, params=params) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text)
+            except ValueError:
+                return resp.status, text
+
+    async def event(
+        self, type_: str, source: str | None = None, timeout: float = 30
+    ) -> dict[str, Any]:
+        """The first unclaimed event of `type_` (for `source`); others stay for later calls."""
+
+        def matches(event: dict[str, Any]) -> bool:
+            return event["type"] == type_ and source in (None, event["data"].get("source"))
+
+        for index, event in enumerate(self.unclaimed):
+            if matches(event):
+                del self.unclaimed[index]
+                return event["data"]
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await self.events.get()
+                if matches(event):
+                    return event["data"]
+                self.unclaimed.append(event)
+
+    def write(self, relative: str, content: str | bytes) -> Path:
+        path = self.inbox / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_bytes(content.encode() if isinstance(content, str) else content)
+        tmp.replace(path)
+        return path
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[SearchHarness]:
+    nats = EmbeddedNats(tmp_path / "nats")
+    url = await nats.start()
+    h = SearchHarness(tmp_path, url)
+    yield h
+    await h.stop()
+    await nats.stop()
