@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +45,7 @@ COMMAND_TIMEOUT_S = 10.0
 ACCEPT_TIMEOUT_S = 5.0
 # After "started": the run's own time-out, a TypeScript transpile, and slack for the bus.
 START_SLACK_S = 40.0
+DISCONNECT_POLL_S = 0.2
 QUEUE_FULL = "run queue is full"
 NO_RUNNER = "no runner host is available"
 
@@ -215,45 +216,76 @@ class FunctionsGateway:
         try:
             if stream:
                 return await self._stream(request, messages)
-            async for message in messages:
+            while (message := await _next(request, messages)) is not None:
                 if message["t"] == protocol.RESULT:
                     return web.json_response({"data": message["data"], "type": message["type"]})
                 if message["t"] == protocol.ERROR:
                     return text_error(500, f"{FAILED_TO_RUN}{message['message']}")
-            return text_error(500, f"{FAILED_TO_RUN}the runner stopped answering")
+            return text_error(500, f"{FAILED_TO_RUN}the client went away")
         except RunFailed as exc:
             return text_error(exc.status, exc.message)
+        except StopAsyncIteration:
+            return text_error(500, f"{FAILED_TO_RUN}the runner stopped answering")
         finally:
-            await messages.aclose()
+            with contextlib.suppress(RuntimeError):  # still running only if never awaited
+                await messages.aclose()
 
     async def _stream(
-        self, request: web.Request, messages: AsyncIterator[dict[str, Any]]
+        self, request: web.Request, messages: AsyncGenerator[dict[str, Any], None]
     ) -> web.StreamResponse:
         # The first message says whether a runner took the run: a full queue is still an
         # HTTP status, not an event in a stream that already said 200.
-        first = await anext(messages)
+        first = await _next(request, messages)
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        if first is None:
+            return response
         await response.prepare(request)
-        pending: list[dict[str, Any]] = [first]
+        message: dict[str, Any] | None = first
         try:
-            while True:
-                for message in pending:
-                    event = _stream_event(message)
-                    if event is not None:
-                        await response.write(format_event(event))
-                    if message["t"] in protocol.FINAL:
-                        await response.write_eof()
-                        return response
-                pending = [await anext(messages)]
+            while message is not None:
+                event = _stream_event(message)
+                if event is not None:
+                    await response.write(format_event(event))
+                if message["t"] in protocol.FINAL:
+                    break
+                message = await _next(request, messages)
         except RunFailed as exc:
-            await response.write(
-                format_event({"event": "error", "data": exc.message, "type": "text"})
-            )
+            event = {"event": "error", "data": exc.message, "type": "text"}
+            with contextlib.suppress(ConnectionError):
+                await response.write(format_event(event))
         except (ConnectionError, StopAsyncIteration):
             pass  # the client left (the run is cancelled by aclose) or the runner went away
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
+
+
+async def _next(
+    request: web.Request, messages: AsyncGenerator[dict[str, Any], None]
+) -> dict[str, Any] | None:
+    """The run's next message, or None as soon as the client has gone: then the wait is
+    cancelled, which cancels the run on its runner host (a client that leaves must not keep
+    a sandbox busy until its time-out)."""
+    waiting = asyncio.ensure_future(anext(messages))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return waiting.result()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                await _abandon(waiting)
+                return None
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler when the client disconnects.
+        await _abandon(waiting)
+        raise
+
+
+async def _abandon(waiting: asyncio.Future[Any]) -> None:
+    waiting.cancel()  # the generator's clean-up sends the cancel to the runner host
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await waiting
 
 
 FUNCTIONS = web.AppKey("functions", FunctionsGateway)

@@ -144,6 +144,9 @@ class Sandbox:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(write_fd,),
+                # Its own process group: the sandbox's pid 1 (bwrap's reaper) stays in it, and
+                # when that dies the kernel ends everything in the pid namespace.
+                start_new_session=True,
                 cwd="/",
                 env={},  # bwrap's own reaper (pid 1 inside) shows its environment in /proc
             )
@@ -152,7 +155,7 @@ class Sandbox:
             return RunFailure(f"sandbox failed to start: {exc}")
         finally:
             os.close(write_fd)
-        run = _Run(proc, read_fd, payload, self.limits, on_line)
+        run = _Run(proc, read_fd, payload, self.limits, on_line, slot)
         try:
             await run.wait()
         finally:
@@ -170,8 +173,10 @@ class _Run:
         payload: bytes,
         limits: SandboxLimits,
         on_line: LineSink | None,
+        slot: CgroupSlot | None,
     ) -> None:
         self.proc = proc
+        self.slot = slot
         self.result_fd = result_fd
         self.payload = payload
         self.limits = limits
@@ -183,8 +188,15 @@ class _Run:
         self.timed_out = False
 
     def kill(self) -> None:
+        """Kill the whole tree at once. bwrap's --die-with-parent is not enough on its own:
+        the sandbox's reaper can outlive the outer bwrap (the death signal is reset when it
+        changes uid), and then it holds the pipes open."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGKILL)
+        if self.slot is not None:
+            self.slot.kill_all()
 
     async def wait(self) -> None:
         loop = asyncio.get_running_loop()

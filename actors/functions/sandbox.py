@@ -67,7 +67,7 @@ def bwrap_argv(
 ) -> list[str]:
     """The bubblewrap command line: every namespace unshared (so no network at all), uid 65534
     with no capabilities, an empty environment, read-only /usr, a fresh size-capped tmpfs for
-    /tmp and the home directory, and a read-only root."""
+    /tmp and the home directory, and a read-only root and /dev (device nodes still work)."""
     tmpfs = str(limits.tmpfs_bytes)
     return [
         bwrap,
@@ -90,6 +90,7 @@ def bwrap_argv(
         "--perms", "0700", "--size", tmpfs, "--tmpfs", HOME,
         "--ro-bind", wrapper_host_path, wrapper_sandbox_path,
         "--remount-ro", "/",
+        "--remount-ro", "/dev",
         "--chdir", HOME,
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",

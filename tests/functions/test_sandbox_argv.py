@@ -41,6 +41,7 @@ def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
         "--perms", "0700", "--size", "16777216", "--tmpfs", "/home/sandbox",
         "--ro-bind", "/srv/cairn/actors/functions/sandboxed/run.py", "/cairn/run.py",
         "--remount-ro", "/",
+        "--remount-ro", "/dev",
         "--chdir", "/home/sandbox",
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",
