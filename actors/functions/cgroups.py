@@ -82,6 +82,25 @@ def _unescape(field: str) -> str:
     )  # fmt: skip
 
 
+def process_tree(root: int) -> set[int]:
+    """``root`` and its descendants, from /proc (empty when it is gone)."""
+    tree: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        tree.add(pid)
+        for tid in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                todo += [
+                    int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+                ]
+    return tree
+
+
 @attrs.define
 class CgroupSlot:
     """The groups of one runner slot; only one run uses them at a time."""

@@ -32,13 +32,9 @@ from actors.functions.results import (
 )
 from actors.functions.sandbox import (
     LAUNCH_FAILED,
-    WRAPPER_DIR,
     Runtimes,
-    bwrap_argv,
-    launcher_argv,
-    program_argv,
-    rlimits,
-    wrapper_name,
+    runtime_word,
+    sandbox_argv,
 )
 
 log = logging.getLogger(__name__)
@@ -91,9 +87,23 @@ class _Output:
         return not self.exceeded
 
 
+@attrs.define
+class Started:
+    """A sandbox started ahead of its run, waiting for the runtime's name on stdin."""
+
+    proc: asyncio.subprocess.Process
+    result_read: int  # our end of the result pipe
+    result_fd: int  # the number of its write end in the sandbox
+    slot: CgroupSlot | None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+
 class Sandbox:
-    """Runs jobs with fixed limits and runtimes; safe to use from many tasks at once (each
-    call brings its own cgroup slot)."""
+    """Starts sandboxes and runs jobs in them with fixed limits and runtimes; safe to use from
+    many tasks at once (each brings its own cgroup slot)."""
 
     def __init__(
         self,
@@ -105,41 +115,22 @@ class Sandbox:
         self.runtimes = runtimes or Runtimes()
         self.wrappers = wrappers
 
-    def argv(self, language: Language, slot: CgroupSlot | None) -> list[str]:
-        name = wrapper_name(language)
-        inner = bwrap_argv(
-            program_argv(language, self.runtimes, self.limits),
-            wrapper_host_path=str(self.wrappers / name),
-            wrapper_sandbox_path=f"{WRAPPER_DIR}/{name}",
-            limits=self.limits,
-            bwrap=self.runtimes.bwrap,
-        )
-        return launcher_argv(
-            self.runtimes.shell,
-            inner,
+    def argv(self, slot: CgroupSlot | None) -> list[str]:
+        return sandbox_argv(
+            self.runtimes,
+            self.limits,
+            wrappers_host_dir=str(self.wrappers),
             cgroup_procs=slot.procs_files() if slot else [],
-            limits=rlimits(
-                language,
-                self.limits,
-                memory_cgroup=bool(slot and slot.memory),
-                pids_cgroup=bool(slot and slot.pids),
-            ),
+            memory_cgroup=bool(slot and slot.memory),
+            pids_cgroup=bool(slot and slot.pids),
         )
 
-    async def run(
-        self, job: RunJob, *, slot: CgroupSlot | None = None, on_line: LineSink | None = None
-    ) -> Outcome:
+    async def start(self, slot: CgroupSlot | None = None) -> Started:
+        """Start a sandbox that waits for a run. Raises OSError when it cannot."""
         read_fd, write_fd = os.pipe()
         try:
-            payload = stdin_payload(job, write_fd)
-        except (ValueError, RecursionError):
-            os.close(read_fd)
-            os.close(write_fd)
-            return RunFailure("input is not valid JSON")
-        oom_before = slot.oom_kills() if slot else 0
-        try:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(job.language, slot),
+                *self.argv(slot),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -150,12 +141,47 @@ class Sandbox:
                 cwd="/",
                 env={},  # bwrap's own reaper (pid 1 inside) shows its environment in /proc
             )
-        except OSError as exc:
+        except OSError:
             os.close(read_fd)
-            return RunFailure(f"sandbox failed to start: {exc}")
+            raise
         finally:
             os.close(write_fd)
-        run = _Run(proc, read_fd, payload, self.limits, on_line, slot)
+        return Started(proc, read_fd, write_fd, slot)
+
+    async def discard(self, started: Started) -> None:
+        """Kill a started sandbox that will not run anything."""
+        _kill_tree(started.proc, started.slot)
+        await started.proc.wait()
+        os.close(started.result_read)
+        if started.slot is not None:
+            await started.slot.empty()
+
+    async def run(
+        self,
+        job: RunJob,
+        *,
+        slot: CgroupSlot | None = None,
+        on_line: LineSink | None = None,
+        started: Started | None = None,
+    ) -> Outcome:
+        """Run ``job`` in ``started`` (or in a sandbox started now), then empty the slot."""
+        if started is not None and not started.alive:
+            await self.discard(started)
+            started = None
+        if started is None:
+            try:
+                started = await self.start(slot)
+            except OSError as exc:
+                return RunFailure(f"sandbox failed to start: {exc}")
+        try:
+            payload = stdin_payload(job, started.result_fd)
+        except (ValueError, RecursionError):
+            await self.discard(started)
+            return RunFailure("input is not valid JSON")
+        header = f"{runtime_word(job.language)}\n".encode()
+        slot = started.slot
+        oom_before = slot.oom_kills() if slot else 0
+        run = _Run(started.proc, started.result_read, header + payload, self.limits, on_line, slot)
         try:
             await run.wait()
         finally:
@@ -163,6 +189,18 @@ class Sandbox:
                 await slot.empty()
         oom_killed = slot is not None and slot.oom_kills() > oom_before
         return run.outcome(oom_killed=oom_killed, limits=self.limits)
+
+
+def _kill_tree(proc: asyncio.subprocess.Process, slot: CgroupSlot | None) -> None:
+    """Kill a sandbox's whole tree at once. bwrap's --die-with-parent is not enough on its
+    own: the sandbox's reaper can outlive the outer bwrap (the death signal is reset when it
+    changes uid), and then it holds the pipes open."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGKILL)
+    if slot is not None:
+        slot.kill_all()
 
 
 class _Run:
@@ -188,15 +226,7 @@ class _Run:
         self.timed_out = False
 
     def kill(self) -> None:
-        """Kill the whole tree at once. bwrap's --die-with-parent is not enough on its own:
-        the sandbox's reaper can outlive the outer bwrap (the death signal is reset when it
-        changes uid), and then it holds the pipes open."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGKILL)
-        if self.slot is not None:
-            self.slot.kill_all()
+        _kill_tree(self.proc, self.slot)
 
     async def wait(self) -> None:
         loop = asyncio.get_running_loop()

@@ -23,7 +23,7 @@ from nats.aio.subscription import Subscription
 from actors.functions import cgroups, protocol
 from actors.functions.languages import Language, parse_language
 from actors.functions.results import RunFailure, RunResult
-from actors.functions.runner import RunJob, Sandbox
+from actors.functions.runner import RunJob, Sandbox, Started
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
 
@@ -81,6 +81,7 @@ class RunnerHost:
         self._cancelled: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
+        self._warm_roots: set[int] = set()
         self._subs: list[Subscription] = []
 
     async def start(self) -> None:
@@ -161,23 +162,58 @@ class RunnerHost:
     # -- work ------------------------------------------------------------------------------
 
     async def _worker(self, slot: cgroups.CgroupSlot | None) -> None:
-        while True:
-            job = await self.queue.get()
-            self._queued.discard(job.id)
-            try:
-                if job.id in self._cancelled:
+        # Each slot keeps the next sandbox started and waiting (see sandbox.py: most of a
+        # sandbox's cost is latency that is better paid between runs than during one).
+        warm: Started | None = await self._warm(slot)
+        try:
+            while True:
+                job = await self.queue.get()
+                self._queued.discard(job.id)
+                try:
+                    if job.id not in self._cancelled:
+                        started, warm = warm, None
+                        task = asyncio.create_task(self._execute(job, slot, started))
+                        self._running[job.id] = task
+                        await asyncio.wait([task])
+                        self._running.pop(job.id, None)
                     self._cancelled.discard(job.id)
-                    continue
-                task = asyncio.create_task(self._execute(job, slot))
-                self._running[job.id] = task
-                await asyncio.wait([task])
-            finally:
-                self._running.pop(job.id, None)
-                self.pending -= 1
-                if self.pending == 0:
-                    self.idle.set()
+                    if warm is None:
+                        warm = await self._warm(slot)
+                finally:
+                    # The job counts until the slot is ready again, so "idle" means ready.
+                    self.pending -= 1
+                    if self.pending == 0:
+                        self.idle.set()
+        finally:
+            self._warm_roots.discard(warm.proc.pid if warm else -1)
+            if warm is not None:
+                await asyncio.shield(self.sandbox.discard(warm))
 
-    async def _execute(self, job: _Job, slot: cgroups.CgroupSlot | None) -> None:
+    async def _warm(self, slot: cgroups.CgroupSlot | None) -> Started | None:
+        try:
+            started = await self.sandbox.start(slot)
+        except OSError:
+            log.exception("runner: could not start a sandbox ahead of time")
+            return None
+        self._warm_roots.add(started.proc.pid)
+        return started
+
+    def leftovers(self) -> set[int]:
+        """Processes in the slots' cgroups other than the waiting sandboxes: after a run has
+        ended this must be empty."""
+        if self.cgroups is None:
+            return set()
+        waiting: set[int] = set()
+        for root in self._warm_roots:
+            waiting |= cgroups.process_tree(root)
+        members: set[int] = set()
+        for slot in self.cgroups.slots:
+            members |= slot.members()
+        return members - waiting
+
+    async def _execute(
+        self, job: _Job, slot: cgroups.CgroupSlot | None, started: Started | None
+    ) -> None:
         outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -192,23 +228,31 @@ class RunnerHost:
         sender = asyncio.create_task(deliver())
         outbox.put_nowait({"t": protocol.STARTED})
         try:
-            final = await self._final(job, slot, on_line if job.stream else None)
+            final = await self._final(job, slot, started, on_line if job.stream else None)
             outbox.put_nowait(final)
         finally:
             outbox.put_nowait(None)
             await asyncio.shield(sender)
 
     async def _final(
-        self, job: _Job, slot: cgroups.CgroupSlot | None, on_line: Any
+        self,
+        job: _Job,
+        slot: cgroups.CgroupSlot | None,
+        started: Started | None,
+        on_line: Any,
     ) -> dict[str, Any]:
+        if started is not None:
+            self._warm_roots.discard(started.proc.pid)
         code = job.code
         if job.language is Language.TYPESCRIPT:
             try:
                 code = await self.transpiler.transpile(code)
             except TranspileError as exc:
+                if started is not None:
+                    await self.sandbox.discard(started)
                 return {"t": protocol.ERROR, "message": str(exc)}
         outcome = await self.sandbox.run(
-            RunJob(job.language, code, job.input_json), slot=slot, on_line=on_line
+            RunJob(job.language, code, job.input_json), slot=slot, on_line=on_line, started=started
         )
         if isinstance(outcome, RunResult):
             return {"t": protocol.RESULT, "data": outcome.data, "type": str(outcome.type)}

@@ -1,0 +1,245 @@
+"""Benchmark of the script execution service, against baselines measured in the same process.
+
+1. End-to-end ``POST /run-now`` latency (median, p99) per language for a trivial function,
+   through the real service (HTTP, NATS, runner host, sandbox), against the same code run
+   bare by the sandbox (bwrap + cgroups + wrapper, no service) and against the bare runtime
+   start inside bwrap alone (``python3 -c pass``, ``node -e 0``).
+2. TypeScript against ``tsx`` per run (what a naive service would do: tsx transpiles on every
+   start), and against JavaScript.
+3. Runs per second at concurrency 4 (trivial Python).
+
+Targets (issue 4, this 2-core machine): Python median <= 30 ms, JavaScript median <= 45 ms,
+TypeScript median within 1.2x JavaScript, >= 40 trivial runs/s.
+
+    .venv/bin/python -m ops.bench.functions [--runs 60] [--throughput 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from actors.functions import cgroups
+from actors.functions.languages import Language
+from actors.functions.limits import SandboxLimits
+from actors.functions.runner import WRAPPERS, RunJob, Sandbox
+from actors.functions.sandbox import Runtimes, bwrap_argv
+from actors.functions.settings import FunctionsSettings
+from actors.functions.transpile import OPS, Transpiler, find_esbuild
+from events.nats_server import EmbeddedNats, free_port
+from gateway.functions import build
+from gateway.runtime import open_runtime
+
+CODE = {
+    Language.PYTHON: "return {'ok': True, 'n': event.get('n', 0) + 1}",
+    Language.JAVASCRIPT: "return {ok: true, n: (event.n || 0) + 1}",
+    Language.TYPESCRIPT: "const n: number = (event.n || 0) + 1; return {ok: true, n}",
+}
+TARGETS = {Language.PYTHON: 0.030, Language.JAVASCRIPT: 0.045}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fmt(values: list[float]) -> str:
+    median, p99 = statistics.median(values) * 1e3, pct(values, 0.99) * 1e3
+    return f"median {median:6.1f} ms   p99 {p99:6.1f} ms"
+
+
+async def timed(runs: int, once: Callable[[], Awaitable[object]], warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        await once()
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        await once()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def bare_runtime(language: Language, limits: SandboxLimits) -> list[str]:
+    runtimes = Runtimes()
+    program = (
+        [runtimes.python, "-I", "-S", "-c", "pass"]
+        if language is Language.PYTHON
+        else [runtimes.node, "-e", "0"]
+    )
+    return bwrap_argv(program, wrappers_host_dir=str(WRAPPERS), limits=limits)
+
+
+async def run_argv(argv: list[str]) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"{argv[0]} failed")
+
+
+async def bench(runs: int, throughput: int) -> int:
+    settings = FunctionsSettings.from_env({})
+    print(
+        f"machine: {os.cpu_count()} cores; RUN_CONCURRENCY={settings.concurrency}, "
+        f"RUN_QUEUE={settings.queue}; {runs} runs per figure\n"
+    )
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with EmbeddedNats(root / "nats") as nats:
+            env = {"NATS_URL": nats.url, "CAIRN_DATA": str(root / "data")}
+            async with open_runtime(env, root / "data") as runtime:
+                app = await build(runtime)
+                runner = web.AppRunner(app, access_log=None)
+                await runner.setup()
+                port = free_port("127.0.0.1")
+                await web.TCPSite(runner, "127.0.0.1", port).start()
+                base = f"http://127.0.0.1:{port}"
+                try:
+                    async with aiohttp.ClientSession(base_url=base) as http:
+                        failures += await measure(http, settings, root, runs, throughput)
+                finally:
+                    await runner.cleanup()
+    print("\nresult:", "all targets met" if not failures else "MISSED: " + "; ".join(failures))
+    return 1 if failures else 0
+
+
+async def measure(
+    http: aiohttp.ClientSession,
+    settings: FunctionsSettings,
+    root: Path,
+    runs: int,
+    throughput: int,
+) -> list[str]:
+    failures: list[str] = []
+    sandbox = Sandbox(settings.limits, settings.runtimes)
+    transpiler = Transpiler(find_esbuild({}), root / "bench-ts")
+    groups = cgroups.create(1, settings.limits) if settings.cgroups else None
+    slot = groups.slots[0] if groups else None
+
+    async def service_run(language: Language) -> None:
+        body = {"language": str(language), "code": CODE[language], "input": '{"n": 1}'}
+        async with http.post("/run-now", json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"{language}: {response.status} {await response.text()}")
+            await response.read()
+
+    async def sandbox_run(language: Language) -> None:
+        code = CODE[language]
+        if language is Language.TYPESCRIPT:
+            code = await transpiler.transpile(code)
+        await sandbox.run(RunJob(language, code, '{"n": 1}'), slot=slot)
+
+    async def prestarted_run(language: Language) -> float:
+        # As the runner host does: the sandbox is started before the run is asked for.
+        code = CODE[language]
+        if language is Language.TYPESCRIPT:
+            code = await transpiler.transpile(code)
+        started = await sandbox.start(slot)
+        await asyncio.sleep(0.05)  # the sandbox settles, as between two requests
+        begin = time.perf_counter()
+        await sandbox.run(RunJob(language, code, '{"n": 1}'), slot=slot, started=started)
+        return time.perf_counter() - begin
+
+    medians: dict[Language, float] = {}
+    try:
+        for language in Language:
+            print(f"{language}")
+            if language is not Language.TYPESCRIPT:
+                argv = bare_runtime(language, settings.limits)
+                bare = await timed(runs, partial(run_argv, argv))
+                print(f"  runtime start in bwrap only  {fmt(bare)}")
+            cold = await timed(runs, partial(sandbox_run, language))
+            print(f"  sandbox run, started cold    {fmt(cold)}")
+            direct = [await prestarted_run(language) for _ in range(runs)]
+            print(f"  sandbox run, pre-started     {fmt(direct)}   (no service)")
+            service = await timed(runs, partial(service_run, language))
+            medians[language] = statistics.median(service)
+            ratio = medians[language] / statistics.median(direct)
+            print(f"  POST /run-now (service)      {fmt(service)}   {ratio:.2f}x pre-started")
+            target = TARGETS.get(language)
+            if target is not None:
+                ok = medians[language] <= target
+                print(f"  target median <= {target * 1e3:.0f} ms: {'met' if ok else 'MISSED'}")
+                if not ok:
+                    failures.append(f"{language} median {medians[language] * 1e3:.1f} ms")
+            if language is Language.TYPESCRIPT:
+                tsx = await tsx_per_run(root, runs)
+                if tsx:
+                    vs_tsx = medians[language] / statistics.median(tsx)
+                    print(f"  tsx per run (bare, no sandbox) {fmt(tsx)}   service is {vs_tsx:.2f}x")
+                vs_js = medians[language] / medians[Language.JAVASCRIPT]
+                ok = vs_js <= 1.2
+                print(f"  target within 1.2x JavaScript: {vs_js:.2f}x {'met' if ok else 'MISSED'}")
+                if not ok:
+                    failures.append(f"typescript {vs_js:.2f}x javascript")
+        rate = await runs_per_second(service_run, throughput)
+        ok = rate >= 40
+        print(f"\nthroughput: {rate:.1f} trivial Python runs/s at concurrency 4"
+              f"   target >= 40: {'met' if ok else 'MISSED'}")  # fmt: skip
+        if not ok:
+            failures.append(f"{rate:.1f} runs/s")
+    finally:
+        if groups is not None:
+            groups.remove()
+    return failures
+
+
+async def tsx_per_run(root: Path, runs: int) -> list[float]:
+    cli = OPS / "node_modules" / "tsx" / "dist" / "cli.mjs"
+    if not cli.is_file():
+        print("  tsx per run: not installed (ops/setup installs it)")
+        return []
+    script = root / "fn.ts"
+    body = CODE[Language.TYPESCRIPT].replace("return", "const result =")
+    script.write_text(
+        f"const event: any = {{n: 1}};\n{body}\nconsole.log(JSON.stringify(result))\n"
+    )
+    argv = ["/usr/bin/node", str(cli), str(script)]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root)}
+
+    async def once() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
+        await proc.wait()
+
+    return await timed(max(10, runs // 3), once, warmup=1)
+
+
+async def runs_per_second(once: Callable[[Language], Awaitable[None]], total: int) -> float:
+    remaining = total
+
+    async def client() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await once(Language.PYTHON)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(4)))
+    return total / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--throughput", type=int, default=200)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(bench(args.runs, args.throughput)))
+
+
+if __name__ == "__main__":
+    main()
