@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "sh"
 FORBIDDEN = "this IP is not allowed to perform this action"
 STEP_CHECK_ID = "preparation > checking VMID"
-_COMMAND_TIMEOUT = 30.0
+# An install waits for its first records to be stored; under load that queues.
+_COMMAND_TIMEOUT = 120.0
 _STREAMING = {Command.START, Command.REBOOT, Command.SET_NODE}
 _SYNC_ACTIONS = {
     "stop": Command.STOP,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from actors.vm.pve_output import (
 from actors.vm.requests import InstallRequest
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
-from events.bus import serve_json
+from events.bus import JsonHandler
 from events.store import Recorded
 from gateway.runtime import Runtime
 
@@ -51,6 +52,32 @@ SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
+
+
+async def serve_concurrently(nc: Any, subject: str, handler: JsonHandler) -> Subscription:
+    """Like `events.bus.serve_json`, but each request runs in its own task.
+
+    nats-py runs a subscription's callbacks one after another, so with `serve_json` twenty
+    installs would wait in line behind each other's cluster reads; here they overlap.
+    """
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(msg: Any) -> None:
+        try:
+            reply = await handler(json.loads(msg.data))
+        except Exception as exc:
+            log.exception("handler for %s failed", subject)
+            reply = _error(500, str(exc) or type(exc).__name__)
+        if msg.reply:
+            await msg.respond(json.dumps(reply, separators=(",", ":")).encode())
+
+    async def on_msg(msg: Any) -> None:
+        task = asyncio.create_task(answer(msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    sub: Subscription = await nc.subscribe(subject, cb=on_msg)
+    return sub
 
 
 def _error(status: int, message: str) -> dict[str, Any]:
@@ -146,7 +173,7 @@ class VmService:
         self.cluster: Cluster | None = None
         self.allocator: ActorHandle | None = None
         self.services: Services | None = None
-        self._list_cache: bytes | None = None
+        self._vms_read: asyncio.Future[list[VmResource] | None] | None = None
 
     @property
     def data(self) -> Path:
@@ -174,10 +201,10 @@ class VmService:
                 self.inventory.infos[int(ident)] = await handle.ask(Query())
         nc = self.runtime.nc
         self._subs = [
-            await serve_json(nc, SUBJECT_INSTALL, self._on_install),
-            await serve_json(nc, SUBJECT_DO, self._on_do),
-            await serve_json(nc, SUBJECT_STATUS, self._on_status),
-            await serve_json(nc, SUBJECT_LIST, self._on_list),
+            await serve_concurrently(nc, SUBJECT_INSTALL, self._on_install),
+            await serve_concurrently(nc, SUBJECT_DO, self._on_do),
+            await serve_concurrently(nc, SUBJECT_STATUS, self._on_status),
+            await serve_concurrently(nc, SUBJECT_LIST, self._on_list),
         ]
         await self.poll()
         self._tasks = [
@@ -230,7 +257,6 @@ class VmService:
                         self.inventory.infos[vmid] = info
                         if info.state is State.ABSENT:
                             self.inventory.vms.pop(vmid, None)
-            self._list_cache = None
 
     async def _poller(self) -> None:
         while True:
@@ -243,6 +269,12 @@ class VmService:
                 log.exception("vm inventory poll failed")
 
     async def cluster_vms(self) -> list[VmResource] | None:
+        """The cluster's VMs; concurrent callers share one `pvesh` run."""
+        if self._vms_read is None or self._vms_read.done():
+            self._vms_read = asyncio.ensure_future(self._read_cluster_vms())
+        return await asyncio.shield(self._vms_read)
+
+    async def _read_cluster_vms(self) -> list[VmResource] | None:
         assert self.cluster is not None
         result = await self.cluster.main(qm.cluster_resources("vm"))
         if not result.ok:
@@ -275,7 +307,6 @@ class VmService:
                     seen.pop(vmid, None)
         self.inventory.vms = seen
         self.inventory.polled_at = started
-        self._list_cache = None
         for vmid, res in seen.items():
             info = self.inventory.infos.get(vmid)
             if info is None or info.state is State.ABSENT:

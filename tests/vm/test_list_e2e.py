@@ -1,0 +1,68 @@
+"""The cluster-wide list, concurrency of installs, and VMs cairn did not create."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actors.vm.transport import LocalTransport
+from tests.conftest import wait_for
+from tests.vm.conftest import Service
+
+VM_FIELDS = {"vmid", "name", "os", "running", "node", "cpu", "disk", "memory", "memory_used"}
+NODE_FIELDS = {"node", "max_cpu", "max_memory", "cpu", "memory", "memory_used", "disk", "running"}
+
+
+async def test_twenty_concurrent_installs_get_distinct_ids_and_ips(service: Service) -> None:
+    results = await asyncio.gather(*(service.install() for _ in range(20)))
+    assert all(r.closed and r.last["status"] == "success" for r in results), [
+        r.records[-1] for r in results if r.last["status"] != "success"
+    ]
+    ids = sorted(r.last["vm_id"] for r in results)
+    assert ids == list(range(100, 120))
+    assert len({r.last["ip"] for r in results}) == 20
+    listing = await service.list()
+    assert listing["count"] == 20 and len(listing["list"]) == 20
+    assert all(set(row) >= VM_FIELDS for row in listing["list"])
+    assert all(row["running"] for row in listing["list"])
+    nodes = {n["node"]: n for n in listing["cluster"]}
+    assert set(nodes) == {"pve1", "pve2", "pve3"}
+    assert all(set(n) >= NODE_FIELDS for n in nodes.values())
+    assert (nodes["pve1"]["running"], nodes["pve1"]["cpu"], nodes["pve1"]["memory"]) == (
+        20, 40, 20 * 2048,
+    )  # fmt: skip
+    assert nodes["pve1"]["max_cpu"] == 16 and nodes["pve1"]["max_memory"] == 64 * 1024
+
+
+async def test_a_vm_the_cluster_still_reports_as_unknown_lists_fine(start_service: Any) -> None:
+    service: Service = await start_service(VM_POLL_INTERVAL="0.1")
+    service.sim.set_statd_lag(3600)  # pvestatd has not seen the new VM yet
+    sse = await service.install(name="fresh", cpu=3, ram=1024, disk="20G")
+    vmid = sse.last["vm_id"]
+    listing = await service.list()
+    row = next(r for r in listing["list"] if r["vmid"] == vmid)
+    assert {k: row[k] for k in ("name", "os", "running", "node", "cpu", "memory", "disk")} == {
+        "name": "fresh", "os": "debian", "running": True, "node": "pve1",
+        "cpu": 3, "memory": 1024, "disk": 20,
+    }  # fmt: skip
+
+
+async def test_vms_made_outside_cairn_are_listed_and_managed(start_service: Any) -> None:
+    service: Service = await start_service(VM_POLL_INTERVAL="0.1")
+    qm = LocalTransport(service.sim.env())
+    made = await qm.run(["qm", "create", "200", "--name", "outside", "--cores", "1"])
+    assert made.ok, made
+
+    async def listed() -> dict[str, Any] | None:
+        rows = (await service.list())["list"]
+        return next((r for r in rows if r["vmid"] == 200), None)
+
+    row = await wait_for(listed, timeout=10, what="VM 200 in the list")
+    assert (row["name"], row["node"], row["running"], row["cpu"]) == ("outside", "pve1", False, 1)
+
+    async def adopted() -> bool:
+        return await service.get("/vm/200/status") == (200, "stopped")
+
+    await wait_for(adopted, timeout=10, what="VM 200 adopted")
+    assert await service.post("/vm/200/destroy") == (200, "ok")
+    assert service.sim.vm(200) is None
