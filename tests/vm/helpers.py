@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
 from actors.vm.settings import VmSettings, load_settings
+from tests.conftest import wait_for
+
+T = TypeVar("T")
 
 BASE_ENV = {
     "GATEWAY": "192.168.0.1",
@@ -20,3 +26,11 @@ def settings(**extra: str) -> VmSettings:
 PUBKEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host"
 )
+
+
+async def until(
+    condition: Callable[[], Awaitable[T | None]], *, timeout: float = 10.0, what: str = "it"
+) -> T:
+    """`tests.conftest.wait_for` for async conditions, typed for mypy."""
+    value: object = await wait_for(condition, timeout=timeout, what=what)  # type: ignore[arg-type]
+    return cast(T, value)

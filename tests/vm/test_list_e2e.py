@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from actors.vm.transport import LocalTransport
-from tests.conftest import wait_for
 from tests.vm.conftest import Service
+from tests.vm.helpers import until
 
 VM_FIELDS = {"vmid", "name", "os", "running", "node", "cpu", "disk", "memory", "memory_used"}
 NODE_FIELDS = {"node", "max_cpu", "max_memory", "cpu", "memory", "memory_used", "disk", "running"}
@@ -57,12 +57,12 @@ async def test_vms_made_outside_cairn_are_listed_and_managed(start_service: Any)
         rows = (await service.list())["list"]
         return next((r for r in rows if r["vmid"] == 200), None)
 
-    row = await wait_for(listed, timeout=10, what="VM 200 in the list")
+    row: dict[str, Any] = await until(listed, timeout=10, what="VM 200 in the list")
     assert (row["name"], row["node"], row["running"], row["cpu"]) == ("outside", "pve1", False, 1)
 
-    async def adopted() -> bool:
-        return await service.get("/vm/200/status") == (200, "stopped")
+    async def adopted() -> bool | None:
+        return await service.get("/vm/200/status") == (200, "stopped") or None
 
-    await wait_for(adopted, timeout=10, what="VM 200 adopted")
+    await until(adopted, timeout=10, what="VM 200 adopted")
     assert await service.post("/vm/200/destroy") == (200, "ok")
     assert service.sim.vm(200) is None
