@@ -32,5 +32,5 @@ async def until(
     condition: Callable[[], Awaitable[T | None]], *, timeout: float = 10.0, what: str = "it"
 ) -> T:
     """`tests.conftest.wait_for` for async conditions, typed for mypy."""
-    value: object = await wait_for(condition, timeout=timeout, what=what)  # type: ignore[arg-type]
+    value: object = await wait_for(condition, timeout=timeout, what=what)
     return cast(T, value)
