@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # when JSON escaping makes it six times longer).
 LOG_PIECE = 16 * 1024
 STOP_GRACE_S = 10.0
+SPARE_FACTOR = 2
 
 
 @attrs.frozen
@@ -82,15 +83,23 @@ class RunnerHost:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._warm_roots: set[int] = set()
+        self._ready: asyncio.Queue[Started] = asyncio.Queue()
+        self._warming: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
 
     async def start(self) -> None:
-        count = self.settings.concurrency
+        # Twice as many sandboxes as concurrent runs: while one is emptied and started again
+        # (mostly waiting on the kernel), a worker takes the next run in another.
+        count = self.settings.concurrency * SPARE_FACTOR
         if self.settings.cgroups:
             self.cgroups = await asyncio.to_thread(cgroups.create, count, self.settings.limits)
             log.info("runner: cgroup controllers %s", ", ".join(self.cgroups.controllers) or "none")
         slots = self.cgroups.slots if self.cgroups else [None] * count
-        self._workers = [asyncio.create_task(self._worker(slot)) for slot in slots]
+        for slot in slots:
+            self._prepare(slot)
+        self._workers = [
+            asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
+        ]
         self._subs = [
             await self.nc.subscribe(
                 protocol.RUN_SUBJECT, queue=protocol.RUNNERS_QUEUE, cb=self._on_run
@@ -111,10 +120,15 @@ class RunnerHost:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs = []
-        for task in [*self._workers, *self._running.values()]:
+        tasks = [*self._workers, *self._running.values(), *self._warming]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._workers, *self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._workers = []
+        while not self._ready.empty():
+            started = self._ready.get_nowait()
+            self._warm_roots.discard(started.proc.pid)
+            await self.sandbox.discard(started)
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
             self.cgroups = None
@@ -161,42 +175,52 @@ class RunnerHost:
 
     # -- work ------------------------------------------------------------------------------
 
-    async def _worker(self, slot: cgroups.CgroupSlot | None) -> None:
-        # Each slot keeps the next sandbox started and waiting (see sandbox.py: most of a
-        # sandbox's cost is latency that is better paid between runs than during one).
-        warm: Started | None = await self._warm(slot)
-        try:
-            while True:
-                job = await self.queue.get()
-                self._queued.discard(job.id)
-                try:
-                    if job.id not in self._cancelled:
-                        started, warm = warm, None
-                        task = asyncio.create_task(self._execute(job, slot, started))
-                        self._running[job.id] = task
-                        await asyncio.wait([task])
-                        self._running.pop(job.id, None)
+    async def _worker(self) -> None:
+        while True:
+            job = await self.queue.get()
+            self._queued.discard(job.id)
+            try:
+                if job.id in self._cancelled:
                     self._cancelled.discard(job.id)
-                    if warm is None:
-                        warm = await self._warm(slot)
-                finally:
-                    # The job counts until the slot is ready again, so "idle" means ready.
-                    self.pending -= 1
-                    if self.pending == 0:
-                        self.idle.set()
-        finally:
-            self._warm_roots.discard(warm.proc.pid if warm else -1)
-            if warm is not None:
-                await asyncio.shield(self.sandbox.discard(warm))
+                    continue
+                started = await self._ready.get()
+                self._warm_roots.discard(started.proc.pid)
+                task = asyncio.create_task(self._execute(job, started))
+                self._running[job.id] = task
+                await asyncio.wait([task])
+                self._running.pop(job.id, None)
+                self._prepare(started.slot)
+            finally:
+                self.pending -= 1
+                if self.pending == 0:
+                    self.idle.set()
 
-    async def _warm(self, slot: cgroups.CgroupSlot | None) -> Started | None:
-        try:
-            started = await self.sandbox.start(slot)
-        except OSError:
-            log.exception("runner: could not start a sandbox ahead of time")
-            return None
-        self._warm_roots.add(started.proc.pid)
-        return started
+    def _prepare(self, slot: cgroups.CgroupSlot | None) -> None:
+        """Start a sandbox in ``slot`` in the background and add it to the ready pool."""
+        task = asyncio.create_task(self._start_sandbox(slot))
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+
+    async def _start_sandbox(self, slot: cgroups.CgroupSlot | None) -> None:
+        delay = 0.05
+        while True:
+            if slot is not None:
+                await slot.empty()
+            try:
+                started = await self.sandbox.start(slot)
+            except OSError:
+                log.exception("runner: could not start a sandbox; retrying")
+                await asyncio.sleep(delay)  # a broken bwrap must not spin the loop
+                delay = min(delay * 2, 5.0)
+                continue
+            self._warm_roots.add(started.proc.pid)
+            self._ready.put_nowait(started)
+            return
+
+    @property
+    def settled(self) -> bool:
+        """No run in flight and every sandbox started and waiting (tests)."""
+        return self.pending == 0 and not self._warming
 
     def leftovers(self) -> set[int]:
         """Processes in the slots' cgroups other than the waiting sandboxes: after a run has
@@ -211,9 +235,7 @@ class RunnerHost:
             members |= slot.members()
         return members - waiting
 
-    async def _execute(
-        self, job: _Job, slot: cgroups.CgroupSlot | None, started: Started | None
-    ) -> None:
+    async def _execute(self, job: _Job, started: Started) -> None:
         outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -228,31 +250,25 @@ class RunnerHost:
         sender = asyncio.create_task(deliver())
         outbox.put_nowait({"t": protocol.STARTED})
         try:
-            final = await self._final(job, slot, started, on_line if job.stream else None)
+            final = await self._final(job, started, on_line if job.stream else None)
             outbox.put_nowait(final)
         finally:
             outbox.put_nowait(None)
             await asyncio.shield(sender)
 
-    async def _final(
-        self,
-        job: _Job,
-        slot: cgroups.CgroupSlot | None,
-        started: Started | None,
-        on_line: Any,
-    ) -> dict[str, Any]:
-        if started is not None:
-            self._warm_roots.discard(started.proc.pid)
+    async def _final(self, job: _Job, started: Started, on_line: Any) -> dict[str, Any]:
         code = job.code
         if job.language is Language.TYPESCRIPT:
             try:
                 code = await self.transpiler.transpile(code)
             except TranspileError as exc:
-                if started is not None:
-                    await self.sandbox.discard(started)
+                await self.sandbox.discard(started)
                 return {"t": protocol.ERROR, "message": str(exc)}
         outcome = await self.sandbox.run(
-            RunJob(job.language, code, job.input_json), slot=slot, on_line=on_line, started=started
+            RunJob(job.language, code, job.input_json),
+            slot=started.slot,
+            on_line=on_line,
+            started=started,
         )
         if isinstance(outcome, RunResult):
             return {"t": protocol.RESULT, "data": outcome.data, "type": str(outcome.type)}

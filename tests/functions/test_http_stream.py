@@ -88,7 +88,7 @@ async def test_a_log_arrives_while_the_script_still_runs(service: Service) -> No
         # The script is still running: its process is alive in a runner slot right now.
         assert runner.pending == 1 and runner._running
     # The client left: the run is cancelled and its processes are gone.
-    await wait_for(lambda: runner.pending == 0, what="the abandoned run to be cancelled")
+    await wait_for(lambda: runner.settled, what="the abandoned run to be cancelled")
     assert runner.leftovers() == set()
     assert (await service.run_now("python", "return 'next'")).json()["data"] == "next"
 
