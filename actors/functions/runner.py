@@ -247,17 +247,17 @@ class _Run:
             _, pending = await asyncio.wait(work, timeout=self.limits.timeout_s)
             if pending:
                 self.timed_out = not self.output.exceeded
-                self.kill()
-                _, pending = await asyncio.wait(pending, timeout=DRAIN_AFTER_KILL_S)
         finally:
             # Also on cancellation (the caller went away): nothing of the run may outlive it.
             feeder.cancel()
+            if self.proc.returncode is None or not all(task.done() for task in work):
+                self.kill()
+                # Read the pipes to their end: asyncio only finishes a process (and closes
+                # its pipes) once every pipe is at EOF.
+                await asyncio.wait(work, timeout=DRAIN_AFTER_KILL_S)
             for task in work:
                 task.cancel()
             transport.close()
-            if self.proc.returncode is None:
-                self.kill()
-                await asyncio.shield(self.proc.wait())
 
     async def _feed(self) -> None:
         stdin = self.proc.stdin
@@ -271,7 +271,7 @@ class _Run:
         pending = b""
         while chunk := await stream.read(CHUNK):
             if not self.output.take(len(chunk)):
-                return
+                continue  # over the cap: the run is being killed; drain to EOF
             if keep:
                 self.stdout.append(chunk)
             else:
@@ -285,9 +285,8 @@ class _Run:
 
     async def _collect(self, reader: asyncio.StreamReader) -> None:
         while chunk := await reader.read(CHUNK):
-            if not self.output.take(len(chunk)):
-                return
-            self.result += chunk
+            if self.output.take(len(chunk)):
+                self.result += chunk
 
     def _last_stderr_line(self) -> str:
         for line in reversed(self.stderr_tail.decode("utf-8", "replace").splitlines()):

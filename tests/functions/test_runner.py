@@ -1,6 +1,8 @@
 """The runner executing real code in bubblewrap: wrappers, typing, errors, limits."""
 
+import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from actors.functions.languages import Language
 from actors.functions.results import ResultType, RunFailure, RunResult
 from actors.functions.runner import RunJob, Sandbox
 from actors.functions.transpile import TranspileError, Transpiler
+from tests.conftest import wait_for
 
 PY, JS, TS = Language.PYTHON, Language.JAVASCRIPT, Language.TYPESCRIPT
 
@@ -234,3 +237,24 @@ def test_result_payload_json_round_trip() -> None:
         "data": {"a": 1},
         "type": "json",
     }
+
+
+async def test_runs_that_are_killed_leave_no_descriptors_behind(
+    sandbox: Sandbox, cgroup_set: Cgroups
+) -> None:
+    async def cancelled_run() -> None:
+        lines: list[str] = []
+        task = asyncio.create_task(
+            run(sandbox, cgroup_set, PY, "while True:\n    print('y' * 3000)", lines=lines)
+        )
+        await wait_for(lambda: lines, what="the run to print")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    before = len(os.listdir("/proc/self/fd"))
+    got = await run(sandbox, cgroup_set, PY, "while True:\n    print('x' * 1000)")
+    assert got == RunFailure("output limit of 65536 bytes exceeded")
+    await cancelled_run()
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert not cgroup_set.slots[0].members()
