@@ -94,14 +94,19 @@ def _build_parser() -> argparse.ArgumentParser:
     serve_p = sub.add_parser("serve", help="one service in the foreground")
     serve_p.add_argument("service", choices=[n for n in catalogue.KNOWN if n != "status"])
     serve_p.add_argument("--sim", action="store_true", help="vm: drive a simulated cluster")
-    sim_p = sub.add_parser("sim", help="the simulated Proxmox cluster alone")
-    sim_p.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("sim", help="the simulated Proxmox cluster alone (cairn sim --help)")
     if importlib.util.find_spec("gateway.search_cli"):
         importlib.import_module("gateway.search_cli").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        # The simulator owns its options; argparse's REMAINDER would refuse leading ones.
+        from pvesim.cli import run_sim
+
+        return int(run_sim(argv[1:]) or 0)
     args = _build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -66,6 +66,7 @@ class EventStream:
         self._quiet = asyncio.Event()
         self._pinger: asyncio.Task[None] | None = None
         self.closed = False
+        self._ending = False
 
     async def __aenter__(self) -> EventStream:
         await self.response.prepare(self._request)
@@ -78,6 +79,7 @@ class EventStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._ending = True
         if self._pinger is not None:
             self._pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,10 +120,13 @@ class EventStream:
         return True
 
     async def _ping(self) -> None:
-        while not self.closed:
+        # A flag as well as cancel(): if the wait finishes in the same tick as the cancel,
+        # the cancellation can be swallowed, and the stream must still end.
+        while not self.closed and not self._ending:
             self._quiet.clear()
             try:
-                await asyncio.wait_for(self._quiet.wait(), self._heartbeat)
+                async with asyncio.timeout(self._heartbeat):
+                    await self._quiet.wait()
             except TimeoutError:
-                if not await self._write(b": keep-alive\n\n"):
+                if self._ending or not await self._write(b": keep-alive\n\n"):
                     return

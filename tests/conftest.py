@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -15,8 +15,6 @@ from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
 from gateway.runtime import Runtime, open_runtime
-
-T = TypeVar("T")
 
 load_all()
 
@@ -52,8 +50,8 @@ async def runtime(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[Ru
 
 
 async def wait_for(
-    condition: Callable[[], Awaitable[T] | T], *, timeout: float = 10.0, what: str = "condition"
-) -> T:
+    condition: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
+) -> Any:
     """Poll ``condition`` until it is truthy; for state that offers nothing to await."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -61,7 +59,7 @@ async def wait_for(
         if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)

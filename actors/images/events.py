@@ -27,13 +27,9 @@ class ImageDeleted(Event):
     trashed_as: str
 
 
-# mypy cannot see through ``domain_event`` (it is not a ``dataclass_transform``), so it thinks
-# the classes take no arguments; these typed builders keep the call sites checked.
 def stored(path: str, type: str, size: int) -> ImageStored:
-    fields: dict[str, object] = {"path": path, "type": type, "size": size}
-    return ImageStored(**fields)
+    return ImageStored(path=path, type=type, size=size)
 
 
 def deleted(path: str, trashed_as: str) -> ImageDeleted:
-    fields: dict[str, object] = {"path": path, "trashed_as": trashed_as}
-    return ImageDeleted(**fields)
+    return ImageDeleted(path=path, trashed_as=trashed_as)

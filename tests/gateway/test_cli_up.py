@@ -1,0 +1,113 @@
+"""`cairn up` started the way the README says, as a separate process: it brings up the
+embedded nats-server and the health route, then stops cleanly on SIGINT and on SIGTERM,
+leaving nothing behind that breaks the next start."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from events.nats_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def up_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env.update(
+        CAIRN_DATA=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        SEARCH_INBOX=str(tmp_path / "inbox"),
+        CAIRN_PORT=str(free_port()),
+        VM_PORT=str(free_port()),
+        FUNCTIONS_PORT=str(free_port()),
+        IMAGES_PORT=str(free_port()),
+    )
+    return env
+
+
+async def start(
+    cmd: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, list[str]]:
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while True:
+        raw = await asyncio.wait_for(proc.stdout.readline(), 120)
+        if not raw:
+            raise AssertionError("cairn exited before it was ready:\n" + "".join(lines))
+        lines.append(raw.decode())
+        if "cairn: ready" in lines[-1]:
+            return proc, lines
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
+    env = up_env(tmp_path)
+    proc, lines = await start(cmd, tmp_path, env)
+    output = "".join(lines)
+    match = re.search(r"cairn: nats nats://127\.0\.0\.1:(\d+) \(embedded\)", output)
+    assert match, output
+    nats_port = int(match.group(1))
+    assert port_open(nats_port)
+    assert f"cairn: status on http://127.0.0.1:{env['CAIRN_PORT']}" in output
+    assert "GET     /health" in output
+
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{env['CAIRN_PORT']}/health") as resp:
+            assert resp.status == 200
+            assert await resp.text() == "ok"
+        async with session.get(f"http://127.0.0.1:{env['CAIRN_PORT']}/status") as resp:
+            status = await resp.json()
+    assert status["nats"] == f"nats://127.0.0.1:{nats_port}"
+
+    proc.send_signal(sig)
+    assert proc.stdout is not None
+    rest = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
+    assert await proc.wait() == 0, output + rest
+    assert "cairn: stopping" in rest
+    assert "Traceback" not in output + rest
+    assert not port_open(nats_port), "the embedded nats-server outlived cairn"
+    return output
+
+
+@pytest.mark.slow
+async def test_ops_run_starts_everything_and_stops_on_sigint_then_again_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    first = await run_once([str(ROOT / "ops" / "run")], tmp_path, signal.SIGINT)
+    # The same data directory again: nothing stale may stop the second start.
+    second = await run_once(
+        [str(Path(sys.executable).parent / "cairn"), "up"], tmp_path, signal.SIGTERM
+    )
+    assert "cairn: data in" in first and "cairn: data in" in second
+
+
+async def test_a_taken_port_is_a_clear_configuration_error(tmp_path: Path) -> None:
+    env = up_env(tmp_path)
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        env["PORT"] = str(blocker.getsockname()[1])
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "cairn"), "serve", "images",
+            cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{env['PORT']}" in err.decode()
