@@ -114,6 +114,13 @@ class EventStore:
         # loop keeps latency flat. Other databases are still protected by the unique key.
         self._write_lock = asyncio.Lock()
         self._listeners: list[AppendListener] = []
+        # Last version this process appended per stream (bounded; a miss only costs a read).
+        self._versions: dict[str, int] = {}
+
+    def _remember(self, stream: str, version: int) -> None:
+        if len(self._versions) >= 100_000:
+            self._versions.clear()
+        self._versions[stream] = version
 
     @classmethod
     async def open(cls, url: str) -> EventStore:
@@ -157,9 +164,12 @@ class EventStore:
         async with self._write_lock:
             try:
                 async with self._engine.begin() as conn:
-                    current = await self._current_version(conn, stream)
-                    if current != expected_version:
-                        raise ConcurrencyConflict(stream, expected_version, current)
+                    # A version this process wrote itself needs no re-read: if another writer
+                    # got there since, the unique (stream, version) key refuses the insert.
+                    if self._versions.get(stream) != expected_version:
+                        current = await self._current_version(conn, stream)
+                        if current != expected_version:
+                            raise ConcurrencyConflict(stream, expected_version, current)
                     result = await conn.execute(
                         events_table.insert().returning(
                             events_table.c.position, sort_by_parameter_order=True
@@ -168,9 +178,11 @@ class EventStore:
                     )
                     positions = [int(p) for p in result.scalars()]
             except IntegrityError:
+                self._versions.pop(stream, None)
                 async with self._engine.connect() as conn:
                     actual = await self._current_version(conn, stream)
                 raise ConcurrencyConflict(stream, expected_version, actual) from None
+            self._remember(stream, rows[-1]["version"])  # type: ignore[arg-type]
         recorded = [
             Recorded(pos, stream, row["version"], ev, now)  # type: ignore[arg-type]
             for pos, row, ev in zip(positions, rows, events, strict=True)

@@ -113,3 +113,21 @@ def test_subjects_escape_ids_into_one_token() -> None:
     assert subject_for("fn:a/b.c *>") == "cairn.evt.fn.a~2Fb~2Ec~20~2A~3E"
     with pytest.raises(ValueError):
         stream_name("bad.aggregate", 1)
+
+
+async def test_a_writer_with_a_remembered_version_still_meets_a_conflict(tmp_path: Path) -> None:
+    """The store skips re-reading versions it wrote itself; the unique key must then catch a
+    writer in another process that appended in between."""
+    url = default_store_url(tmp_path)
+    one, two = await EventStore.open(url), await EventStore.open(url)
+    try:
+        await one.append("counter:x", 0, [Incremented(1)])
+        await two.append("counter:x", 1, [Incremented(2), Incremented(3)])
+        with pytest.raises(ConcurrencyConflict) as info:
+            await one.append("counter:x", 1, [Incremented(9)])
+        assert info.value.actual == 3
+        assert [r.event.by for r in await one.read_stream("counter:x")] == [1, 2, 3]  # type: ignore[attr-defined]
+        await one.append("counter:x", 3, [Incremented(4)])
+    finally:
+        await one.close()
+        await two.close()
