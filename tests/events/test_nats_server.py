@@ -1,0 +1,61 @@
+"""The embedded nats-server: starts on a free port with JetStream, fails clearly, stops."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from events.bus import connect
+from events.nats_server import EmbeddedNats, NatsServerError, find_binary
+from gateway.runtime import open_runtime
+
+
+async def test_starts_with_jetstream_and_stops(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "nats")
+    url = await server.start()
+    nc = await connect(url)
+    try:
+        info = await nc.jetstream().account_info()
+        assert info is not None
+    finally:
+        await nc.close()
+        await server.stop()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", server.port or 0)) != 0
+
+
+async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        with pytest.raises(NatsServerError, match=f"port 127.0.0.1:{port} is taken"):
+            await EmbeddedNats(tmp_path / "nats", port=port).start()
+
+
+def test_a_missing_binary_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(NatsServerError, match=r"nats-server binary not found.*NATS_URL"):
+        find_binary()
+
+
+async def test_nats_url_means_no_embedded_server(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    env = {"NATS_URL": nats_server.url}
+    async with open_runtime(env, tmp_path / "data") as runtime:
+        assert runtime.embedded_nats is None
+        assert runtime.nats_url == nats_server.url
+        assert not (tmp_path / "data" / "nats").exists()
+
+
+async def test_without_nats_url_the_runtime_embeds_one_under_cairn_data(tmp_path: Path) -> None:
+    async with open_runtime({}, tmp_path / "data") as runtime:
+        assert runtime.embedded_nats is not None
+        assert (tmp_path / "data" / "nats").is_dir()
+        assert runtime.nc.is_connected
+    assert runtime.embedded_nats.port is not None
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", runtime.embedded_nats.port)) != 0
