@@ -27,7 +27,8 @@ STATE = DocumentState(size=1, mtime_ns=1, sha256="x")
 
 def corpus(n: int, rng: np.random.Generator) -> list[str]:
     """Paragraph-sized chunks over a Zipf-distributed vocabulary (common words everywhere)."""
-    syllables = ["ka", "lo", "mi", "ten", "ra", "su", "vel", "dor", "an", "is", "pre", "com"]
+    syllables = ["ka", "lo", "mi", "ten", "ra", "su", "vel", "dor", "an", "is"]
+    syllables += ["pre", "com", "ter", "ion", "al", "ber", "ne", "qu", "ox", "ist"]
     words: list[str] = []
     seen: set[str] = set()
     while len(words) < 40_000:
