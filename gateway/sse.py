@@ -56,8 +56,12 @@ class EventStream:
         heartbeat: float = 15.0,
         status: int = 200,
         headers: dict[str, str] | None = None,
+        close_event: bool = True,
     ) -> None:
+        """``close_event=False`` for contracts whose every ``data:`` line must be one of their
+        own records (the functions stream); the response still ends cleanly."""
         self._request = request
+        self._close_event = close_event
         self._heartbeat = heartbeat
         merged = {**SSE_HEADERS, **(headers or {})}
         self.response = web.StreamResponse(status=status, headers=merged)
@@ -86,7 +90,8 @@ class EventStream:
                 await self._pinger
         if exc_type is asyncio.CancelledError:
             return
-        await self.send({}, event="close")
+        if self._close_event:
+            await self.send({}, event="close")
         if not self.closed:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await self.response.write_eof()

@@ -162,3 +162,17 @@ async def test_send_after_the_stream_closed_returns_false(
         frames = parse_frames(await resp.text())
     assert results == [True, False]
     assert [f["data"] for f in frames] == ['{"n":1}', "{}"]
+
+
+async def test_a_stream_without_the_close_event_still_ends_cleanly(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        async with EventStream(request, close_event=False) as sse:
+            await sse.send({"event": "result", "data": "1", "type": "number"})
+        return sse.response
+
+    url = await serve(handler)
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        frames = parse_frames(await resp.text())
+    assert frames == [{"id": "1", "data": '{"event":"result","data":"1","type":"number"}'}]
