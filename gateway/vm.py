@@ -39,7 +39,7 @@ from actors.vm.service import (
 from actors.vm.settings import DEFAULT_PORT, SettingsError, VmSettings, load_settings
 from events.bus import CommandTimeout, NoResponders, request_json
 from events.codec import to_dict
-from events.store import EventStore
+from events.store import EventStore, Recorded
 from events.subjects import subject_for
 from gateway.config import ConfigError, env_float
 from gateway.runtime import Runtime
@@ -126,9 +126,11 @@ async def follow_task(
 ) -> AsyncIterator[TaskEvent]:
     """The task's records after stream version `after`, live, ending with its `task_ended`.
 
-    Subscribes before reading the store, so nothing falls between the two; versions seen twice
-    (at-least-once publishing, or store and NATS overlapping) are dropped, and a gap is filled
-    from the store.
+    Two live sources: the store's own append listener, for events written by this process
+    (the usual case; it skips the relay's publish-and-flush round and NATS, which made up most
+    of the delay to the client), and the NATS subject, for events written by an actor host in
+    another process. Both are opened before the store is read, so nothing falls in between;
+    versions seen twice are dropped, and a gap is filled from the store.
     """
     stream = f"vm:{vmid}"
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -136,7 +138,15 @@ async def follow_task(
     async def on_msg(msg: Any) -> None:
         queue.put_nowait(json.loads(msg.data))
 
+    def on_append(records: list[Recorded]) -> None:
+        for r in records:
+            if r.stream == stream:
+                queue.put_nowait(
+                    {"version": r.version, "type": r.event.type_name, "data": to_dict(r.event)}
+                )
+
     sub = await runtime.nc.subscribe(subject_for(stream), cb=on_msg)
+    runtime.store.add_listener(on_append)
     last = after
     try:
         pending = await _from_store(runtime.store, stream, last)
@@ -163,6 +173,8 @@ async def follow_task(
             else:
                 pending = await _from_store(runtime.store, stream, last)
     finally:
+        with contextlib.suppress(ValueError):
+            runtime.store.remove_listener(on_append)
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 

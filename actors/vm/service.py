@@ -28,7 +28,7 @@ from actors.vm.allocator import AllocatorActor, Reserve
 from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
-from actors.vm.lifecycle import Command, State
+from actors.vm.lifecycle import WORKING, Command, State
 from actors.vm.node import Cluster
 from actors.vm.pve_output import (
     NodeResource,
@@ -156,6 +156,15 @@ class Inventory:
                 }
             )
         return {"count": len(rows), "list": rows, "cluster": cluster}
+
+
+def _differs(info: VmInfo, res: VmResource) -> bool:
+    """Whether the cluster's view of a VM is news to its actor (most polls bring none)."""
+    if info.state in WORKING:
+        return False
+    node_moved = info.facts is not None and info.facts.node != res.node
+    power = res.status in ("running", "stopped") and res.status != info.power
+    return node_moved or power
 
 
 class VmService:
@@ -314,7 +323,7 @@ class VmService:
                     continue  # not ours to manage, or too fresh to describe
                 handle = await self._vm(vmid)
                 await handle.tell(Observe(res.node, res.status, started, adopt=self._adoption(res)))
-            else:
+            elif _differs(info, res):
                 handle = await self._vm(vmid)
                 await handle.tell(Observe(res.node, res.status, started))
         for vmid, info in list(self.inventory.infos.items()):

@@ -60,6 +60,14 @@ class VmSettings:
         return range(self.ip_start, self.ip_end + 1)
 
 
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _int(env: Mapping[str, str], name: str, lo: int | None, hi: int | None) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -116,9 +124,10 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     for key, value in env.items():
         if key.startswith(_NODE_PREFIX) and value.strip():
             name = key[len(_NODE_PREFIX) :]
-            if not _NODE_NAME.match(name):
-                raise SettingsError(f"{key}: {name!r} is not a valid node name")
-            nodes[name] = value.strip()
+            # NODE_ENV, NODE_OPTIONS, NODE_EXTRA_CA_CERTS ... belong to Node.js, not to us: a
+            # cluster node is a node name with an IP address.
+            if _NODE_NAME.match(name) and _is_ip(value.strip()):
+                nodes[name] = value.strip()
     if main not in nodes:
         # The main node runs qm locally and needs no address, but it is a cluster member.
         nodes[main] = "127.0.0.1"

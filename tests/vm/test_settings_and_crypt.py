@@ -23,12 +23,22 @@ def test_required_variables_are_named() -> None:
         ("VM_MAX_CPU", "33", "VM_MAX_CPU must be at most 32"),
         ("VM_MAX_RAM", "lots", "VM_MAX_RAM must be an integer"),
         ("ALLOW_IPS", "10.0.0.1, nonsense", "ALLOW_IPS: 'nonsense' is not an IP address or CIDR"),
-        ("NODE_bad_name", "1.2.3.4", "NODE_bad_name: 'bad_name' is not a valid node name"),
     ],
 )
 def test_bad_variables(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings({**BASE_ENV, name: value})
+
+
+def test_only_node_names_with_addresses_are_nodes() -> None:
+    s = settings(
+        NODE_EXTRA_CA_CERTS="/etc/ssl/extra.pem",
+        NODE_ENV="production",
+        NODE_OPTIONS="--max-old-space-size=512",
+        NODE_bad_name="1.2.3.4",
+        NODE_pve3="192.168.0.13",
+    )
+    assert s.nodes == {"pve1": "192.168.0.11", "pve2": "192.168.0.12", "pve3": "192.168.0.13"}
 
 
 def test_values() -> None:

@@ -1,0 +1,389 @@
+"""Benchmark of the VM provisioning service against the simulated cluster (zero delays).
+
+1. One install at a time: median wall time, median time spent outside the service (the fake
+   `qm`/`pvesh`/`pvesm` processes, SSH to nodes and guests, the image mirror), and the service's
+   own overhead, the difference.
+2. Wall time of 20 installs started together.
+3. `GET /api/vm/list` with 150 VMs over 3 nodes: median and p99, against `GET /api/health` on
+   the same server as the baseline (HTTP alone).
+4. Delay from an event being stored to the SSE client reading it: median and p99, against a
+   bare NATS publish -> subscribe in the same process.
+
+The simulator runs in its own process (`python -m pvesim.cli sim`), as a real cluster would be
+elsewhere; the service, NATS and the client share this one.
+Targets (issue 3): list <= 20 ms with 150 VMs; event to SSE client <= 2 ms.
+
+    .venv/bin/python -m ops.bench.vm [--installs 5] [--parallel 20] [--lists 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from actors.vm import jobs
+from actors.vm.events import Progress, TaskEnded, TaskStarted
+from actors.vm.node import Cluster
+from actors.vm.osimages import MATRIX
+from actors.vm.service import VmService
+from events.bus import connect
+from events.catalog import load_all
+from events.nats_server import EmbeddedNats
+from events.store import EventStore, Recorded
+from gateway.runtime import open_runtime
+from gateway.vm import build
+
+IMAGE = b"QFI\xfb" + struct.pack(">I", 3) + bytes(16) + struct.pack(">Q", 2 * 1024**3) + bytes(4096)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(values: list[float]) -> str:
+    median, p99 = statistics.median(values) * 1e3, pct(values, 0.99) * 1e3
+    return f"median {median:8.2f} ms   p99 {p99:8.2f} ms"
+
+
+POLLING: contextvars.ContextVar[bool] = contextvars.ContextVar("polling", default=False)
+
+
+class External:
+    """Time spent waiting on things outside the service (summed per install when serial).
+
+    The inventory poller's cluster reads run beside an install and are not part of it.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def wrap(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            if POLLING.get():
+                return await fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - start
+
+        return timed
+
+
+def mark_polls(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def polling(*args: Any, **kwargs: Any) -> Any:
+        token = POLLING.set(True)  # seen by the tasks the poll starts, too
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            POLLING.reset(token)
+
+    return polling
+
+
+@contextlib.asynccontextmanager
+async def simulator(root: Path) -> AsyncIterator[dict[str, str]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pvesim.cli", "sim", "--root", str(root), "--delay-scale", "0",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    env: dict[str, str] = {}
+    assert proc.stdout is not None
+    try:
+        while "PATH" not in env:
+            line = (await proc.stdout.readline()).decode()
+            if not line:
+                raise RuntimeError("the simulator exited before printing its environment")
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep and not key.startswith("#"):
+                env[key] = value
+        yield env
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def mirror() -> AsyncIterator[str]:
+    files: dict[str, bytes] = {}
+    for versions in MATRIX.values():
+        for image in versions.values():
+            files[f"{image.os}/{image.version}/{image.filename}"] = IMAGE
+            digest = hashlib.new(image.algorithm, IMAGE).hexdigest()
+            files[f"{image.os}/{image.version}/{image.sums_name}"] = (
+                f"{digest}  {image.filename}\n".encode()
+            )
+
+    async def handle(request: web.Request) -> web.Response:
+        body = files.get(request.match_info["path"])
+        return web.Response(body=body) if body is not None else web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/m/{path:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/m"
+    finally:
+        await runner.cleanup()
+
+
+async def read_stream(
+    resp: aiohttp.ClientResponse, seen: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    current: str | None = None
+    async for raw in resp.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("id: "):
+            current = line[4:]
+            if seen is not None:
+                seen[current] = time.perf_counter()
+        elif line.startswith("event: close"):
+            break
+        elif line.startswith("data: "):
+            records.append(json.loads(line[6:]))
+    return records
+
+
+async def bench(installs: int, parallel: int, lists: int) -> None:
+    load_all()
+    external = External()
+    # Cluster.run is awaited in the job's (or the poller's) own task, so the mark is visible.
+    Cluster.run = external.wrap(Cluster.run)  # type: ignore[method-assign,assignment]
+    VmService.poll = mark_polls(VmService.poll)  # type: ignore[method-assign,assignment]
+    jobs.wait_ready = external.wrap(jobs.wait_ready)  # type: ignore[assignment]
+    jobs.run_init = external.wrap(jobs.run_init)  # type: ignore[assignment]
+    from actors.vm.imagecache import ImageCache
+
+    ImageCache.head = external.wrap(ImageCache.head)  # type: ignore[method-assign,assignment]
+    ImageCache.fetch = external.wrap(ImageCache.fetch)  # type: ignore[method-assign,assignment]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with (
+            simulator(root / "pve") as sim_env,
+            mirror() as base,
+            EmbeddedNats(root / "nats") as nats,
+        ):
+            env = {
+                **os.environ,
+                **sim_env,
+                "NATS_URL": nats.url,
+                "CAIRN_DATA": str(root / "data"),
+                "IMAGE_BASE_URL": base,
+                "VM_SSH_POLL": "0.02",
+                "VM_POLL_INTERVAL": "0.5",
+            }
+            async with open_runtime(env, root / "data") as runtime:
+                stored: dict[str, float] = {}
+
+                def on_append(records: list[Recorded]) -> None:
+                    now = time.perf_counter()
+                    for r in records:
+                        ident = r.stream.partition(":")[2]
+                        stored[f"{ident}:{r.version}"] = now
+
+                runtime.store.add_listener(on_append)
+                app = await build(runtime)
+                runner = web.AppRunner(app, access_log=None)
+                await runner.setup()
+                site = web.TCPSite(runner, "127.0.0.1", 0)
+                await site.start()
+                api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
+                try:
+                    async with aiohttp.ClientSession() as http:
+                        await run(http, api, env, installs, parallel, lists, external, stored)
+                        quiet = await quiet_delays(http, api, runtime.store, stored)
+                        nats_rounds = await nats_baseline(env["NATS_URL"])
+                        print("event stored -> SSE client, nothing else running (200 events)")
+                        print(f"  store -> client      {ms(quiet)}   (target: median <= 2 ms)")
+                        print(f"  NATS pub -> sub      {ms(nats_rounds)}   (baseline)")
+                finally:
+                    await runner.cleanup()
+
+
+async def install(http: aiohttp.ClientSession, api: str, seen: dict[str, float]) -> int:
+    body = {"os": "debian", "version": "12"}
+    async with http.post(f"{api}/vm/install", json=body) as resp:
+        records = await read_stream(resp, seen)
+    if records[-1]["status"] != "success":
+        raise RuntimeError(f"install failed: {records[-1]}")
+    vmid: int = records[-1]["vm_id"]
+    return vmid
+
+
+async def run(
+    http: aiohttp.ClientSession,
+    api: str,
+    env: dict[str, str],
+    installs: int,
+    parallel: int,
+    lists: int,
+    external: External,
+    stored: dict[str, float],
+) -> None:
+    seen: dict[str, float] = {}
+    walls, outside = [], []
+    await install(http, api, {})  # warm: the image download and the key are one-off costs
+    for _ in range(installs):
+        external.total = 0.0
+        start = time.perf_counter()
+        await install(http, api, seen)
+        walls.append(time.perf_counter() - start)
+        outside.append(external.total)
+    overhead = [w - o for w, o in zip(walls, outside, strict=True)]
+    print(f"install, one at a time ({installs} runs, zero simulator delays)")
+    print(f"  wall                 {ms(walls)}")
+    print(f"  outside the service  {ms(outside)}   (fake qm/pvesh/pvesm, SSH, image mirror)")
+    print(f"  service overhead     {ms(overhead)}")
+
+    start = time.perf_counter()
+    done = await asyncio.gather(*(install(http, api, {}) for _ in range(parallel)))
+    wall = time.perf_counter() - start
+    print(f"{parallel} installs in parallel: wall {wall:.2f} s, {len(set(done))} distinct ids")
+
+    delays = [seen[k] - stored[k] for k in seen if k in stored]
+    await fill_cluster(env, 150)
+    await wait_count(http, api, 150)
+    list_times, health_times = [], []
+    for _ in range(lists):
+        t = time.perf_counter()
+        async with http.get(f"{api}/vm/list") as resp:
+            data = await resp.json()
+        list_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        async with http.get(f"{api}/health") as resp:
+            await resp.read()
+        health_times.append(time.perf_counter() - t)
+    nodes = sorted({row["node"] for row in data["list"]})
+    print(f"GET /api/vm/list, {data['count']} VMs over {len(nodes)} nodes ({', '.join(nodes)})")
+    print(f"  list                 {ms(list_times)}   (target: median <= 20 ms)")
+    print(f"  health (baseline)    {ms(health_times)}")
+    ratio = statistics.median(list_times) / statistics.median(health_times)
+    print(f"  ratio                {ratio:.1f}x")
+
+    print(f"event stored -> SSE client, during the {installs} installs ({len(delays)} events)")
+    print(f"  store -> client      {ms(delays)}")
+
+
+async def quiet_delays(
+    http: aiohttp.ClientSession, api: str, store: EventStore, stored: dict[str, float], n: int = 200
+) -> list[float]:
+    """A task of a made-up VM 99 (outside every id range, so no actor owns its stream), fed
+    straight into the store one event at a time while a client follows it over HTTP."""
+    stream, task = "vm:99", "bench"
+    version = await store.stream_version(stream)
+    await store.append(stream, version, [TaskStarted(task, "start", "starting")])
+    version += 1
+    seen: dict[str, float] = {}
+    got = asyncio.Event()
+    delays = []
+    async with http.get(f"{api}/vm/99/task") as resp:
+
+        async def reader() -> None:
+            async for raw in resp.content:
+                line = raw.decode()
+                if line.startswith("id: "):
+                    seen[line[4:].strip()] = time.perf_counter()
+                    got.set()
+                elif line.startswith("event: close"):
+                    return
+
+        reading = asyncio.create_task(reader())
+        for i in range(n):
+            got.clear()
+            event = Progress(task, "bench > tick", "processing", f"[*] tick {i} (0.00s)")
+            await store.append(stream, version, [event])
+            version += 1
+            await asyncio.wait_for(got.wait(), 5)
+            key = f"99:{version}"
+            delays.append(seen[key] - stored[key])
+        await store.append(stream, version, [TaskEnded(task, True, "running")])
+        await asyncio.wait_for(reading, 5)
+    return delays
+
+
+async def fill_cluster(env: dict[str, str], total: int) -> None:
+    """VMs made behind cairn's back on every node, until the cluster holds `total`."""
+    pve = Path(env["PVESIM_ROOT"]) / "bin"
+    proc = await asyncio.create_subprocess_exec(
+        str(pve / "pve1" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
+        "--output-format", "json", stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    used = {e["vmid"] for e in json.loads(out)}
+    free = [v for v in range(100, 255) if v not in used][: max(0, total - len(used))]
+    nodes = ["pve2", "pve3", "pve1"]
+    sem = asyncio.Semaphore(6)
+
+    async def make(i: int, vmid: int) -> None:
+        node = nodes[i % 3]
+        async with sem:
+            proc = await asyncio.create_subprocess_exec(
+                str(pve / node / "qm"), "create", str(vmid), "--name", f"bulk-{vmid}",
+                "--cores", "2", "--memory", "1024", "--tags", "debian",
+                stdout=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await proc.wait()
+
+    await asyncio.gather(*(make(i, v) for i, v in enumerate(free)))
+
+
+async def wait_count(http: aiohttp.ClientSession, api: str, want: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        async with http.get(f"{api}/vm/list") as resp:
+            if (await resp.json())["count"] >= want:
+                return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"the list never reached {want} VMs")
+
+
+async def nats_baseline(url: str, n: int = 500) -> list[float]:
+    nc = await connect(url)
+    got: asyncio.Queue[float] = asyncio.Queue()
+
+    async def on_msg(_: Any) -> None:
+        got.put_nowait(time.perf_counter())
+
+    await nc.subscribe("bench.vm.baseline", cb=on_msg)
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await nc.publish("bench.vm.baseline", b"{}")
+        out.append(await got.get() - t)
+    await nc.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--installs", type=int, default=5)
+    parser.add_argument("--parallel", type=int, default=20)
+    parser.add_argument("--lists", type=int, default=200)
+    args = parser.parse_args()
+    asyncio.run(bench(args.installs, args.parallel, args.lists))
+
+
+if __name__ == "__main__":
+    main()
