@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 import pykka
 
+from events.bus import CommandFailed
 from events.model import Event
 from events.store import EventStore, Recorded
 from events.subjects import stream_name
@@ -45,13 +46,9 @@ log = logging.getLogger(__name__)
 ReplyCallback = Callable[[Any, BaseException | None], None]
 
 
-class Rejected(Exception):
-    """A command refused by the actor's rules; ``status`` is the HTTP status it maps to."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class Rejected(CommandFailed):
+    """A command refused by the actor's rules; ``status`` is the HTTP status it maps to.
+    Raised from a ``serve_json`` handler, it reaches the caller of ``command`` as is."""
 
 
 class ActorUnavailable(Exception):

@@ -19,12 +19,35 @@ log = logging.getLogger(__name__)
 JsonHandler = Callable[[Any], Awaitable[Any]]
 
 
-class CommandTimeout(Exception):
+class CommandFailed(Exception):
+    """A command was refused or failed; ``status`` is the HTTP status it maps to.
+
+    The exception tree, in one place:
+
+    * ``CommandFailed(status, message)`` — the handler said no (``actors.runtime.Rejected``
+      is one) or raised; travels back over NATS as ``{"error": {"status", "message"}}``.
+    * ``NoResponders`` (503) — nothing subscribes to the subject: the service is not running.
+    * ``CommandTimeout`` (504) — nobody answered in time.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class CommandTimeout(CommandFailed):
     """Nobody answered a command in time (no actor host, or it is overloaded)."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(504, message)
 
-class NoResponders(Exception):
+
+class NoResponders(CommandFailed):
     """No actor host subscribes to the command's subject."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message)
 
 
 async def connect(url: str, *, name: str = "cairn") -> Client:
@@ -53,15 +76,28 @@ async def request_json(nc: Client, subject: str, payload: Any, timeout: float = 
     return json.loads(msg.data)
 
 
+async def command(nc: Client, subject: str, payload: Any, timeout: float = 5.0) -> Any:
+    """Send a command and return the reply; an ``{"error": …}`` reply raises
+    :class:`CommandFailed` with the handler's status and message."""
+    reply = await request_json(nc, subject, payload, timeout)
+    if isinstance(reply, dict) and set(reply) == {"error"} and isinstance(reply["error"], dict):
+        error = reply["error"]
+        raise CommandFailed(int(error.get("status", 500)), str(error.get("message", "error")))
+    return reply
+
+
 async def serve_json(
     nc: Client, subject: str, handler: JsonHandler, *, queue: str = ""
 ) -> Subscription:
-    """Answer requests on ``subject`` with ``handler(payload)``; a handler error becomes
-    ``{"error": {"status": 500, "message": ...}}`` so the caller never waits for a time-out."""
+    """Answer requests on ``subject`` with ``handler(payload)``. A :class:`CommandFailed`
+    (``Rejected``) becomes ``{"error": {"status", "message"}}``; any other error becomes
+    status 500 and is logged, so the caller never waits for a time-out."""
 
     async def on_msg(msg: Msg) -> None:
         try:
             reply = await handler(json.loads(msg.data))
+        except CommandFailed as exc:
+            reply = {"error": {"status": exc.status, "message": exc.message}}
         except Exception as exc:
             log.exception("handler for %s failed", subject)
             reply = {"error": {"status": 500, "message": str(exc) or type(exc).__name__}}

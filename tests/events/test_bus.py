@@ -1,0 +1,79 @@
+"""Commands over NATS request/reply: replies, refusals, failures, nobody listening, time-out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from actors.runtime import Rejected
+from events.bus import CommandFailed, CommandTimeout, NoResponders, command, serve_json
+
+
+async def test_a_reply_comes_back_as_json(nc: Client) -> None:
+    async def echo(payload: Any) -> Any:
+        return {"got": payload}
+
+    await serve_json(nc, "cmd.echo", echo)
+    assert await command(nc, "cmd.echo", {"a": [1, "ü"]}) == {"got": {"a": [1, "ü"]}}
+
+
+async def test_a_refusal_keeps_its_status_and_message(nc: Client) -> None:
+    async def refuse(_: Any) -> Any:
+        raise Rejected(409, "VM 120 is busy")
+
+    await serve_json(nc, "cmd.refuse", refuse)
+    with pytest.raises(CommandFailed) as info:
+        await command(nc, "cmd.refuse", {})
+    assert (info.value.status, info.value.message) == (409, "VM 120 is busy")
+
+
+async def test_an_unexpected_failure_is_a_500_not_a_time_out(nc: Client) -> None:
+    async def crash(_: Any) -> Any:
+        raise ValueError("bad state")
+
+    await serve_json(nc, "cmd.crash", crash)
+    with pytest.raises(CommandFailed) as info:
+        await command(nc, "cmd.crash", {}, timeout=5)
+    assert (info.value.status, info.value.message) == (500, "bad state")
+
+
+async def test_nobody_listening_is_a_503(nc: Client) -> None:
+    with pytest.raises(NoResponders) as info:
+        await command(nc, "cmd.nobody", {})
+    assert info.value.status == 503
+    assert "no service answers on cmd.nobody" in info.value.message
+
+
+async def test_a_slow_handler_is_a_504_time_out(nc: Client) -> None:
+    release = asyncio.Event()
+
+    async def slow(_: Any) -> Any:
+        await release.wait()
+        return {}
+
+    await serve_json(nc, "cmd.slow", slow)
+    with pytest.raises(CommandTimeout) as info:
+        await command(nc, "cmd.slow", {}, timeout=0.2)
+    release.set()
+    assert info.value.status == 504
+    assert info.value.message == "no answer on cmd.slow within 0.2s"
+
+
+async def test_a_queue_group_spreads_commands_over_hosts(nc: Client) -> None:
+    seen: list[str] = []
+
+    def host(name: str) -> Any:
+        async def handle(_: Any) -> Any:
+            seen.append(name)
+            return name
+
+        return handle
+
+    await serve_json(nc, "cmd.q", host("a"), queue="workers")
+    await serve_json(nc, "cmd.q", host("b"), queue="workers")
+    answers = [await command(nc, "cmd.q", {}) for _ in range(40)]
+    assert set(answers) == {"a", "b"}  # 40 draws from two hosts: both take work
+    assert len(seen) == 40  # and each command was handled exactly once
