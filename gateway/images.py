@@ -36,7 +36,7 @@ from actors.images.reads import ImageReader
 from actors.images.settings import ImageSettings
 from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
-from events.bus import CommandTimeout, NoResponders, request_json
+from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
@@ -322,16 +322,13 @@ class ImageService:
 
     async def _command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await request_json(
-                self.runtime.nc, subject, payload, timeout=self.settings.timeout
-            )
+            reply = await command(self.runtime.nc, subject, payload, timeout=self.settings.timeout)
         except (CommandTimeout, NoResponders):
             raise Failure(503, "image store unavailable") from None
+        except CommandFailed as exc:
+            raise Failure(exc.status, exc.message) from None
         if not isinstance(reply, dict):
             raise Failure(500, "malformed reply from the image store")
-        error = reply.get("error")
-        if isinstance(error, dict):
-            raise Failure(int(error.get("status", 500)), str(error.get("message", "error")))
         return reply
 
     async def delete(self, request: web.Request) -> web.StreamResponse:

@@ -1,8 +1,8 @@
 """The image store's command side on NATS: request/reply subjects served by the actor host.
 
 The gateway never calls the actor directly (DESIGN §1); it asks over NATS, so gateways on other
-hosts reach the one store actor the same way. A refusal travels back as
-``{"error": {"status", "message"}}``, which the gateway turns into the HTTP answer.
+hosts reach the one store actor the same way. A refusal (``Rejected``) travels back through
+``serve_json`` as ``{"error": {"status", "message"}}``; the gateway's ``command`` raises it again.
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ DELETE_SUBJECT = "cairn.cmd.images.delete"
 EVENTS_SUBJECT = "cairn.evt.images.*"
 
 
-async def _ask(handle: ActorHandle, command: Any) -> Any:
-    try:
-        return {"ok": await handle.ask(command)}
-    except Rejected as exc:
-        return {"error": {"status": exc.status, "message": exc.message}}
-
-
 async def serve_commands(
     nc: Client, actors: ActorHost, layout: StoreLayout
 ) -> tuple[ActorHandle, list[Subscription]]:
@@ -44,15 +37,15 @@ async def serve_commands(
                 int(payload["size"]),
             )
         except (KeyError, TypeError, ValueError):
-            return {"error": {"status": 400, "message": "malformed command"}}
-        return await _ask(handle, command)
+            raise Rejected(400, "malformed command") from None
+        return {"ok": await handle.ask(command)}
 
     async def on_delete(payload: Any) -> Any:
         try:
             command = DeleteFile(str(payload["path"]))
         except (KeyError, TypeError):
-            return {"error": {"status": 400, "message": "malformed command"}}
-        return await _ask(handle, command)
+            raise Rejected(400, "malformed command") from None
+        return {"ok": await handle.ask(command)}
 
     subs = [
         await serve_json(nc, STORE_SUBJECT, on_store, queue="images-store"),
