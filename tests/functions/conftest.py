@@ -47,7 +47,7 @@ def transpiler(tmp_path: Path) -> Transpiler:
 # -- the service over real HTTP ------------------------------------------------------------
 
 SERVICE_ENV = {
-    "RUN_TIMEOUT": "2",
+    "RUN_TIMEOUT": "3",
     "RUN_MEMORY_MB": "128",
     "RUN_PROCESSES": "32",
     "RUN_OUTPUT_BYTES": "65536",

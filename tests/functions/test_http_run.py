@@ -105,7 +105,7 @@ async def test_runtime_errors_with_their_message(
 
 async def test_time_out(service: Service) -> None:
     reply = await service.run_now("python", "while True:\n    pass")
-    assert (reply.status, reply.text) == (500, "failed to run: timed out after 2 s")
+    assert (reply.status, reply.text) == (500, "failed to run: timed out after 3 s")
     assert (await service.run_now("python", "return 'alive'")).json()["data"] == "alive"
 
 
