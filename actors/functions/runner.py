@@ -163,8 +163,10 @@ class Sandbox:
         slot: CgroupSlot | None = None,
         on_line: LineSink | None = None,
         started: Started | None = None,
+        empty_slot: bool = True,
     ) -> Outcome:
-        """Run ``job`` in ``started`` (or in a sandbox started now), then empty the slot."""
+        """Run ``job`` in ``started`` (or in a sandbox started now), then empty the slot
+        (unless the caller will before reusing it)."""
         if started is not None and not started.alive:
             await self.discard(started)
             started = None
@@ -185,7 +187,10 @@ class Sandbox:
         try:
             await run.wait()
         finally:
-            if slot is not None:
+            # The run's tree is dead once its pipes are closed (its pid namespace went with
+            # it); the sweep that makes sure of it may come after the answer when the
+            # caller empties the slot before its next use (the runner host does).
+            if slot is not None and empty_slot:
                 await slot.empty()
         oom_killed = slot is not None and slot.oom_kills() > oom_before
         return run.outcome(oom_killed=oom_killed, limits=self.limits)

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 LOG_PIECE = 16 * 1024
 STOP_GRACE_S = 10.0
 SPARE_FACTOR = 2
+PREPARE_DELAY_S = 0.01
 
 
 @attrs.frozen
@@ -189,20 +190,24 @@ class RunnerHost:
                 self._running[job.id] = task
                 await asyncio.wait([task])
                 self._running.pop(job.id, None)
-                self._prepare(started.slot)
+                # Starting a process blocks the loop for a few ms (fork, pipes, a watcher
+                # thread): let the answer reach the client first.
+                self._prepare(started.slot, delay=PREPARE_DELAY_S)
             finally:
                 self.pending -= 1
                 if self.pending == 0:
                     self.idle.set()
 
-    def _prepare(self, slot: cgroups.CgroupSlot | None) -> None:
+    def _prepare(self, slot: cgroups.CgroupSlot | None, delay: float = 0.0) -> None:
         """Start a sandbox in ``slot`` in the background and add it to the ready pool."""
-        task = asyncio.create_task(self._start_sandbox(slot))
+        task = asyncio.create_task(self._start_sandbox(slot, delay))
         self._warming.add(task)
         task.add_done_callback(self._warming.discard)
 
-    async def _start_sandbox(self, slot: cgroups.CgroupSlot | None) -> None:
-        delay = 0.05
+    async def _start_sandbox(self, slot: cgroups.CgroupSlot | None, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        retry = 0.05
         while True:
             if slot is not None:
                 await slot.empty()
@@ -210,8 +215,8 @@ class RunnerHost:
                 started = await self.sandbox.start(slot)
             except OSError:
                 log.exception("runner: could not start a sandbox; retrying")
-                await asyncio.sleep(delay)  # a broken bwrap must not spin the loop
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(retry)  # a broken bwrap must not spin the loop
+                retry = min(retry * 2, 5.0)
                 continue
             self._warm_roots.add(started.proc.pid)
             self._ready.put_nowait(started)
@@ -269,6 +274,7 @@ class RunnerHost:
             slot=started.slot,
             on_line=on_line,
             started=started,
+            empty_slot=False,  # _start_sandbox empties it, after the answer has gone
         )
         if isinstance(outcome, RunResult):
             return {"t": protocol.RESULT, "data": outcome.data, "type": str(outcome.type)}
