@@ -217,12 +217,25 @@ async def _embed_missing(engine: Engine) -> None:
             log.info("search %s: embedded %d chunks left without vectors", engine.name, stored)
 
 
+def endpoint_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def write_endpoint(env: Mapping[str, str], base_url: str) -> None:
     path = config_dir(env) / "endpoint"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(base_url + "\n")
     tmp.replace(path)
+
+
+def remove_endpoint(env: Mapping[str, str], base_url: str) -> None:
+    """Forget the endpoint at a clean stop, unless another instance has written its own since,
+    so local clients (`cairn search mcp`) can tell a stopped service from an unreachable one."""
+    path = config_dir(env) / "endpoint"
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == base_url:
+            path.unlink()
 
 
 async def build(runtime: Runtime) -> web.Application:
@@ -237,8 +250,9 @@ async def build(runtime: Runtime) -> web.Application:
     service = SearchService(registry, engines)
     app = build_app(service, remote=env.get("SEARCH_REMOTE") == "1")
     listen = runtime.listen.get("search")
-    if listen is not None:
-        write_endpoint(env, f"http://{listen[0]}:{listen[1]}")
+    base_url = endpoint_url(*listen) if listen is not None else None
+    if base_url is not None:
+        write_endpoint(env, base_url)
 
     async def save_loop() -> None:
         # The usearch file is a cache of the vectors in SQLite; saving it now and then spares a
@@ -252,6 +266,8 @@ async def build(runtime: Runtime) -> web.Application:
     tasks.append(asyncio.create_task(save_loop()))
 
     async def cleanup(_: web.Application) -> None:
+        if base_url is not None:
+            remove_endpoint(env, base_url)
         stop.set()
         for task in tasks:
             task.cancel()

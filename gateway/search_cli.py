@@ -7,6 +7,7 @@ after a restart). Names are validated before anything touches the disk.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Mapping
@@ -55,8 +56,16 @@ def cmd_list(args: Any, env: Mapping[str, str]) -> int:
     return 0
 
 
+def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
+    # Imported here: the SDK is only needed by this subcommand.
+    from gateway.search_mcp import run_stdio
+
+    asyncio.run(run_stdio(env))
+    return 0
+
+
 def register(subparsers: Any) -> None:
-    search = subparsers.add_parser("search", help="search databases: add, remove, list")
+    search = subparsers.add_parser("search", help="search databases: add, remove, list, mcp")
     sub = search.add_subparsers(dest="search_command", required=True)
     add = sub.add_parser("add", help="register a database (inbox/<name>/ is indexed)")
     add.add_argument("name")
@@ -67,6 +76,11 @@ def register(subparsers: Any) -> None:
     listing = sub.add_parser("list", help="registered databases")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
+    mcp = sub.add_parser(
+        "mcp",
+        help="an MCP server on stdin/stdout (tools list_rag, search_rag) for the running service",
+    )
+    mcp.set_defaults(handler=cmd_mcp)
 
 
 def main(argv: list[str], env: Mapping[str, str]) -> int:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.search.registry import Registry, config_dir
-from events.nats_server import EmbeddedNats
+from events.nats_server import EmbeddedNats, free_port
 from gateway import search
 from gateway.runtime import open_runtime
 
@@ -44,9 +44,11 @@ class SearchHarness:
 
         sub = await runtime.nc.subscribe("cairn.evt.search.*", cb=on_event)
         self._stack.push_async_callback(sub.unsubscribe)
-        runtime.listen["search"] = ("127.0.0.1", 0)
+        # A real port before the build, so the `endpoint` file names the address served.
+        port = free_port()
+        runtime.listen["search"] = ("127.0.0.1", port)
         app = await search.build(runtime)
-        server = TestServer(app, host="127.0.0.1")
+        server = TestServer(app, host="127.0.0.1", port=port)
         await server.start_server()
         self._stack.push_async_callback(server.close)
         self.base = f"http://127.0.0.1:{server.port}"
