@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -81,10 +82,12 @@ class NodeActor(AggregateActor):
                 return None
             case _Finished(result=result, outcome=outcome):
                 self.in_flight -= 1
-                if isinstance(outcome, BaseException):
-                    result.set_exception(outcome)
-                else:
-                    result.set_result(outcome)
+                # The caller may have given up (cancelled at shutdown), even while we look.
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    if isinstance(outcome, BaseException):
+                        result.set_exception(outcome)
+                    else:
+                        result.set_result(outcome)
                 return None
             case Figures(resource=resource):
                 self.resource = resource
