@@ -152,6 +152,10 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
+    def _redact(self, text: str) -> str:
+        # Some providers quote a refused key in their error; ours ends up in logs and events.
+        return text.replace(self._api_key, "[EMBEDDING_API_KEY]") if self._api_key else text
+
     async def _post(self, texts: Sequence[str]) -> np.ndarray:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -162,7 +166,7 @@ class OpenAIProvider:
                 if resp.status == 429 or resp.status >= 500:
                     raise EmbeddingError(f"provider answered {resp.status}", transient=True)
                 if resp.status != 200:
-                    text = (await resp.text())[:200]
+                    text = self._redact(await resp.text())[:200]
                     raise EmbeddingError(f"provider answered {resp.status}: {text}")
                 payload = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError) as exc:

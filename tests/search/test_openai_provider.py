@@ -1,0 +1,341 @@
+"""The OpenAI-compatible embedding provider against a small server that speaks that protocol.
+
+The server embeds by hashing words into 512 buckets, so shared words mean cosine similarity and
+semantic search works end to end; each test scripts the failures it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from actors.search.embedding import (
+    DIMENSIONS,
+    EmbeddingError,
+    OpenAIProvider,
+    make_provider,
+)
+from events.nats_server import EmbeddedNats
+from tests.search.conftest import SearchHarness
+
+KEY = "sk-test-Zq81VbC0secret"
+MODEL = "text-embedding-3-small"
+
+
+def word_vector(text: str, dims: int = DIMENSIONS) -> list[float]:
+    vector = np.zeros(dims, dtype=np.float32)
+    for word in set(re.findall(r"\w+", text.lower())):
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dims] += 1.0
+    norm = float(np.linalg.norm(vector)) or 1.0
+    return [float(x) for x in vector / norm]
+
+
+# A script entry answers one request: an HTTP status, "drop" (close the connection), or
+# "ok"; once the script is used up every request is answered "ok".
+Script = list[int | str]
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: Script = []
+        self.error_body = "{}"
+        # Input text -> what to answer instead of a correct vector: an HTTP status or a length.
+        self.poison: Callable[[str], int | None] = lambda text: None
+        self.dims = DIMENSIONS
+        self.shuffle = False
+        app = web.Application()
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("/v1"))
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append({"headers": dict(request.headers), "body": body})
+        step = self.script.pop(0) if self.script else "ok"
+        if step == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        if isinstance(step, int):
+            return web.Response(status=step, text=self.error_body, content_type="application/json")
+        inputs = body["input"]
+        data = []
+        for index, text in enumerate(inputs):
+            poisoned = self.poison(text)
+            if poisoned is not None and poisoned >= 400:
+                return web.json_response({"error": {"message": "bad input"}}, status=poisoned)
+            length = poisoned if poisoned is not None else self.dims
+            data.append(
+                {"object": "embedding", "index": index, "embedding": word_vector(text, length)}
+            )
+        if self.shuffle:
+            data.reverse()
+        return web.json_response({"object": "list", "data": data, "model": body["model"]})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.server.start_server()
+    yield server
+    await server.server.close()
+
+
+def provider_for(fake: FakeOpenAI, key: str | None = KEY) -> OpenAIProvider:
+    return OpenAIProvider(fake.url, MODEL, key, attempts=4, base_delay=0.01)
+
+
+async def test_request_shape_and_vectors(fake: FakeOpenAI) -> None:
+    fake.shuffle = True  # the answer's `index`, not its order, places each vector
+    provider = provider_for(fake)
+    try:
+        vectors = await provider.embed_documents(["the cat sat", "invoices are due"])
+    finally:
+        await provider.close()
+    assert vectors.shape == (2, DIMENSIONS) and vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors[0], word_vector("the cat sat"), rtol=1e-6)
+    np.testing.assert_allclose(vectors[1], word_vector("invoices are due"), rtol=1e-6)
+    [request] = fake.requests
+    assert request["body"] == {
+        "model": MODEL,
+        "input": ["the cat sat", "invoices are due"],
+        "dimensions": 512,
+        "encoding_format": "float",
+    }
+    assert request["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert request["headers"]["Content-Type"] == "application/json"
+
+
+async def test_no_key_sends_no_authorization(fake: FakeOpenAI) -> None:
+    provider = provider_for(fake, key=None)
+    try:
+        query = await provider.embed_query("hello")
+    finally:
+        await provider.close()
+    assert query.shape == (DIMENSIONS,)
+    assert "Authorization" not in fake.requests[0]["headers"]
+
+
+@pytest.mark.parametrize(
+    ("url", "posted_to"),
+    [
+        ("{base}/v1", "/v1/embeddings"),
+        ("{base}/v1/", "/v1/embeddings"),
+        ("{base}/v1/embeddings", "/v1/embeddings"),
+    ],
+)
+async def test_base_url_or_full_endpoint(fake: FakeOpenAI, url: str, posted_to: str) -> None:
+    base = str(fake.server.make_url(""))
+    env = {
+        "EMBEDDING_PROVIDER": "openai",
+        "EMBEDDING_URL": url.format(base=base.rstrip("/")),
+        "EMBEDDING_MODEL": "my-model",
+        "EMBEDDING_API_KEY": KEY,
+    }
+    provider = make_provider(env)
+    assert isinstance(provider, OpenAIProvider)
+    try:
+        await provider.embed_documents(["x"])
+    finally:
+        await provider.close()
+    assert provider.url.endswith(posted_to)
+    assert fake.requests[0]["body"]["model"] == "my-model"
+    assert provider.fingerprint.endswith(":my-model:512")
+
+
+async def test_wrong_vector_length_is_a_clear_error_and_not_retried(fake: FakeOpenAI) -> None:
+    fake.dims = 1536
+    provider = provider_for(fake)
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await provider.embed_documents(["a", "b"])
+    finally:
+        await provider.close()
+    assert str(caught.value) == "provider returned a vector of 1536 dimensions, expected 512"
+    assert not caught.value.transient
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ({"data": []}, "provider returned 0 embeddings for 1 inputs"),
+        ({"nothing": 1}, "provider answer has no data[].embedding"),
+        (
+            {"data": [{"index": 0, "embedding": "abc"}]},
+            "provider returned a vector of no dimensions, expected 512",
+        ),
+    ],
+)
+async def test_malformed_answers(answer: dict[str, Any], message: str) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_post("/embeddings", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    provider = OpenAIProvider(str(server.make_url("/embeddings")), MODEL, KEY, base_delay=0.01)
+    try:
+        with pytest.raises(EmbeddingError, match=re.escape(message)):
+            await provider.embed_documents(["x"])
+    finally:
+        await provider.close()
+        await server.close()
+
+
+def retry_delays(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The delays `with_retries` announced, in order (its log line carries them as arguments)."""
+    delays = []
+    for record in caplog.records:
+        if record.getMessage().startswith("embedding failed"):
+            assert isinstance(record.args, tuple)
+            delay = record.args[2]
+            assert isinstance(delay, float)
+            delays.append(delay)
+    return delays
+
+
+async def test_retries_with_backoff_on_5xx_429_and_dropped_connections(
+    fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake.script = [503, "drop", 429]
+    provider = provider_for(fake)
+    try:
+        vectors = await provider.embed_documents(["penguins"])
+    finally:
+        await provider.close()
+    np.testing.assert_allclose(vectors[0], word_vector("penguins"), rtol=1e-6)
+    assert len(fake.requests) == 4
+    assert retry_delays(caplog) == [0.01, 0.02, 0.04]
+
+
+async def test_gives_up_after_the_last_attempt(
+    fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.script = [500] * 10
+    provider = provider_for(fake)
+    try:
+        with pytest.raises(EmbeddingError, match="provider answered 500") as caught:
+            await provider.embed_documents(["x"])
+    finally:
+        await provider.close()
+    assert caught.value.transient
+    assert len(fake.requests) == 4
+
+
+async def test_unreachable_provider_is_transient(caplog: pytest.LogCaptureFixture) -> None:
+    from events.nats_server import free_port
+
+    provider = OpenAIProvider(
+        f"http://127.0.0.1:{free_port()}/v1", MODEL, KEY, attempts=2, base_delay=0.01
+    )
+    try:
+        with pytest.raises(EmbeddingError, match="provider unreachable") as caught:
+            await provider.embed_documents(["x"])
+    finally:
+        await provider.close()
+    assert caught.value.transient
+    assert retry_delays(caplog) == [0.01]
+
+
+async def test_client_errors_are_not_retried_and_never_show_the_key(
+    fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # Some providers echo the key they refused; it must not reach our errors or logs.
+    fake.error_body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}."}})
+    fake.script = [401]
+    provider = provider_for(fake)
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await provider.embed_documents(["x"])
+    finally:
+        await provider.close()
+    assert len(fake.requests) == 1
+    assert str(caught.value).startswith("provider answered 401: ")
+    assert "Incorrect API key provided" in str(caught.value)
+    assert KEY not in str(caught.value)
+    assert KEY not in caplog.text
+
+
+# -- through the service --------------------------------------------------------------------------
+
+
+async def test_one_bad_chunk_never_blocks_the_queue(
+    tmp_path: Path, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chunk the provider refuses (400) or answers with a wrong length costs only itself:
+    the rest of its file and the files after it are embedded and found by meaning."""
+    caplog.set_level(logging.DEBUG)
+
+    def poison(text: str) -> int | None:
+        if "poison" in text:
+            return 400
+        if "venom" in text:
+            return 3
+        return None
+
+    fake.poison = poison
+    nats = EmbeddedNats(tmp_path / "nats")
+    h = SearchHarness(tmp_path, await nats.start())
+    try:
+        h.registry.add("notes")
+        paragraphs = [
+            "alpaca " * 120,
+            "poison apple " * 60,
+            "gamma rays " * 60,
+            "venom snake " * 60,
+        ]
+        h.write("notes/mixed.md", "\n\n".join(p.strip() for p in paragraphs))
+        h.write("notes/penguins.txt", "Penguins live in Antarctica.")
+        await h.start(
+            EMBEDDING_PROVIDER="openai",
+            EMBEDDING_URL=fake.url,
+            EMBEDDING_MODEL=MODEL,
+            EMBEDDING_API_KEY=KEY,
+        )
+        mixed = await h.event("search.document_indexed", "mixed.md")
+        assert (mixed["chunks"], mixed["embedded"]) == (4, 2)
+        assert (
+            mixed["embedding_error"] == "provider returned a vector of 3 dimensions, expected 512"
+        )
+        penguins = await h.event("search.document_indexed", "penguins.txt")
+        assert (penguins["chunks"], penguins["embedded"]) == (1, 1)
+
+        _, body = await h.get(
+            "/api/search", db="notes", q="where do penguins live", target="semantic"
+        )
+        assert [g["source"] for g in body["semantic"]] == ["penguins.txt"]
+        _, body = await h.get("/api/search", db="notes", q="gamma rays", target="semantic")
+        assert body["semantic"][0]["matches"][0]["content"].startswith("gamma rays")
+        # The refused chunks are still found by their words.
+        _, body = await h.get("/api/search", db="notes", q="poison venom", target="keyword")
+        assert len(body["keyword"][0]["matches"]) == 2
+
+        # A repeated query is answered from the query cache, not the provider.
+        before = len(fake.requests)
+        _, again = await h.get(
+            "/api/search", db="notes", q="where do penguins live", target="semantic"
+        )
+        assert again["semantic"][0]["source"] == "penguins.txt"
+        assert len(fake.requests) == before
+    finally:
+        await h.stop()
+        await nats.stop()
+    assert KEY not in caplog.text
