@@ -24,7 +24,8 @@ from actors.functions.limits import SandboxLimits
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("memory", "pids", "cpu")
+# cpuacct only accounts (CPU used per run, for the benchmark and the logs); the others limit.
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 CFS_PERIOD_US = 100_000
 
 
@@ -116,7 +117,17 @@ class CgroupSlot:
         return "pids" in self.dirs
 
     def procs_files(self) -> list[str]:
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+        # Controllers mounted together (cpu,cpuacct) share one directory: enter it once.
+        return list(dict.fromkeys(str(d / "cgroup.procs") for d in self.dirs.values()))
+
+    def cpu_ns(self) -> int:
+        """CPU time used in this slot so far (cpuacct), 0 without the controller."""
+        directory = self.dirs.get("cpuacct")
+        if directory is None:
+            return 0
+        with contextlib.suppress(OSError, ValueError):
+            return int((directory / "cpuacct.usage").read_text())
+        return 0
 
     def oom_kills(self) -> int:
         """How many processes the memory controller has killed in this group so far."""
@@ -132,7 +143,7 @@ class CgroupSlot:
 
     def members(self) -> set[int]:
         pids: set[int] = set()
-        for directory in self.dirs.values():
+        for directory in set(self.dirs.values()):
             with contextlib.suppress(OSError):
                 pids.update(int(p) for p in (directory / "cgroup.procs").read_text().split())
         return pids
@@ -171,10 +182,10 @@ class Cgroups:
     def remove(self) -> None:
         for slot in self.slots:
             slot.kill_all()
-            for directory in slot.dirs.values():
+            for directory in set(slot.dirs.values()):
                 with contextlib.suppress(OSError):
                     directory.rmdir()
-        for directory in self.parents.values():
+        for directory in set(self.parents.values()):
             with contextlib.suppress(OSError):
                 directory.rmdir()
 
@@ -194,6 +205,12 @@ def _configure(controller: str, directory: Path, limits: SandboxLimits) -> None:
     elif controller == "cpu":
         _write(directory / "cpu.cfs_period_us", CFS_PERIOD_US)
         _write(directory / "cpu.cfs_quota_us", max(1000, int(limits.cpus * CFS_PERIOD_US)))
+
+
+def _configure_all(controller: str, parent: Path, slots: int, limits: SandboxLimits) -> None:
+    for index in range(slots):
+        with contextlib.suppress(OSError):
+            _configure(controller, parent / f"slot-{index}", limits)
 
 
 def create(
@@ -217,6 +234,13 @@ def create(
         if base is None:
             continue
         parent = base / name
+        shared = next((c for c, p in parents.items() if p == parent), None)
+        if shared is not None:  # co-mounted with a controller already set up
+            _configure_all(controller, parent, slots, limits)
+            parents[controller] = parent
+            for index in range(slots):
+                slot_dirs[index][controller] = parent / f"slot-{index}"
+            continue
         made: list[Path] = []
         try:
             parent.mkdir()

@@ -11,6 +11,7 @@ from actors.functions.limits import MIB, SandboxLimits
 MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 39 31 0:36 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
@@ -20,6 +21,7 @@ PROC_CGROUP = """\
 9:name=systemd:/
 8:pids:/docker/abc/inner
 4:memory:/process_api/9bc1
+2:cpuacct:/
 1:cpu:/
 0::/
 """
@@ -28,6 +30,7 @@ PROC_CGROUP = """\
 def test_v1_mounts_finds_only_the_controllers_we_use() -> None:
     assert cgroups.v1_mounts(MOUNTINFO) == {
         "cpu": ("/", "/sys/fs/cgroup/cpu"),
+        "cpuacct": ("/", "/sys/fs/cgroup/cpuacct"),
         "memory": ("/", "/sys/fs/cgroup/memory"),
         "pids": ("/docker/abc", "/sys/fs/cgroup/pids"),
     }
@@ -36,6 +39,7 @@ def test_v1_mounts_finds_only_the_controllers_we_use() -> None:
 def test_own_dirs_joins_mount_point_and_our_path_below_the_mount_root() -> None:
     assert cgroups.own_dirs(MOUNTINFO, PROC_CGROUP) == {
         "cpu": Path("/sys/fs/cgroup/cpu"),
+        "cpuacct": Path("/sys/fs/cgroup/cpuacct"),
         "memory": Path("/sys/fs/cgroup/memory/process_api/9bc1"),
         "pids": Path("/sys/fs/cgroup/pids/inner"),
     }
@@ -44,6 +48,17 @@ def test_own_dirs_joins_mount_point_and_our_path_below_the_mount_root() -> None:
 def test_a_group_outside_the_mounted_root_is_not_used() -> None:
     proc = "8:pids:/elsewhere\n"
     assert cgroups.own_dirs(MOUNTINFO, proc) == {}
+
+
+def test_co_mounted_controllers_share_one_directory() -> None:
+    mountinfo = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    dirs = cgroups.own_dirs(mountinfo, "3:cpu,cpuacct:/x\n")
+    assert dirs == {
+        "cpu": Path("/sys/fs/cgroup/cpu,cpuacct/x"),
+        "cpuacct": Path("/sys/fs/cgroup/cpu,cpuacct/x"),
+    }
+    slot = cgroups.CgroupSlot(dirs)
+    assert slot.procs_files() == ["/sys/fs/cgroup/cpu,cpuacct/x/cgroup.procs"]
 
 
 def test_v2_only_machine_has_no_v1_controllers() -> None:
