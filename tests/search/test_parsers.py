@@ -1,0 +1,217 @@
+"""Golden tests of the document parsers (PDF, DOCX, PPTX, CSV/TSV), their attacks, and the same
+documents indexed through the running service."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+
+from actors.search import parsers
+from actors.search.parsers import ParseError, UnsupportedFormat, parse
+from tests.search import documents
+from tests.search.conftest import SearchHarness
+
+# -- PDF ------------------------------------------------------------------------------------------
+
+
+def test_pdf_pages_become_paragraphs() -> None:
+    data = documents.pdf(["Quarterly report\nRevenue grew (a lot).", "", "Second page: penguins."])
+    assert parse(Path("r.pdf"), data) == (
+        "Quarterly report\nRevenue grew (a lot).\n\nSecond page: penguins."
+    )
+
+
+def test_password_protected_pdf_is_refused() -> None:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(documents.pdf(["secret plans"]))))
+    writer.encrypt("hunter2", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    with pytest.raises(ParseError, match="encrypted PDF"):
+        parse(Path("locked.pdf"), out.getvalue())
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"%PDF-1.4\n garbage", b"not a pdf at all", documents.pdf(["x"])[:200]]
+)
+def test_broken_pdf_is_a_parse_error(data: bytes) -> None:
+    with pytest.raises(ParseError):
+        parse(Path("broken.pdf"), data)
+
+
+# -- DOCX -----------------------------------------------------------------------------------------
+
+DOCX_BODY = (
+    "<w:p><w:r><w:t>Meeting notes</w:t></w:r></w:p>"
+    '<w:p><w:r><w:t xml:space="preserve">Budget </w:t></w:r>'
+    "<w:r><w:rPr><w:b/></w:rPr><w:t>approved</w:t></w:r><w:r><w:tab/><w:t>2026</w:t></w:r></w:p>"
+    "<w:p/>"
+    "<w:p><w:r><w:t>line one</w:t><w:br/><w:t>line two</w:t></w:r></w:p>"
+    "<w:tbl><w:tr>"
+    "<w:tc><w:p><w:r><w:t>cell A</w:t></w:r></w:p></w:tc>"
+    "<w:tc><w:p><w:r><w:t>cell B</w:t></w:r></w:p></w:tc>"
+    "</w:tr></w:tbl>"
+    "<w:p><w:r><w:t>日本語の段落</w:t></w:r></w:p>"
+)
+
+
+def test_docx_golden() -> None:
+    assert parse(Path("notes.DOCX"), documents.docx(DOCX_BODY)) == (
+        "Meeting notes\n\nBudget approved\t2026\n\nline one\nline two\n\ncell A\n\ncell B"
+        "\n\n日本語の段落"
+    )
+
+
+BILLION_LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE w:document [<!ENTITY a "aaaaaaaaaa">'
+    '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+    f'<w:document xmlns:w="{documents.W_NS}"><w:body><w:p><w:r><w:t>&b;</w:t></w:r></w:p>'
+    "</w:body></w:document>"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (documents.zipped({"word/document.xml": BILLION_LAUGHS}), "declares a DOCTYPE"),
+        (documents.zipped({"word/other.xml": "<x/>"}), "word/document.xml is missing"),
+        (documents.zipped({"word/document.xml": "<w:document"}), "word/document.xml"),
+        (b"PK\x03\x04 truncated", "not a valid Office file"),
+        (b"plain text named .docx", "not a valid Office file"),
+    ],
+)
+def test_docx_attacks_and_damage(data: bytes, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse(Path("evil.docx"), data)
+
+
+def test_docx_part_above_the_size_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cap is read from the zip's declared size, before anything is decompressed.
+    monkeypatch.setattr(parsers, "MAX_XML_BYTES", 1000)
+    data = documents.docx("<w:p><w:r><w:t>" + "x" * 2000 + "</w:t></w:r></w:p>")
+    with pytest.raises(ParseError, match="larger than 1000 bytes"):
+        parse(Path("bomb.docx"), data)
+
+
+# -- PPTX -----------------------------------------------------------------------------------------
+
+
+def test_pptx_golden() -> None:
+    data = documents.pptx(
+        {
+            10: documents.slide([["Tenth ", "slide"]]),
+            1: documents.slide([["Title ", "one"], ["subtitle ", "text"], ["  "]]),
+            2: documents.slide([["Second slide"]]),
+            3: documents.slide([]),
+        },
+        extra={
+            "ppt/slideLayouts/slideLayout1.xml": documents.slide([["layout placeholder"]]),
+            "ppt/notesSlides/notesSlide1.xml": documents.slide([["speaker notes"]]),
+        },
+    )
+    assert (
+        parse(Path("deck.pptx"), data) == "Title one\nsubtitle text\n\nSecond slide\n\nTenth slide"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (documents.zipped({"docProps/app.xml": "<x/>"}), "ppt/presentation.xml is missing"),
+        (
+            documents.pptx({1: BILLION_LAUGHS.replace("w:document", "p:sld")}),
+            "declares a DOCTYPE",
+        ),
+        (b"\x00" * 64, "not a valid Office file"),
+    ],
+)
+def test_pptx_attacks_and_damage(data: bytes, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse(Path("evil.pptx"), data)
+
+
+# -- CSV / TSV ------------------------------------------------------------------------------------
+
+CSV = (
+    "name,city,notes\r\n"
+    'Ada,London,"likes, commas"\r\n'
+    "Bob,,quiet\r\n"
+    ",,\r\n"
+    "Cy,Paris,extra,overflow\r\n"
+    'Di,"multi\nline",ok\r\n'
+)
+CSV_TEXT = (
+    "name: Ada | city: London | notes: likes, commas\n\n"
+    "name: Bob | notes: quiet\n\n"
+    "name: Cy | city: Paris | notes: extra | overflow\n\n"
+    "name: Di | city: multi\nline | notes: ok"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "text"),
+    [
+        ("people.csv", CSV.encode(), CSV_TEXT),
+        (
+            "people.tsv",
+            CSV.replace(",", "\t").replace("likes\t commas", "likes, commas").encode(),
+            CSV_TEXT,
+        ),
+        ("bom.csv", b"\xef\xbb\xbfname,city\r\nAda,London\r\n", "name: Ada | city: London"),
+        ("latin1.csv", "name,city\nZoë,Bogotá\n".encode("latin-1"), "name: Zoë | city: Bogotá"),
+        ("header-only.csv", b"name,city\n", "name | city"),
+        ("empty.tsv", b"", ""),
+        ("semicolons.csv", b"a;b\n1;2\n", "a;b: 1;2"),
+    ],
+)
+def test_delimited_golden(name: str, data: bytes, text: str) -> None:
+    assert parse(Path(name), data) == text
+
+
+def test_unsupported_types_are_named() -> None:
+    with pytest.raises(UnsupportedFormat, match=r"unsupported file type '\.xlsx'"):
+        parse(Path("sheet.xlsx"), b"PK")
+    with pytest.raises(UnsupportedFormat, match=r"unsupported file type '\(none\)'"):
+        parse(Path("README"), b"hello")
+
+
+# -- through the service --------------------------------------------------------------------------
+
+
+async def test_every_format_is_indexed_and_found(harness: SearchHarness) -> None:
+    harness.registry.add("docs")
+    files = {
+        "report.pdf": documents.pdf(["Walrus migration report", "Appendix about narwhals"]),
+        "minutes.docx": documents.docx(
+            "<w:p><w:r><w:t>The capybara budget passed</w:t></w:r></w:p>"
+        ),
+        "deck.pptx": documents.pptx({1: documents.slide([["Ocelot roadmap"]])}),
+        "animals.csv": b"animal,home\nplatypus,Australia\n",
+        "animals.tsv": b"animal\thome\nquokka\tRottnest\n",
+        "broken.docx": b"PK\x03\x04 not really",
+    }
+    for name, data in files.items():
+        harness.write(f"docs/{name}", data)
+    await harness.start(EMBEDDING_PROVIDER="none")
+    for name in files:
+        if name != "broken.docx":
+            assert (await harness.event("search.document_indexed", name))["chunks"] >= 1
+    dismissed = await harness.event("search.document_dismissed", "broken.docx")
+    assert dismissed["reason"].startswith("not a valid Office file")
+
+    expected = {
+        "narwhals": "report.pdf",
+        "capybara": "minutes.docx",
+        "ocelot": "deck.pptx",
+        "platypus": "animals.csv",
+        "rottnest": "animals.tsv",
+    }
+    for word, source in expected.items():
+        _, body = await harness.get("/api/search", db="docs", q=word, target="keyword")
+        assert [g["source"] for g in body["keyword"]] == [source], word
+    _, body = await harness.get("/api/search", db="docs", q="walrus narwhals", target="keyword")
+    assert [m["content"] for m in body["keyword"][0]["matches"]] == [
+        "Walrus migration report\n\nAppendix about narwhals"
+    ]
