@@ -8,7 +8,6 @@ include the provider's fingerprint, so switching provider never returns a foreig
 import hashlib
 import sqlite3
 import threading
-import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -28,6 +27,25 @@ class QueryCache:
         )
         self._hot: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        # `used` is a use counter, not a time: strictly increasing, so the eviction order on
+        # disk is exactly the order of use, the same order the in-memory copy keeps.
+        row = self._conn.execute("SELECT coalesce(max(used), 0) FROM cache").fetchone()
+        self._clock = float(row[0])
+        # Uses answered from memory, written to disk before the next eviction (and at close),
+        # so a hit costs no write.
+        self._touched: dict[str, float] = {}
+
+    def _tick(self) -> float:
+        self._clock += 1
+        return self._clock
+
+    def _flush_touched(self) -> None:
+        if self._touched:
+            self._conn.executemany(
+                "UPDATE cache SET used = ? WHERE key = ?",
+                [(used, key) for key, used in self._touched.items()],
+            )
+            self._touched.clear()
 
     @staticmethod
     def key(fingerprint: str, query: str) -> str:
@@ -38,11 +56,12 @@ class QueryCache:
         with self._lock:
             if key in self._hot:
                 self._hot.move_to_end(key)
+                self._touched[key] = self._tick()
                 return self._hot[key]
             row = self._conn.execute("SELECT vector FROM cache WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
-            self._conn.execute("UPDATE cache SET used = ? WHERE key = ?", (time.time(), key))
+            self._touched[key] = self._tick()
             vector = np.frombuffer(row[0], dtype=np.float32)
             self._remember(key, vector)
             return vector
@@ -51,9 +70,10 @@ class QueryCache:
         key = self.key(fingerprint, query)
         vector = np.asarray(vector, dtype=np.float32)
         with self._lock:
+            self._flush_touched()
             self._conn.execute(
                 "INSERT OR REPLACE INTO cache (key, vector, used) VALUES (?, ?, ?)",
-                (key, vector.tobytes(), time.time()),
+                (key, vector.tobytes(), self._tick()),
             )
             self._conn.execute(
                 "DELETE FROM cache WHERE key IN"
@@ -73,4 +93,6 @@ class QueryCache:
             return int(self._conn.execute("SELECT count(*) FROM cache").fetchone()[0])
 
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._flush_touched()
+            self._conn.close()
