@@ -255,7 +255,12 @@ class RunnerHost:
         sender = asyncio.create_task(deliver())
         outbox.put_nowait({"t": protocol.STARTED})
         try:
-            final = await self._final(job, started, on_line if job.stream else None)
+            try:
+                final = await self._final(job, started, on_line if job.stream else None)
+            except Exception:
+                # The caller must get an answer, not wait for its time-out.
+                log.exception("runner: run %s failed inside the runner", job.id)
+                final = {"t": protocol.ERROR, "message": "the runner failed (see its log)"}
             outbox.put_nowait(final)
         finally:
             outbox.put_nowait(None)

@@ -214,3 +214,11 @@ async def test_registry_is_rebuilt_from_the_store(runtime: Runtime) -> None:
         assert old.json()["data"] == "one"
         newer = (await again.upload("keep", "python", "return 'three'"))["version"]
         assert newer > first
+
+
+async def test_a_broken_sandbox_answers_500_and_never_hangs(runtime: Runtime) -> None:
+    async with start_service(runtime, BWRAP="/nonexistent/bwrap") as service:
+        reply = await service.run_now("python", "return 1")
+        assert (reply.status, reply.content_type) == (500, "text/plain")
+        assert reply.text.startswith("failed to run: exited with status 127")
+        assert "/nonexistent/bwrap" in reply.text
