@@ -121,6 +121,7 @@ class OutboxRelay:
                 await asyncio.sleep(self._retry_interval)
                 continue
             batch = self._take_fresh()
+            from_memory = bool(batch)
             if not batch:
                 batch = await self._store.read_all(self.cursor, self._batch_size)
                 self._fresh.clear()
@@ -131,6 +132,10 @@ class OutboxRelay:
             await self._nc.flush(timeout=2)
             self.cursor = batch[-1].position
             await self._maybe_save_cursor()
+            if from_memory and not self._fresh:
+                # Every append of this store passes through the listener, so an empty
+                # hand-over means there is nothing newer in the store either.
+                return
 
     async def _maybe_save_cursor(self) -> None:
         now = time.monotonic()

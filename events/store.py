@@ -170,13 +170,7 @@ class EventStore:
                         current = await self._current_version(conn, stream)
                         if current != expected_version:
                             raise ConcurrencyConflict(stream, expected_version, current)
-                    result = await conn.execute(
-                        events_table.insert().returning(
-                            events_table.c.position, sort_by_parameter_order=True
-                        ),
-                        rows,
-                    )
-                    positions = [int(p) for p in result.scalars()]
+                    positions = await self._insert(conn, rows)
             except IntegrityError:
                 self._versions.pop(stream, None)
                 async with self._engine.connect() as conn:
@@ -190,6 +184,23 @@ class EventStore:
         for listener in list(self._listeners):
             listener(recorded)
         return recorded
+
+    async def _insert(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+        if self._engine.dialect.name != "sqlite" or len(rows) == 1:
+            result = await conn.execute(
+                events_table.insert().returning(
+                    events_table.c.position, sort_by_parameter_order=True
+                ),
+                rows,
+            )
+            return [int(p) for p in result.scalars()]
+        # SQLite turns an ordered RETURNING into one statement per row, each a thread hop.
+        # One executemany is a single hop, and since SQLite admits one writing transaction at
+        # a time, the rows it inserts take the positions right below the new maximum.
+        await conn.execute(events_table.insert(), rows)
+        last = (await conn.execute(sa.select(sa.func.max(events_table.c.position)))).scalar()
+        assert last is not None
+        return list(range(int(last) - len(rows) + 1, int(last) + 1))
 
     @staticmethod
     async def _current_version(conn: AsyncConnection, stream: str) -> int:

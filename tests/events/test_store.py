@@ -131,3 +131,15 @@ async def test_a_writer_with_a_remembered_version_still_meets_a_conflict(tmp_pat
     finally:
         await one.close()
         await two.close()
+
+
+async def test_positions_returned_by_a_batch_are_the_stored_ones(store: EventStore) -> None:
+    await store.append("counter:a", 0, [Incremented(0)])
+    batch = await store.append("counter:b", 0, [Incremented(i) for i in range(1, 51)])
+    await store.append("counter:a", 1, [Incremented(99)])
+    stored = {(r.stream, r.version): r.position for r in await store.read_all()}
+    assert [r.position for r in batch] == [stored[("counter:b", v)] for v in range(1, 51)]
+    assert [r.event for r in await store.read_all(after_position=batch[0].position - 1)][:2] == [
+        Incremented(1),
+        Incremented(2),
+    ]
