@@ -103,10 +103,11 @@ async def test_runtime_errors_with_their_message(
     assert (reply.status, reply.content_type, reply.text) == (500, "text/plain", message)
 
 
-async def test_time_out(service: Service) -> None:
-    reply = await service.run_now("python", "while True:\n    pass")
-    assert (reply.status, reply.text) == (500, "failed to run: timed out after 3 s")
-    assert (await service.run_now("python", "return 'alive'")).json()["data"] == "alive"
+async def test_time_out(runtime: Runtime) -> None:
+    async with start_service(runtime, RUN_TIMEOUT="1") as service:
+        reply = await service.run_now("python", "while True:\n    pass")
+        assert (reply.status, reply.text) == (500, "failed to run: timed out after 1 s")
+        assert (await service.run_now("python", "return 'alive'")).json()["data"] == "alive"
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway.runtime import Runtime
 from tests.conftest import wait_for
-from tests.functions.conftest import Service
+from tests.functions.conftest import Service, start_service
 
 
 async def events_of(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
@@ -68,12 +69,13 @@ async def test_error_ends_the_stream(service: Service) -> None:
     assert all(e["event"] == "log" for e in got[:-1])
 
 
-async def test_time_out_in_stream_mode_is_an_error_event(service: Service) -> None:
+async def test_time_out_in_stream_mode_is_an_error_event(runtime: Runtime) -> None:
     code = "print('spinning')\nwhile True:\n    pass"
-    got = await stream(service, "/run-now", {"language": "python", "code": code})
+    async with start_service(runtime, RUN_TIMEOUT="1") as service:
+        got = await stream(service, "/run-now", {"language": "python", "code": code})
     assert got == [
         {"event": "log", "data": "spinning", "type": "text"},
-        {"event": "error", "data": "timed out after 3 s", "type": "text"},
+        {"event": "error", "data": "timed out after 1 s", "type": "text"},
     ]
 
 
