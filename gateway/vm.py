@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 
+from actors.vm.fakemirror import serve_mirror
 from actors.vm.lifecycle import Command
 from actors.vm.requests import (
     BadRequest,
@@ -447,18 +448,24 @@ async def _maybe_simulate(runtime: Runtime) -> Runtime:
     from pvesim.cluster import SimCluster
 
     scale = env_float(runtime.env, "PVESIM_DELAY_SCALE", 0.05, min=0)
-    sim = SimCluster(runtime.data_dir / "pvesim", delay_scale=scale)
-    await sim.start()
-    print(f"cairn: vm: no Proxmox configured; driving the simulated cluster in "
-          f"{runtime.data_dir / 'pvesim'}", flush=True)  # fmt: skip
+    stack = contextlib.AsyncExitStack()
+    sim = await stack.enter_async_context(
+        SimCluster(runtime.data_dir / "pvesim", delay_scale=scale)
+    )
     env = {**runtime.env, **sim.env()}
-    env.setdefault("ASSIGN_STORAGE", sim.env().get("ASSIGN_STORAGE", "local-lvm"))
+    print(f"cairn: vm: no Proxmox configured; driving the simulated cluster in {sim.root}",
+          flush=True)  # fmt: skip
+    if not env.get("IMAGE_BASE_URL", "").strip():
+        # The simulator needs no real image; a demo without Internet still installs.
+        mirror = await stack.enter_async_context(serve_mirror())
+        env["IMAGE_BASE_URL"] = mirror.base_url
+        print(f"cairn: vm: cloud images from the simulated mirror {mirror.base_url}", flush=True)
     simulated = attrs.evolve(runtime, env=env)
-    _SIMS[id(simulated)] = sim
+    _SIMS[id(simulated)] = stack
     return simulated
 
 
-_SIMS: dict[int, Any] = {}
+_SIMS: dict[int, contextlib.AsyncExitStack] = {}
 
 
 async def build(runtime: Runtime) -> web.Application:
@@ -476,8 +483,11 @@ async def build(runtime: Runtime) -> web.Application:
     api.router.add_get("/vm/{id}/status", gw.status)
     api.router.add_get("/vm/{id}/task", gw.reattach)
     api.router.add_post("/vm/install", gw.install)
-    api.router.add_post("/vm/{id}/{action:start|stop|shutdown|reboot|destroy}", gw.action)
-    api.router.add_post("/vm/{id}/set/{what:cpu|memory|disk|node}", gw.set)
+    # One route per action, so the routes printed at start-up read like the spec's table.
+    for action in ("start", "stop", "shutdown", "reboot", "destroy"):
+        api.router.add_post(f"/vm/{{id}}/{{action:{action}}}", gw.action)
+    for what in ("cpu", "memory", "disk", "node"):
+        api.router.add_post(f"/vm/{{id}}/set/{{what:{what}}}", gw.set)
     app.add_subapp("/api", api)
     app.router.add_static("/sh/", SCRIPTS_DIR, show_index=False, follow_symlinks=False)
 
@@ -485,7 +495,7 @@ async def build(runtime: Runtime) -> web.Application:
         await service.stop()
         sim = _SIMS.pop(id(runtime), None)
         if sim is not None:
-            await sim.stop()
+            await sim.aclose()
 
     app.on_cleanup.append(cleanup)
     app[SERVICE_KEY] = service

@@ -22,11 +22,9 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
-import hashlib
 import json
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -39,8 +37,8 @@ from aiohttp import web
 
 from actors.vm import jobs
 from actors.vm.events import Progress, TaskEnded, TaskStarted
+from actors.vm.fakemirror import serve_mirror
 from actors.vm.node import Cluster
-from actors.vm.osimages import MATRIX
 from actors.vm.service import VmService
 from events.bus import connect
 from events.catalog import load_all
@@ -48,8 +46,6 @@ from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded
 from gateway.runtime import open_runtime
 from gateway.vm import build
-
-IMAGE = b"QFI\xfb" + struct.pack(">I", 3) + bytes(16) + struct.pack(">Q", 2 * 1024**3) + bytes(4096)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -120,33 +116,6 @@ async def simulator(root: Path) -> AsyncIterator[dict[str, str]]:
         await proc.wait()
 
 
-@contextlib.asynccontextmanager
-async def mirror() -> AsyncIterator[str]:
-    files: dict[str, bytes] = {}
-    for versions in MATRIX.values():
-        for image in versions.values():
-            files[f"{image.os}/{image.version}/{image.filename}"] = IMAGE
-            digest = hashlib.new(image.algorithm, IMAGE).hexdigest()
-            files[f"{image.os}/{image.version}/{image.sums_name}"] = (
-                f"{digest}  {image.filename}\n".encode()
-            )
-
-    async def handle(request: web.Request) -> web.Response:
-        body = files.get(request.match_info["path"])
-        return web.Response(body=body) if body is not None else web.Response(status=404)
-
-    app = web.Application()
-    app.router.add_route("*", "/m/{path:.*}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/m"
-    finally:
-        await runner.cleanup()
-
-
 async def read_stream(
     resp: aiohttp.ClientResponse, seen: dict[str, float] | None = None
 ) -> list[dict[str, Any]]:
@@ -182,7 +151,7 @@ async def bench(installs: int, parallel: int, lists: int) -> None:
         root = Path(tmp)
         async with (
             simulator(root / "pve") as sim_env,
-            mirror() as base,
+            serve_mirror() as mirror,
             EmbeddedNats(root / "nats") as nats,
         ):
             env = {
@@ -190,7 +159,7 @@ async def bench(installs: int, parallel: int, lists: int) -> None:
                 **sim_env,
                 "NATS_URL": nats.url,
                 "CAIRN_DATA": str(root / "data"),
-                "IMAGE_BASE_URL": base,
+                "IMAGE_BASE_URL": mirror.base_url,
                 "VM_SSH_POLL": "0.02",
                 "VM_POLL_INTERVAL": "0.5",
             }

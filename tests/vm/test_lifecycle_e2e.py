@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+from pvesim.cluster import VmView
+
 from tests.vm.conftest import Service
 from tests.vm.helpers import PUBKEY
 
@@ -40,18 +42,18 @@ async def test_install_with_every_field_then_manage_the_vm(service: Service) -> 
 
     assert await service.post("/vm/150/stop") == (200, "ok")
     assert await service.get("/vm/150/status") == (200, "stopped")
-    assert service.sim.vm(150).status == "stopped"
+    assert sim_vm(service, 150).status == "stopped"
 
     moved = await service.post_sse("/vm/150/set/node", {"node": "pve3"})
     assert moved.closed and moved.last["status"] == "success", moved.records
     assert moved.last["vm_id"] == 150
     assert any("starting migration of VM 150" in r["message"] for r in moved.records)
-    assert service.sim.vm(150).node == "pve3"
+    assert sim_vm(service, 150).node == "pve3"
 
     assert await service.post("/vm/150/set/cpu", {"cpu": 2}) == (200, "ok")
     assert await service.post("/vm/150/set/memory", {"memory": 1024}) == (200, "ok")
     assert await service.post("/vm/150/set/disk", {"disk": "8G"}) == (200, "ok")
-    c = service.sim.vm(150).config
+    c = sim_vm(service, 150).config
     assert (c["cores"], c["memory"]) == (2, 1024) and "size=48G" in c["scsi0"]
 
     started = await service.post_sse("/vm/150/start")
@@ -72,6 +74,12 @@ async def test_install_with_every_field_then_manage_the_vm(service: Service) -> 
     assert all(r["vmid"] != 150 for r in listing["list"])
     again = await service.install(id=150)
     assert again.last["vm_id"] == 150, again.records[-2:]
+
+
+def sim_vm(service: Service, vmid: int) -> VmView:
+    vm = service.sim.vm(vmid)
+    assert vm is not None, f"VM {vmid} is not in the cluster"
+    return vm
 
 
 async def installed(service: Service, **body: Any) -> int:
@@ -165,11 +173,11 @@ async def test_clamping_minimums_and_balloon(start_service: Any) -> None:
     assert any(n.startswith("[*] setting CPU to maximum 4 (") for n in notes)
     assert any(n.startswith("[*] setting RAM to maximum 4096 (") for n in notes)
     assert any(n.startswith("[*] setting disk to maximum 32G (") for n in notes)
-    c = service.sim.vm(sse.last["vm_id"]).config
+    c = sim_vm(service, sse.last["vm_id"]).config
     assert (c["cores"], c["memory"], c["balloon"]) == (4, 4096, 1024) and "size=32G" in c["scsi0"]
 
     small = await service.install(cpu=0, ram=100, disk="8G")
-    c = service.sim.vm(small.last["vm_id"]).config
+    c = sim_vm(service, small.last["vm_id"]).config
     assert (c["cores"], c["memory"]) == (1, 512) and "size=16G" in c["scsi0"]
     assert "balloon" not in c or c["balloon"] in (0, "0")
     assert await service.post(f"/vm/{small.last['vm_id']}/stop") == (200, "ok")
