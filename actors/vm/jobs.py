@@ -201,16 +201,6 @@ async def install(
         )
         created_on = s.main_node
         _check(await svc.cluster.main(argv), "qm create")
-        ci = qm.CloudInit(
-            user=req.user,
-            password_hash=sha512_crypt(req.passwd),
-            sshkeys_file="/dev/stdin",
-            ip=ip,
-            gateway=s.gateway,
-        )
-        keys = service_pub + "\n" + (req.pubkey + "\n" if req.pubkey else "")
-        result = await svc.cluster.main(qm.set_cloud_init(vmid, ci), stdin=keys.encode())
-        _check(result, "cloud-init settings")
         st.done("VM created successfully")
 
         st.begin("VM creation > importing disk image", f"importing {path.name} into {s.storage}")
@@ -224,8 +214,16 @@ async def install(
         st.done(f"disk image imported as {volid}")
 
         st.begin("VM initialization > initializing configuration", "attaching disk and cloud-init")
-        _check(await svc.cluster.main(qm.attach_disks(vmid, volid, s.storage)), "attach disk")
-        _check(await svc.cluster.main(qm.boot_from_disk(vmid)), "boot order")
+        ci = qm.CloudInit(
+            user=req.user,
+            password_hash=sha512_crypt(req.passwd),
+            sshkeys_file="/dev/stdin",  # the keys go on stdin: no key file left on the node
+            ip=ip,
+            gateway=s.gateway,
+        )
+        keys = service_pub + "\n" + (req.pubkey + "\n" if req.pubkey else "")
+        argv = qm.configure(vmid, volid, s.storage, ci)
+        _check(await svc.cluster.main(argv, stdin=keys.encode()), "qm set")
         resized = await svc.cluster.main(qm.resize_disk(vmid, f"{disk.value}G"))
         problem = resize_error(resized)
         if problem:

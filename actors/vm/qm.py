@@ -56,22 +56,21 @@ def create(
     return argv
 
 
-def set_cloud_init(vmid: int, cloud_init: CloudInit) -> Argv:
-    # A separate `qm set`, not options of `qm create`: real qm reads the --sshkeys file for both,
-    # but the simulator's create does not yet (see the report), and this works on both.
-    return ["qm", "set", str(vmid), *cloud_init.options()]
-
-
 def import_disk(vmid: int, image_path: str, storage: str) -> Argv:
     return ["qm", "disk", "import", str(vmid), image_path, storage]
 
 
-def attach_disks(vmid: int, disk_volid: str, storage: str) -> Argv:
-    return ["qm", "set", str(vmid), "--scsi0", disk_volid, "--ide2", f"{storage}:cloudinit"]
-
-
-def boot_from_disk(vmid: int) -> Argv:
-    return ["qm", "set", str(vmid), "--boot", "order=scsi0"]
+def configure(vmid: int, disk_volid: str, storage: str, cloud_init: CloudInit) -> Argv:
+    """One `qm set` after the import: the disk, the cloud-init drive and its settings, and a
+    boot order naming the disk. qemu-server applies drives before it checks the order, and
+    accepts devices given in the same call."""
+    return [
+        "qm", "set", str(vmid),
+        "--scsi0", disk_volid,
+        "--ide2", f"{storage}:cloudinit",
+        "--boot", "order=scsi0",
+        *cloud_init.options(),
+    ]  # fmt: skip
 
 
 def resize_disk(vmid: int, size: str) -> Argv:

@@ -45,7 +45,7 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
     cases = [
         (110, "VM creation > creating VM", {}),
         (111, "VM creation > importing disk image", {}),
-        (112, "VM creation > creating VM", {}),  # the cloud-init `qm set`
+        (112, init + "initializing configuration", {}),
         (113, init + "initializing configuration", {}),
         (114, init + "migrating VM", {"node": "pve2"}),
         (115, init + "waiting for ready", {}),

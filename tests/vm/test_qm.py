@@ -26,9 +26,12 @@ def test_create_has_the_cloud_image_hardware_profile() -> None:
     ]  # fmt: skip
 
 
-def test_cloud_init_sets_the_requested_user_and_a_hashed_password() -> None:
-    assert qm.set_cloud_init(120, CI) == [
+def test_configure_attaches_disk_cloud_init_and_boot_order_at_once() -> None:
+    assert qm.configure(120, "local-lvm:vm-120-disk-0", "local-lvm", CI) == [
         "qm", "set", "120",
+        "--scsi0", "local-lvm:vm-120-disk-0", "--ide2", "local-lvm:cloudinit",
+        # The boot order names the disk (the original left it PXE-booting on some setups).
+        "--boot", "order=scsi0",
         # The requested user becomes the cloud-init user (the original never set --ciuser).
         "--ciuser", "deploy", "--cipassword", "$6$salt$hash", "--sshkeys", "/dev/stdin",
         "--ciupgrade", "0", "--ipconfig0", "ip=192.168.0.120/24,gw=192.168.0.1",
@@ -43,17 +46,9 @@ def test_create_passes_the_balloon_minimum_when_given() -> None:
     assert argv.index("--balloon") == argv.index("--memory") + 2
 
 
-def test_disk_is_attached_by_the_volid_import_reported_on_any_storage() -> None:
-    assert qm.attach_disks(120, "local:120/vm-120-disk-0.raw", "local") == [
-        "qm", "set", "120", "--scsi0", "local:120/vm-120-disk-0.raw", "--ide2", "local:cloudinit",
-    ]  # fmt: skip
-    assert qm.attach_disks(120, "local-lvm:vm-120-disk-0", "local-lvm")[4] == (
-        "local-lvm:vm-120-disk-0"
-    )
-
-
-def test_boot_order_points_at_the_disk() -> None:
-    assert qm.boot_from_disk(7) == ["qm", "set", "7", "--boot", "order=scsi0"]
+def test_disk_is_attached_by_the_volid_import_reported_on_dir_storage_too() -> None:
+    argv = qm.configure(120, "local:120/vm-120-disk-0.raw", "local", CI)
+    assert argv[3:7] == ["--scsi0", "local:120/vm-120-disk-0.raw", "--ide2", "local:cloudinit"]
 
 
 def test_lifecycle_command_lines() -> None:
