@@ -33,7 +33,7 @@ from actors.functions.results import (
 from actors.functions.sandbox import (
     LAUNCH_FAILED,
     Runtimes,
-    runtime_word,
+    runtime_of,
     sandbox_argv,
 )
 
@@ -89,12 +89,13 @@ class _Output:
 
 @attrs.define
 class Started:
-    """A sandbox started ahead of its run, waiting for the runtime's name on stdin."""
+    """A sandbox started ahead of its run: its runtime has booted and waits on stdin."""
 
     proc: asyncio.subprocess.Process
     result_read: int  # our end of the result pipe
     result_fd: int  # the number of its write end in the sandbox
     slot: CgroupSlot | None
+    runtime: str
 
     @property
     def alive(self) -> bool:
@@ -115,8 +116,9 @@ class Sandbox:
         self.runtimes = runtimes or Runtimes()
         self.wrappers = wrappers
 
-    def argv(self, slot: CgroupSlot | None) -> list[str]:
+    def argv(self, language: Language, slot: CgroupSlot | None) -> list[str]:
         return sandbox_argv(
+            language,
             self.runtimes,
             self.limits,
             wrappers_host_dir=str(self.wrappers),
@@ -125,12 +127,13 @@ class Sandbox:
             pids_cgroup=bool(slot and slot.pids),
         )
 
-    async def start(self, slot: CgroupSlot | None = None) -> Started:
-        """Start a sandbox that waits for a run. Raises OSError when it cannot."""
+    async def start(self, language: Language, slot: CgroupSlot | None = None) -> Started:
+        """Start a sandbox for ``language``'s runtime that waits for its run. Raises OSError
+        when it cannot."""
         read_fd, write_fd = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(slot),
+                *self.argv(language, slot),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -146,7 +149,7 @@ class Sandbox:
             raise
         finally:
             os.close(write_fd)
-        return Started(proc, read_fd, write_fd, slot)
+        return Started(proc, read_fd, write_fd, slot, runtime_of(language))
 
     async def discard(self, started: Started) -> None:
         """Kill a started sandbox that will not run anything."""
@@ -167,12 +170,14 @@ class Sandbox:
     ) -> Outcome:
         """Run ``job`` in ``started`` (or in a sandbox started now), then empty the slot
         (unless the caller will before reusing it)."""
-        if started is not None and not started.alive:
+        if started is not None and (
+            not started.alive or started.runtime != runtime_of(job.language)
+        ):
             await self.discard(started)
-            started = None
+            slot, started = started.slot, None
         if started is None:
             try:
-                started = await self.start(slot)
+                started = await self.start(job.language, slot)
             except OSError as exc:
                 return RunFailure(f"sandbox failed to start: {exc}")
         try:
@@ -180,10 +185,9 @@ class Sandbox:
         except (ValueError, RecursionError):
             await self.discard(started)
             return RunFailure("input is not valid JSON")
-        header = f"{runtime_word(job.language)}\n".encode()
         slot = started.slot
         oom_before = slot.oom_kills() if slot else 0
-        run = _Run(started.proc, started.result_read, header + payload, self.limits, on_line, slot)
+        run = _Run(started.proc, started.result_read, payload, self.limits, on_line, slot)
         try:
             await run.wait()
         finally:

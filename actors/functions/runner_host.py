@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from actors.functions import cgroups, protocol
 from actors.functions.languages import Language, parse_language
 from actors.functions.results import RunFailure, RunResult
 from actors.functions.runner import RunJob, Sandbox, Started
+from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
 
@@ -33,7 +35,6 @@ log = logging.getLogger(__name__)
 # when JSON escaping makes it six times longer).
 LOG_PIECE = 16 * 1024
 STOP_GRACE_S = 10.0
-SPARE_FACTOR = 2
 PREPARE_DELAY_S = 0.01
 
 
@@ -84,20 +85,23 @@ class RunnerHost:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._warm_roots: set[int] = set()
-        self._ready: asyncio.Queue[Started] = asyncio.Queue()
+        self._ready: dict[str, asyncio.Queue[Started]] = {r: asyncio.Queue() for r in RUNTIMES}
+        self._free: asyncio.Queue[cgroups.CgroupSlot | None] = asyncio.Queue()
         self._warming: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
 
     async def start(self) -> None:
-        # Twice as many sandboxes as concurrent runs: while one is emptied and started again
-        # (mostly waiting on the kernel), a worker takes the next run in another.
-        count = self.settings.concurrency * SPARE_FACTOR
+        # Slots: one per concurrent run, plus RUN_WARM per runtime kept started and waiting
+        # (each sandbox, started or running, has a slot of its own).
+        count = self.settings.concurrency + self.settings.warm * len(RUNTIMES)
         if self.settings.cgroups:
             self.cgroups = await asyncio.to_thread(cgroups.create, count, self.settings.limits)
             log.info("runner: cgroup controllers %s", ", ".join(self.cgroups.controllers) or "none")
-        slots = self.cgroups.slots if self.cgroups else [None] * count
-        for slot in slots:
-            self._prepare(slot)
+        for slot in self.cgroups.slots if self.cgroups else [None] * count:
+            self._free.put_nowait(slot)
+        for runtime in RUNTIMES:
+            for _ in range(self.settings.warm):
+                self._refill(runtime)
         self._workers = [
             asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
         ]
@@ -126,10 +130,11 @@ class RunnerHost:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._workers = []
-        while not self._ready.empty():
-            started = self._ready.get_nowait()
-            self._warm_roots.discard(started.proc.pid)
-            await self.sandbox.discard(started)
+        for ready in self._ready.values():
+            while not ready.empty():
+                started = ready.get_nowait()
+                self._warm_roots.discard(started.proc.pid)
+                await self.sandbox.discard(started)
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
             self.cgroups = None
@@ -184,42 +189,57 @@ class RunnerHost:
                 if job.id in self._cancelled:
                     self._cancelled.discard(job.id)
                     continue
-                started = await self._ready.get()
-                self._warm_roots.discard(started.proc.pid)
-                task = asyncio.create_task(self._execute(job, started))
+                runtime = runtime_of(job.language)
+                started: Started | None = None
+                if self.settings.warm:
+                    started = await self._ready[runtime].get()
+                    self._warm_roots.discard(started.proc.pid)
+                    slot = started.slot
+                else:
+                    slot = await self._free.get()
+                task = asyncio.create_task(self._execute(job, started, slot))
                 self._running[job.id] = task
                 await asyncio.wait([task])
                 self._running.pop(job.id, None)
-                # Starting a process blocks the loop for a few ms (fork, pipes, a watcher
-                # thread): let the answer reach the client first.
-                self._prepare(started.slot, delay=PREPARE_DELAY_S)
+                self._background(self._release(slot))
+                if self.settings.warm:
+                    self._refill(runtime)
             finally:
                 self.pending -= 1
                 if self.pending == 0:
                     self.idle.set()
 
-    def _prepare(self, slot: cgroups.CgroupSlot | None, delay: float = 0.0) -> None:
-        """Start a sandbox in ``slot`` in the background and add it to the ready pool."""
-        task = asyncio.create_task(self._start_sandbox(slot, delay))
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
         self._warming.add(task)
         task.add_done_callback(self._warming.discard)
 
-    async def _start_sandbox(self, slot: cgroups.CgroupSlot | None, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
+    async def _release(self, slot: cgroups.CgroupSlot | None) -> None:
+        """Sweep a used slot (the run is over; this only makes sure) and free it."""
+        if slot is not None:
+            await slot.empty()
+        self._free.put_nowait(slot)
+
+    def _refill(self, runtime: str) -> None:
+        self._background(self._start_sandbox(runtime))
+
+    async def _start_sandbox(self, runtime: str) -> None:
+        """Start a sandbox for ``runtime`` in a free slot and add it to that runtime's pool."""
+        slot = await self._free.get()
+        # Starting a process blocks the loop for a few ms (fork, pipes, a watcher thread):
+        # let the answer of the run that just ended reach its client first.
+        await asyncio.sleep(PREPARE_DELAY_S)
         retry = 0.05
         while True:
-            if slot is not None:
-                await slot.empty()
             try:
-                started = await self.sandbox.start(slot)
+                started = await self.sandbox.start(LANGUAGE_OF_RUNTIME[runtime], slot)
             except OSError:
                 log.exception("runner: could not start a sandbox; retrying")
                 await asyncio.sleep(retry)  # a broken bwrap must not spin the loop
                 retry = min(retry * 2, 5.0)
                 continue
             self._warm_roots.add(started.proc.pid)
-            self._ready.put_nowait(started)
+            self._ready[runtime].put_nowait(started)
             return
 
     @property
@@ -240,7 +260,9 @@ class RunnerHost:
             members |= slot.members()
         return members - waiting
 
-    async def _execute(self, job: _Job, started: Started) -> None:
+    async def _execute(
+        self, job: _Job, started: Started | None, slot: cgroups.CgroupSlot | None
+    ) -> None:
         outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -256,7 +278,7 @@ class RunnerHost:
         outbox.put_nowait({"t": protocol.STARTED})
         try:
             try:
-                final = await self._final(job, started, on_line if job.stream else None)
+                final = await self._final(job, started, slot, on_line if job.stream else None)
             except Exception:
                 # The caller must get an answer, not wait for its time-out.
                 log.exception("runner: run %s failed inside the runner", job.id)
@@ -266,20 +288,27 @@ class RunnerHost:
             outbox.put_nowait(None)
             await asyncio.shield(sender)
 
-    async def _final(self, job: _Job, started: Started, on_line: Any) -> dict[str, Any]:
+    async def _final(
+        self,
+        job: _Job,
+        started: Started | None,
+        slot: cgroups.CgroupSlot | None,
+        on_line: Any,
+    ) -> dict[str, Any]:
         code = job.code
         if job.language is Language.TYPESCRIPT:
             try:
                 code = await self.transpiler.transpile(code)
             except TranspileError as exc:
-                await self.sandbox.discard(started)
+                if started is not None:
+                    await self.sandbox.discard(started)
                 return {"t": protocol.ERROR, "message": str(exc)}
         outcome = await self.sandbox.run(
             RunJob(job.language, code, job.input_json),
-            slot=started.slot,
+            slot=slot,
             on_line=on_line,
             started=started,
-            empty_slot=False,  # _start_sandbox empties it, after the answer has gone
+            empty_slot=False,  # _release sweeps it, after the answer has gone
         )
         if isinstance(outcome, RunResult):
             return {"t": protocol.RESULT, "data": outcome.data, "type": str(outcome.type)}

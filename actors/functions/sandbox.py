@@ -1,19 +1,18 @@
 """The sandbox command line, built by pure functions so golden tests pin every flag.
 
-A sandbox is ``dash -c <launcher> cairn-sandbox bwrap ... dash -c <dispatcher>``:
+A sandbox is ``dash -c <launcher> cairn-sandbox bwrap ... <runtime> <wrapper>``:
 
 * The launcher is what a ``preexec_fn`` would otherwise do (unsafe here: actors are threads):
   it moves itself into the slot's cgroups, sets the rlimits, then ``exec``s bwrap, so bwrap and
   everything below it start inside the limits.
-* bwrap builds the namespaces and mounts, then runs the dispatcher as uid 65534.
-* The dispatcher waits for one line on stdin naming the runtime, then ``exec``s it; the runtime
-  reads the rest of stdin (code and input).
+* bwrap builds the namespaces and mounts, then runs the runtime (python3 or node) on our
+  wrapper as uid 65534; the wrapper boots and then blocks reading stdin (code and input).
 
-All of that happens before a run is asked for: entering a cgroup v1 waits for an RCU grace
-period (≈20 ms on a busy machine) and the shells and namespaces cost more, so a runner slot
-keeps one sandbox started and waiting, and a run only pays for the runtime itself. The result
-pipe keeps its descriptor number (dash cannot move descriptors above 9); the wrapper learns the
-number on stdin.
+All of that can happen before a run is asked for (entering a cgroup v1 alone waits for an RCU
+grace period, ≈20 ms on a busy machine; node takes ≈40 ms of CPU to boot here), so the runner
+host keeps sandboxes started and waiting, each used for exactly one run. The result pipe keeps
+its descriptor number (dash cannot move descriptors above 9); the wrapper learns the number on
+stdin.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ HOME = "/home/sandbox"
 WRAPPER_DIR = "/cairn"
 # The launcher's own failure (a cgroup it could not enter): never a code the runtimes use.
 LAUNCH_FAILED = 125
-# The dispatcher was told a runtime it does not know.
-UNKNOWN_RUNTIME = 126
 
 
 @attrs.frozen
@@ -51,9 +48,13 @@ class Rlimit:
     value: int
 
 
-def runtime_word(language: Language) -> str:
-    """The line the dispatcher reads to choose the runtime."""
+def runtime_of(language: Language) -> str:
+    """The runtime a language runs on; sandboxes are started per runtime."""
     return "python" if language is Language.PYTHON else "node"
+
+
+RUNTIMES = ("python", "node")
+LANGUAGE_OF_RUNTIME = {"python": Language.PYTHON, "node": Language.JAVASCRIPT}
 
 
 def program_argv(language: Language, runtimes: Runtimes, limits: SandboxLimits) -> list[str]:
@@ -66,22 +67,6 @@ def program_argv(language: Language, runtimes: Runtimes, limits: SandboxLimits) 
     # RLIMIT_AS is never used for node (V8 reserves far more address space than it uses).
     heap_mib = max(16, limits.memory_mib * 3 // 4)
     return [runtimes.node, f"--max-old-space-size={heap_mib}", f"{WRAPPER_DIR}/run.js"]
-
-
-def dispatcher_script(runtimes: Runtimes, limits: SandboxLimits, *, memory_cgroup: bool) -> str:
-    """Runs inside the sandbox: read the runtime's name, exec it. Without a memory cgroup,
-    Python gets RLIMIT_AS here (node never: V8 fails under it)."""
-    python = shlex.join(program_argv(Language.PYTHON, runtimes, limits))
-    node = shlex.join(program_argv(Language.JAVASCRIPT, runtimes, limits))
-    python_limit = "" if memory_cgroup else f"ulimit -v {limits.memory_bytes // 1024}; "
-    return (
-        "read -r runtime\n"
-        'case "$runtime" in\n'
-        f"python) {python_limit}exec {python} ;;\n"
-        f"node) exec {node} ;;\n"
-        "esac\n"
-        f"exit {UNKNOWN_RUNTIME}"
-    )
 
 
 def bwrap_argv(
@@ -127,15 +112,20 @@ def bwrap_argv(
     ]  # fmt: skip
 
 
-def rlimits(limits: SandboxLimits, *, pids_cgroup: bool) -> list[Rlimit]:
-    """The rlimits of every process of a run. Without a pids cgroup RLIMIT_NPROC stands in
-    (which the kernel does not enforce for root: the docs say so)."""
+def rlimits(
+    language: Language, limits: SandboxLimits, *, memory_cgroup: bool, pids_cgroup: bool
+) -> list[Rlimit]:
+    """The rlimits of every process of a run. Memory and process caps come from the cgroup when
+    there is one; without, Python gets RLIMIT_AS (node never: V8 fails under it) and every run
+    RLIMIT_NPROC (which the kernel does not enforce for root: the docs say so)."""
     out = [
         Rlimit("-c", 0),
         Rlimit("-t", limits.cpu_seconds),
         Rlimit("-f", max(1, limits.tmpfs_bytes // 512)),  # dash counts 512-byte blocks
         Rlimit("-n", limits.open_files),
     ]
+    if not memory_cgroup and language is Language.PYTHON:
+        out.append(Rlimit("-v", limits.memory_bytes // 1024))  # KiB
     if not pids_cgroup:
         out.append(Rlimit("-p", limits.processes))
     return out
@@ -153,6 +143,7 @@ def launcher_script(cgroup_procs: Sequence[str], limits: Sequence[Rlimit]) -> st
 
 
 def sandbox_argv(
+    language: Language,
     runtimes: Runtimes,
     limits: SandboxLimits,
     *,
@@ -161,14 +152,13 @@ def sandbox_argv(
     memory_cgroup: bool,
     pids_cgroup: bool,
 ) -> list[str]:
-    """The whole command line of one waiting sandbox."""
-    dispatcher = [
-        runtimes.shell,
-        "-c",
-        dispatcher_script(runtimes, limits, memory_cgroup=memory_cgroup),
-    ]
+    """The whole command line of one sandbox for ``language``'s runtime."""
     inner = bwrap_argv(
-        dispatcher, wrappers_host_dir=wrappers_host_dir, limits=limits, bwrap=runtimes.bwrap
+        program_argv(language, runtimes, limits),
+        wrappers_host_dir=wrappers_host_dir,
+        limits=limits,
+        bwrap=runtimes.bwrap,
     )
-    launcher = launcher_script(cgroup_procs, rlimits(limits, pids_cgroup=pids_cgroup))
+    limit_lines = rlimits(language, limits, memory_cgroup=memory_cgroup, pids_cgroup=pids_cgroup)
+    launcher = launcher_script(cgroup_procs, limit_lines)
     return [runtimes.shell, "-c", launcher, "cairn-sandbox", *inner]

@@ -24,6 +24,8 @@ class FunctionsSettings:
     limits: SandboxLimits = attrs.field(factory=SandboxLimits)
     concurrency: int = 2
     queue: int = DEFAULT_QUEUE
+    # Sandboxes per runtime (python, node) kept started and waiting for a run.
+    warm: int = 2
     # Whether this process runs a runner host too (runner hosts elsewhere share the load).
     runner: bool = True
     cgroups: bool = True
@@ -45,11 +47,13 @@ class FunctionsSettings:
             cpus=env_float(env, "RUN_CPUS", 1.0, min=0.01),
         )
         defaults = Runtimes()
+        concurrency = _int(env, "RUN_CONCURRENCY", os.cpu_count() or 2, 1)
         return cls(
             code_max_size=_int(env, "CODE_MAX_SIZE", DEFAULT_CODE_MAX_SIZE, 1),
             limits=limits,
-            concurrency=_int(env, "RUN_CONCURRENCY", os.cpu_count() or 2, 1),
+            concurrency=concurrency,
             queue=_int(env, "RUN_QUEUE", DEFAULT_QUEUE, 0),
+            warm=_int(env, "RUN_WARM", concurrency, 0),
             runner=env_bool(env, "FUNCTIONS_RUNNER", True),
             cgroups=env_bool(env, "RUN_CGROUPS", True),
             runtimes=Runtimes(

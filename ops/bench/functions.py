@@ -151,7 +151,7 @@ async def measure(
         code = CODE[language]
         if language is Language.TYPESCRIPT:
             code = await transpiler.transpile(code)
-        started = await sandbox.start(slot)
+        started = await sandbox.start(language, slot)
         await asyncio.sleep(0.05)  # the sandbox settles, as between two requests
         begin = time.perf_counter()
         await sandbox.run(RunJob(language, code, '{"n": 1}'), slot=slot, started=started)

@@ -1,12 +1,13 @@
 """Golden tests: the sandbox command line, flag by flag."""
 
+from actors.functions.languages import Language
 from actors.functions.limits import MIB, SandboxLimits
 from actors.functions.sandbox import (
     Rlimit,
     Runtimes,
     bwrap_argv,
-    dispatcher_script,
     launcher_script,
+    program_argv,
     rlimits,
     sandbox_argv,
 )
@@ -18,7 +19,11 @@ WRAPPERS = "/srv/cairn/actors/functions/sandboxed"
 
 
 def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
-    argv = bwrap_argv(["/bin/dash", "-c", "script"], wrappers_host_dir=WRAPPERS, limits=LIMITS)
+    argv = bwrap_argv(
+        ["/usr/bin/python3", "-I", "-S", "-B", "/cairn/run.py"],
+        wrappers_host_dir=WRAPPERS,
+        limits=LIMITS,
+    )
     assert argv == [
         "/usr/bin/bwrap",
         "--unshare-all", "--unshare-user", "--disable-userns",
@@ -43,7 +48,7 @@ def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
         "--setenv", "HOME", "/home/sandbox",
         "--setenv", "LANG", "C.UTF-8",
         "--",
-        "/bin/dash", "-c", "script",
+        "/usr/bin/python3", "-I", "-S", "-B", "/cairn/run.py",
     ]  # fmt: skip
 
 
@@ -56,27 +61,29 @@ def test_no_network_no_host_paths_and_no_environment_are_requested() -> None:
     assert argv.index("--clearenv") < argv.index("--setenv")
 
 
-def test_dispatcher_with_a_memory_cgroup() -> None:
-    assert dispatcher_script(Runtimes(), LIMITS, memory_cgroup=True) == (
-        "read -r runtime\n"
-        'case "$runtime" in\n'
-        "python) exec /usr/bin/python3 -I -S -B /cairn/run.py ;;\n"
-        "node) exec /usr/bin/node --max-old-space-size=192 /cairn/run.js ;;\n"
-        "esac\n"
-        "exit 126"
-    )
+def test_programs() -> None:
+    runtimes = Runtimes()
+    assert program_argv(Language.PYTHON, runtimes, LIMITS) == [
+        "/usr/bin/python3", "-I", "-S", "-B", "/cairn/run.py",
+    ]  # fmt: skip
+    node = ["/usr/bin/node", "--max-old-space-size=192", "/cairn/run.js"]
+    assert program_argv(Language.JAVASCRIPT, runtimes, LIMITS) == node
+    assert program_argv(Language.TYPESCRIPT, runtimes, LIMITS) == node
 
 
-def test_dispatcher_without_a_memory_cgroup_never_limits_address_space_for_node() -> None:
-    script = dispatcher_script(Runtimes(), LIMITS, memory_cgroup=False)
-    assert "python) ulimit -v 262144; exec /usr/bin/python3 " in script
-    assert "node) exec /usr/bin/node --max-old-space-size=192 /cairn/run.js ;;" in script
+def test_rlimits_with_cgroups_leave_memory_and_processes_to_them() -> None:
+    expected = [Rlimit("-c", 0), Rlimit("-t", 30), Rlimit("-f", 32768), Rlimit("-n", 256)]
+    for language in Language:
+        assert rlimits(language, LIMITS, memory_cgroup=True, pids_cgroup=True) == expected
 
 
-def test_rlimits() -> None:
-    common = [Rlimit("-c", 0), Rlimit("-t", 30), Rlimit("-f", 32768), Rlimit("-n", 256)]
-    assert rlimits(LIMITS, pids_cgroup=True) == common
-    assert rlimits(LIMITS, pids_cgroup=False) == [*common, Rlimit("-p", 64)]
+def test_rlimit_fallback_never_limits_address_space_for_node() -> None:
+    python = rlimits(Language.PYTHON, LIMITS, memory_cgroup=False, pids_cgroup=False)
+    assert Rlimit("-v", 262144) in python and Rlimit("-p", 64) in python
+    for language in (Language.JAVASCRIPT, Language.TYPESCRIPT):
+        node = rlimits(language, LIMITS, memory_cgroup=False, pids_cgroup=False)
+        assert all(limit.flag != "-v" for limit in node)
+        assert Rlimit("-p", 64) in node
 
 
 def test_launcher_enters_cgroups_sets_limits_then_execs() -> None:
@@ -97,18 +104,20 @@ def test_launcher_enters_cgroups_sets_limits_then_execs() -> None:
 
 def test_whole_command_line_passes_bwrap_as_arguments_not_as_script_text() -> None:
     argv = sandbox_argv(
+        Language.PYTHON,
         Runtimes(),
         LIMITS,
         wrappers_host_dir=WRAPPERS,
         cgroup_procs=["/cg/cgroup.procs"],
-        memory_cgroup=True,
+        memory_cgroup=False,
         pids_cgroup=True,
     )
     assert argv[:2] == ["/bin/dash", "-c"]
-    assert argv[2] == launcher_script(["/cg/cgroup.procs"], rlimits(LIMITS, pids_cgroup=True))
-    assert argv[3:5] == ["cairn-sandbox", "/usr/bin/bwrap"]
-    assert argv[-3:] == [
-        "/bin/dash",
-        "-c",
-        dispatcher_script(Runtimes(), LIMITS, memory_cgroup=True),
-    ]
+    limits = rlimits(Language.PYTHON, LIMITS, memory_cgroup=False, pids_cgroup=True)
+    assert argv[2] == launcher_script(["/cg/cgroup.procs"], limits)
+    assert "ulimit -v 262144 || exit 125" in argv[2]
+    assert argv[3:] == [
+        "cairn-sandbox",
+        *bwrap_argv(program_argv(Language.PYTHON, Runtimes(), LIMITS),
+                    wrappers_host_dir=WRAPPERS, limits=LIMITS),
+    ]  # fmt: skip

@@ -17,6 +17,7 @@ def test_documented_defaults() -> None:
     assert settings.limits.output_bytes == 512 * 1024
     assert settings.limits.tmpfs_bytes == 16 * MIB
     assert settings.queue == 32 and settings.runner and settings.cgroups
+    assert settings.warm == settings.concurrency
 
 
 def test_each_variable_is_read() -> None:
@@ -31,6 +32,7 @@ def test_each_variable_is_read() -> None:
             "RUN_CPUS": "0.5",
             "RUN_CONCURRENCY": "3",
             "RUN_QUEUE": "0",
+            "RUN_WARM": "0",
             "RUN_CGROUPS": "0",
             "FUNCTIONS_RUNNER": "no",
             "ESBUILD": "/opt/esbuild",
@@ -46,7 +48,7 @@ def test_each_variable_is_read() -> None:
         False,
         False,
     )
-    assert settings.esbuild == "/opt/esbuild"
+    assert settings.esbuild == "/opt/esbuild" and settings.warm == 0
 
 
 @pytest.mark.parametrize(

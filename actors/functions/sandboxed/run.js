@@ -29,7 +29,7 @@ function finish(payload) {
   } catch (err) {
     status = 70;
   }
-  // stdout and stderr are pipes, written synchronously on Linux: nothing is lost by exiting,
+  // stdout and stderr are blocking pipes (see below): nothing is lost by exiting,
   // and timers the code left behind must not keep the run alive.
   process.exit(status);
 }
@@ -69,6 +69,14 @@ function encode(value) {
     return 'T' + String(value);
   } catch (_) {
     return 'T' + Object.prototype.toString.call(value);
+  }
+}
+
+// Node writes to a full pipe asynchronously, so a busy loop that prints would queue its output
+// in memory instead of reaching the runner (and its output cap): make the pipes blocking.
+for (const stream of [process.stdout, process.stderr]) {
+  if (stream._handle && typeof stream._handle.setBlocking === 'function') {
+    stream._handle.setBlocking(true);
   }
 }
 
