@@ -6,6 +6,7 @@ import pytest
 from yarl import URL
 
 from gateway.runtime import Runtime
+from tests.conftest import wait_for
 from tests.functions.conftest import Service, start_service
 
 TYPE_CASES = {
@@ -223,3 +224,15 @@ async def test_a_broken_sandbox_answers_500_and_never_hangs(runtime: Runtime) ->
         assert (reply.status, reply.content_type) == (500, "text/plain")
         assert reply.text.startswith("failed to run: exited with status 127")
         assert "/nonexistent/bwrap" in reply.text
+
+
+async def test_without_waiting_sandboxes_each_run_starts_cold(runtime: Runtime) -> None:
+    async with start_service(runtime, RUN_WARM="0") as service:
+        runner = service.host.runner
+        assert runner is not None
+        cases = [("python", "return 'py'"), ("typescript", "return 'ts' as string")]
+        for language, code in cases:
+            reply = await service.run_now(language, code)
+            assert reply.json() == {"data": code.split("'")[1], "type": "string"}
+        await wait_for(lambda: runner.settled, what="the runner to be idle")
+        assert runner.leftovers() == set()
