@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+from pvesim.cluster import SimCluster
+
+from events.nats_server import EmbeddedNats, free_port
 from tests.conftest import wait_for
-from tests.vm.conftest import Service, read_sse
+from tests.vm.conftest import Service, read_sse, service_env
+from tests.vm.mirror import Mirror
 
 
 async def test_install_goes_on_without_its_client_and_can_be_reattached(
@@ -63,3 +72,42 @@ async def test_restart_during_an_install_cleans_up_and_frees_the_id(start_servic
     assert await again.get("/vm/140/status") == (404, "VM 140 not found")
     retry = await again.install(id=140)
     assert retry.last["status"] == "success" and retry.last["vm_id"] == 140, retry.records[-2:]
+
+
+async def test_sigkill_during_an_install_then_restart(
+    start_service: Any, tmp_path: Path, nats_server: EmbeddedNats, sim: SimCluster, mirror: Mirror
+) -> None:
+    """The service as its own process, killed with SIGKILL between two install stages."""
+    env = {**os.environ, **service_env(tmp_path, nats_server, sim, mirror)}
+    env["PORT"] = str(free_port("127.0.0.1"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "serve", "vm",
+        env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(30):
+            while b"cairn: ready" not in await proc.stdout.readline():
+                pass
+        url = f"http://127.0.0.1:{env['PORT']}/api/vm/install"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, json={"os": "debian", "version": "12", "id": 141}) as resp,
+        ):
+            seen: list[dict[str, Any]] = []
+            while not any(r["step"] == "VM creation > importing disk image" for r in seen):
+                seen += (await read_sse(resp, stop_after=1)).records
+            proc.kill()
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert sim.vm(141) is not None  # the half-built VM
+
+    again: Service = await start_service()
+    await wait_for(lambda: sim.vm(141) is None, timeout=30, what="the half-built VM removed")
+    sse = await whole_task(again, 141)
+    assert sse.last["status"] == "error" and "interrupted by a restart" in sse.last["message"]
+    retry = await again.install(id=141)
+    assert retry.last["status"] == "success" and retry.last["vm_id"] == 141, retry.records[-2:]
