@@ -296,11 +296,12 @@ async def test_one_bad_chunk_never_blocks_the_queue(
     h = SearchHarness(tmp_path, await nats.start())
     try:
         h.registry.add("notes")
+        # Each paragraph fits one chunk (chunker.BUDGET) and no two fit together.
         paragraphs = [
-            "alpaca " * 120,
-            "poison apple " * 60,
-            "gamma rays " * 60,
-            "venom snake " * 60,
+            "alpaca " * 90,
+            "poison apple " * 45,
+            "gamma rays " * 55,
+            "venom snake " * 50,
         ]
         h.write("notes/mixed.md", "\n\n".join(p.strip() for p in paragraphs))
         h.write("notes/penguins.txt", "Penguins live in Antarctica.")
