@@ -87,8 +87,7 @@ http {{
         return True
 
     try:
-        # wait_for is typed for T | Awaitable[T]; mypy cannot solve T for a coroutine function
-        await wait_for(answering, what="nginx listening")  # type: ignore[arg-type]
+        await wait_for(answering, what="nginx listening")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
