@@ -1,9 +1,9 @@
 """A database's semantic index: usearch, 512 dimensions, cosine, keyed by chunk id.
 
 The vectors themselves are stored in the SQLite file (`vectors` table), so the usearch file is a
-cache of them: it is loaded if its sidecar says it reflects the same vector space and the same
-number of vectors, and rebuilt from SQLite otherwise (missing or stale). Scores below `CUTOFF` are
-dropped before any limit is applied.
+cache of them: it is loaded if its sidecar says it reflects the same vector space and it holds
+exactly the active chunks' keys, and rebuilt from SQLite otherwise (missing, corrupt or
+stale). Scores below `CUTOFF` are dropped before any limit is applied.
 """
 
 import json
@@ -20,6 +20,15 @@ CUTOFF = 0.3
 
 def _new_index() -> Index:
     return Index(ndim=DIMENSIONS, metric="cos", dtype="f16")
+
+
+def _same_keys(index: Index, keys: np.ndarray) -> bool:
+    """The saved index holds exactly the active chunks: a count alone would miss one chunk
+    replaced by another while the file was not saved."""
+    if len(index) != len(keys):
+        return False
+    saved = np.sort(np.asarray(index.keys, dtype=np.uint64))
+    return bool(np.array_equal(saved, np.sort(np.asarray(keys, dtype=np.uint64))))
 
 
 class VectorIndex:
@@ -41,9 +50,7 @@ class VectorIndex:
                 meta = json.loads(self.sidecar.read_text())
                 index = _new_index()
                 index.load(str(self.path))
-                if meta.get("fingerprint") == fingerprint and len(index) == len(keys) == meta.get(
-                    "count"
-                ):
+                if meta.get("fingerprint") == fingerprint and _same_keys(index, keys):
                     with self._lock:
                         self._index = index
                     return False

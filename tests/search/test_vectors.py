@@ -1,0 +1,71 @@
+"""The usearch file is a cache of the vectors in SQLite: loaded when it matches, rebuilt when
+it is missing, corrupt, from another vector space, or holds other chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from actors.search.embedding import DIMENSIONS
+from actors.search.vectors import CUTOFF, VectorIndex
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, DIMENSIONS)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    path = tmp_path / "vectors.usearch"
+    keys = np.arange(1, 21, dtype=np.uint64)
+    vectors = unit_vectors(20)
+    index = VectorIndex(path)
+    assert index.load_or_rebuild("fp-1", keys, vectors) is True  # nothing saved yet
+    return path, keys, vectors
+
+
+def test_a_matching_file_is_loaded_not_rebuilt(saved: tuple[Path, np.ndarray, np.ndarray]) -> None:
+    path, keys, vectors = saved
+    again = VectorIndex(path)
+    assert again.load_or_rebuild("fp-1", keys, vectors) is False
+    assert [k for k, _ in again.search(vectors[3], 1)] == [4]
+
+
+def test_another_vector_space_is_rebuilt(saved: tuple[Path, np.ndarray, np.ndarray]) -> None:
+    path, keys, vectors = saved
+    assert VectorIndex(path).load_or_rebuild("fp-2", keys, vectors) is True
+
+
+def test_a_missing_or_corrupt_file_is_rebuilt(saved: tuple[Path, np.ndarray, np.ndarray]) -> None:
+    path, keys, vectors = saved
+    path.write_bytes(b"\x00garbage" * 10)
+    assert VectorIndex(path).load_or_rebuild("fp-1", keys, vectors) is True
+    path.unlink()
+    rebuilt = VectorIndex(path)
+    assert rebuilt.load_or_rebuild("fp-1", keys, vectors) is True
+    assert [k for k, _ in rebuilt.search(vectors[7], 1)] == [8]
+
+
+def test_same_count_but_other_chunks_is_stale(saved: tuple[Path, np.ndarray, np.ndarray]) -> None:
+    path, keys, vectors = saved
+    replaced = keys.copy()
+    replaced[0] = 99  # chunk 1 replaced by chunk 99 while the file was not saved
+    fresh = VectorIndex(path)
+    assert fresh.load_or_rebuild("fp-1", replaced, vectors) is True
+    assert [k for k, _ in fresh.search(vectors[0], 1)] == [99]
+
+
+def test_scores_below_the_cut_off_are_dropped(tmp_path: Path) -> None:
+    index = VectorIndex(tmp_path / "v.usearch")
+    near = np.zeros(DIMENSIONS, dtype=np.float32)
+    near[0] = 1.0
+    far = np.zeros(DIMENSIONS, dtype=np.float32)
+    far[1] = 1.0  # orthogonal: cosine 0
+    index.load_or_rebuild("fp", np.array([1, 2], dtype=np.uint64), np.stack([near, far]))
+    hits = index.search(near, 10)
+    assert [k for k, _ in hits] == [1]
+    assert all(score >= CUTOFF for _, score in hits)
