@@ -88,6 +88,8 @@ class RunnerHost:
         self._ready: dict[str, asyncio.Queue[Started]] = {r: asyncio.Queue() for r in RUNTIMES}
         self._free: asyncio.Queue[cgroups.CgroupSlot | None] = asyncio.Queue()
         self._warming: set[asyncio.Task[None]] = set()
+        self._spawning: set[asyncio.Task[Any]] = set()
+        self._stopping = False
         self._subs: list[Subscription] = []
 
     async def start(self) -> None:
@@ -125,6 +127,12 @@ class RunnerHost:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs = []
+        self._stopping = True
+        # A sandbox half-way through its spawn is let finish (cancelling asyncio there makes
+        # it reap the child behind its own child watcher's back); it is discarded below.
+        spawning = [task for task in self._warming if task in self._spawning]
+        if spawning:
+            await asyncio.wait(spawning, timeout=STOP_GRACE_S)
         tasks = [*self._workers, *self._running.values(), *self._warming]
         for task in tasks:
             task.cancel()
@@ -231,6 +239,12 @@ class RunnerHost:
         await asyncio.sleep(PREPARE_DELAY_S)
         retry = 0.05
         while True:
+            if self._stopping:
+                self._free.put_nowait(slot)
+                return
+            task = asyncio.current_task()
+            assert task is not None
+            self._spawning.add(task)
             try:
                 started = await self.sandbox.start(LANGUAGE_OF_RUNTIME[runtime], slot)
             except OSError:
@@ -238,6 +252,8 @@ class RunnerHost:
                 await asyncio.sleep(retry)  # a broken bwrap must not spin the loop
                 retry = min(retry * 2, 5.0)
                 continue
+            finally:
+                self._spawning.discard(task)
             self._warm_roots.add(started.proc.pid)
             self._ready[runtime].put_nowait(started)
             return
