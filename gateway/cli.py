@@ -37,7 +37,10 @@ def route_lines(app: web.Application) -> list[str]:
 
 
 def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool) -> tuple[str, int]:
-    host = env_str(env, "LISTEN_HOST") or service.default_host
+    if service.loopback_only:
+        host = service.default_host
+    else:
+        host = env_str(env, service.host_env) or service.default_host
     port = None
     if single:
         port = env_int(env, "PORT", None, min=1, max=65535)

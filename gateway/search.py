@@ -290,4 +290,5 @@ SERVICE = ServiceDef(
     default_port=None,
     build=build,
     summary="keyword and semantic search over the inbox databases",
+    loopback_only=True,
 )

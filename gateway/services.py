@@ -22,6 +22,13 @@ class ServiceDef:
     build: AppFactory
     default_host: str = "127.0.0.1"
     summary: str = ""
+    # True for a service whose contract says it listens on loopback only (search).
+    loopback_only: bool = False
+
+    @property
+    def host_env(self) -> str:
+        """``VM_HOST``, ``FUNCTIONS_HOST``…: the address this service listens on."""
+        return f"{self.name.upper()}_HOST"
 
 
 # Order is start-up order. "status" is the gateway's own: health and what runs where.

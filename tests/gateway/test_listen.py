@@ -1,0 +1,40 @@
+"""Where each service listens: ports from their variables, hosts per service, search pinned to
+loopback whatever the environment says."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import services as catalogue
+from gateway.cli import listen_address
+from gateway.config import ConfigError
+
+
+def test_ports_come_from_the_service_variable_or_its_default() -> None:
+    images = catalogue.load("images")
+    assert listen_address({}, images, single=False) == ("127.0.0.1", 8300)
+    assert listen_address({"IMAGES_PORT": "9001"}, images, single=False) == ("127.0.0.1", 9001)
+
+
+def test_port_wins_when_one_service_runs_alone() -> None:
+    images = catalogue.load("images")
+    env = {"PORT": "9002", "IMAGES_PORT": "9001"}
+    assert listen_address(env, images, single=True)[1] == 9002
+    assert listen_address(env, images, single=False)[1] == 9001
+
+
+def test_each_service_has_its_own_host_variable() -> None:
+    env = {"VM_HOST": "0.0.0.0"}
+    assert listen_address(env, catalogue.load("vm"), single=False)[0] == "0.0.0.0"
+    assert listen_address(env, catalogue.load("functions"), single=False)[0] == "127.0.0.1"
+
+
+def test_search_stays_on_loopback_whatever_is_asked() -> None:
+    host, port = listen_address({"SEARCH_HOST": "0.0.0.0"}, catalogue.load("search"), single=False)
+    assert host == "127.0.0.1"
+    assert 0 < port < 65536  # a free port when SEARCH_PORT is unset
+
+
+def test_a_bad_port_names_its_variable() -> None:
+    with pytest.raises(ConfigError, match="IMAGES_PORT: must be at most 65535"):
+        listen_address({"IMAGES_PORT": "70000"}, catalogue.load("images"), single=False)
