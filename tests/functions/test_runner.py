@@ -245,7 +245,14 @@ async def test_runs_that_are_killed_leave_no_descriptors_behind(
     async def cancelled_run() -> None:
         lines: list[str] = []
         task = asyncio.create_task(
-            run(sandbox, cgroup_set, PY, "while True:\n    print('y' * 3000)", lines=lines)
+            # Slow enough never to reach the output cap: only the cancel can end it.
+            run(
+                sandbox,
+                cgroup_set,
+                PY,
+                "import time\nwhile True:\n    print('y')\n    time.sleep(0.05)",
+                lines=lines,
+            )
         )
         await wait_for(lambda: lines, what="the run to print")
         task.cancel()
