@@ -271,10 +271,12 @@ class _Run:
     async def _feed(self) -> None:
         stdin = self.proc.stdin
         assert stdin is not None
-        with contextlib.suppress(ConnectionError, BrokenPipeError):
-            stdin.write(self.payload)
-            await stdin.drain()
-            stdin.close()
+        try:
+            with contextlib.suppress(ConnectionError):
+                stdin.write(self.payload)
+                await stdin.drain()
+        finally:
+            stdin.close()  # the wrapper reads to EOF: it must come whatever happened
 
     async def _pump(self, stream: asyncio.StreamReader, *, keep: bool) -> None:
         pending = b""
