@@ -59,7 +59,7 @@ async def wait_ready(
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise GuestError(f"SSH to {user}@{ip} not ready after {timeout:.0f}s: {last}")
+            raise GuestError(f"SSH to {user}@{ip} not ready after {timeout:g}s: {last}")
         try:
             async with asyncssh.connect(ip, **_options(user, key, port, min(5.0, remaining))) as c:
                 result = await c.run("echo ready", check=False)

@@ -125,7 +125,7 @@ async def test_wrong_state_unknown_vm_and_bad_ids(service: Service) -> None:
 
 
 async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
-    service: Service = await start_service(VM_SSH_WAIT="3")
+    service: Service = await start_service(VM_SSH_WAIT="1.5")
     vmid = await installed(service)
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     service.sim.inject_failure("guest boot", vmid=vmid)
@@ -138,7 +138,7 @@ async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
         assert await service.post(f"/vm/{vmid}/set/cpu", {"cpu": 1}) == (409, f"VM {vmid} is busy")
         rest = await read_sse(resp)
     assert rest.closed and rest.last["status"] == "error"
-    assert "not ready after 3s" in rest.last["message"]
+    assert "not ready after 1.5s" in rest.last["message"]
 
 
 BAD_BODIES: list[tuple[str, Any, str]] = [
