@@ -66,3 +66,24 @@ async def test_vms_made_outside_cairn_are_listed_and_managed(start_service: Any)
     await until(adopted, timeout=10, what="VM 200 adopted")
     assert await service.post("/vm/200/destroy") == (200, "ok")
     assert service.sim.vm(200) is None
+
+
+async def test_changes_made_behind_cairns_back_are_picked_up(start_service: Any) -> None:
+    service: Service = await start_service(VM_POLL_INTERVAL="0.1", VM_OBSERVE_GRACE="0")
+    sse = await service.install()
+    vmid = sse.last["vm_id"]
+    qm = LocalTransport(service.sim.env())
+    assert (await qm.run(["qm", "stop", str(vmid)])).ok  # e.g. the guest powered itself off
+
+    async def stopped() -> bool | None:
+        return await service.get(f"/vm/{vmid}/status") == (200, "stopped") or None
+
+    await until(stopped, timeout=10, what="the stop to be noticed")
+    assert (await qm.run(["qm", "destroy", str(vmid)])).ok
+
+    async def gone() -> bool | None:
+        return await service.get(f"/vm/{vmid}/status") == (404, f"VM {vmid} not found") or None
+
+    await until(gone, timeout=10, what="the destroy to be noticed")
+    again = await service.install()
+    assert again.last["vm_id"] == vmid  # its id was released
