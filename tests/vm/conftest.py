@@ -3,6 +3,7 @@ served over real HTTP with a real NATS server and event store."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -149,7 +150,8 @@ async def start_service(
         runtime = await ctx.__aenter__()
         stacks.append(ctx)
         app = await build(runtime)
-        runner = web.AppRunner(app, access_log=None)
+        # A stream still open at the end must not hold the teardown for aiohttp's default 60 s.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         runners.append(runner)
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -166,8 +168,14 @@ async def start_service(
 
     start.stop_last = stop_last  # type: ignore[attr-defined]
     yield start
-    while runners:
-        await stop_last()
+    # If a teardown ever hangs again (seen twice under heavy load, not reproduced), leave the
+    # threads' stacks in the log instead of a bare time-out.
+    faulthandler.dump_traceback_later(30, exit=False)
+    try:
+        while runners:
+            await stop_last()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

@@ -51,11 +51,14 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
         (115, init + "waiting for ready", {}),
         (116, init + "waiting for ready", {}),
         (117, init + "SSH initialization", {}),
-        (118, init + "rebooting VM", {}),
     ]
     messages = await asyncio.gather(
         *(failing_install(service, vmid, step, **body) for vmid, step, body in cases)
     )
+    # Alone: once, run beside the others, the simulator's `qm stop` after a failed reboot
+    # never returned (reported to the simulator's author; not reproduced since).
+    await failing_install(service, 118, init + "rebooting VM")
+    cases.append((118, init + "rebooting VM", {}))
     assert "disk resize failed" in messages[3]  # qm resize exited 0 but said why on stderr
     assert "exited with status 3" in messages[7]
     for vmid, _, _ in cases:
