@@ -102,7 +102,7 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
-@attrs.define
+@attrs.define(eq=False)  # identity: a slot is one set of groups, kept in sets
 class CgroupSlot:
     """The groups of one runner slot; only one run uses them at a time."""
 
@@ -156,8 +156,7 @@ class CgroupSlot:
         return len(members)
 
     async def empty(self, timeout: float = 2.0) -> bool:
-        """Kill whatever is left in the groups and wait until they are empty, so the next run
-        starts with a clean slot (a dying fork bomb still counts against pids.max)."""
+        """Kill whatever is left in the groups and wait until they are empty."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self.kill_all():
@@ -170,24 +169,101 @@ class CgroupSlot:
 
 @attrs.define
 class Cgroups:
-    """The groups cairn created for one runner host: a parent per controller, a slot each."""
+    """This runner host's parent group per controller; every sandbox gets fresh groups below.
+
+    Groups are never reused: the tasks of a dead pid namespace stay charged to pids.current
+    for about two seconds after they exit, so a reused group would start the next run short
+    of its process allowance (and node deadlocks at start when it cannot create its worker
+    threads). Creating a group costs a few sysfs writes; entering one is the expensive part,
+    and that is paid either way."""
 
     parents: dict[str, Path]
-    slots: list[CgroupSlot]
+    limits: SandboxLimits
+    _made: int = 0
+    _retired: list[CgroupSlot] = attrs.field(factory=list)
 
     @property
     def controllers(self) -> tuple[str, ...]:
         return tuple(sorted(self.parents))
 
-    def remove(self) -> None:
-        for slot in self.slots:
-            slot.kill_all()
-            for directory in set(slot.dirs.values()):
+    def cpu_ns(self) -> int:
+        """CPU time used by every sandbox of this host so far, removed groups included
+        (cpuacct charges the parents too); 0 without the controller."""
+        directory = self.parents.get("cpuacct")
+        if directory is None:
+            return 0
+        with contextlib.suppress(OSError, ValueError):
+            return int((directory / "cpuacct.usage").read_text())
+        return 0
+
+    def new_slot(self) -> CgroupSlot | None:
+        """Fresh groups with the run's limits, or None when no controller is usable (or one
+        failed just now: the run then falls back to rlimits, never runs unlimited)."""
+        if not self.parents:
+            return None
+        self._made += 1
+        name = f"run-{self._made}"
+        dirs: dict[str, Path] = {}
+        made: list[Path] = []
+        try:
+            for controller, parent in self.parents.items():
+                directory = parent / name
+                if directory not in made:
+                    directory.mkdir()
+                    made.append(directory)
+                _configure(controller, directory, self.limits)
+                dirs[controller] = directory
+        except OSError as exc:
+            log.warning("could not create cgroup %s (%s); rlimits for this run", name, exc)
+            for directory in made:
                 with contextlib.suppress(OSError):
                     directory.rmdir()
-        for directory in set(self.parents.values()):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+            return None
+        return CgroupSlot(dirs)
+
+    def retire(self, slot: CgroupSlot) -> None:
+        """Remove a used slot's groups (later, if the kernel still holds them)."""
+        self._retired.append(slot)
+        still: list[CgroupSlot] = []
+        for old in self._retired:
+            old.kill_all()
+            left = False
+            for directory in set(old.dirs.values()):
+                try:
+                    directory.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left = True
+            if left:
+                still.append(old)
+        self._retired = still
+
+    def remove(self) -> None:
+        """Remove every group of this host (used ones and any left behind) and the parents."""
+        for parent in set(self.parents.values()):
+            _remove_tree(parent)
+        self._retired = []
+
+
+def _remove_tree(parent: Path) -> None:
+    with contextlib.suppress(OSError):
+        for child in parent.iterdir():
+            if child.is_dir():
+                CgroupSlot({"any": child}).kill_all()
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+    with contextlib.suppress(OSError):
+        parent.rmdir()
+
+
+def _remove_stale(base: Path) -> None:
+    """Groups of cairn processes that died without cleaning up (their names carry the pid)."""
+    with contextlib.suppress(OSError):
+        for entry in base.glob("cairn-*-*"):
+            pid = entry.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                _remove_tree(entry)
 
 
 def _write(path: Path, value: int) -> None:
@@ -207,56 +283,40 @@ def _configure(controller: str, directory: Path, limits: SandboxLimits) -> None:
         _write(directory / "cpu.cfs_quota_us", max(1000, int(limits.cpus * CFS_PERIOD_US)))
 
 
-def _configure_all(controller: str, parent: Path, slots: int, limits: SandboxLimits) -> None:
-    for index in range(slots):
-        with contextlib.suppress(OSError):
-            _configure(controller, parent / f"slot-{index}", limits)
-
-
 def create(
-    slots: int,
     limits: SandboxLimits,
     *,
     enabled: Iterable[str] = CONTROLLERS,
     proc: Path = Path("/proc/self"),
 ) -> Cgroups:
-    """Create this host's groups for every controller that exists and is writable; a
-    controller that fails is left to the rlimit fallback and logged once."""
+    """This host's parent groups for every controller that exists and where a group with the
+    limits can be made (tried once with a probe); the others are left to rlimits, logged."""
     try:
         dirs = own_dirs((proc / "mountinfo").read_text(), (proc / "cgroup").read_text())
     except OSError:
         dirs = {}
     name = f"cairn-{os.getpid()}-{secrets.token_hex(3)}"
     parents: dict[str, Path] = {}
-    slot_dirs: list[dict[str, Path]] = [{} for _ in range(slots)]
     for controller in enabled:
         base = dirs.get(controller)
         if base is None:
             continue
         parent = base / name
-        shared = next((c for c, p in parents.items() if p == parent), None)
-        if shared is not None:  # co-mounted with a controller already set up
-            _configure_all(controller, parent, slots, limits)
+        if parent in parents.values():  # co-mounted with a controller already set up
             parents[controller] = parent
-            for index in range(slots):
-                slot_dirs[index][controller] = parent / f"slot-{index}"
             continue
-        made: list[Path] = []
+        _remove_stale(base)
+        probe = parent / "probe"
         try:
             parent.mkdir()
-            made.append(parent)
-            for index in range(slots):
-                directory = parent / f"slot-{index}"
-                directory.mkdir()
-                made.append(directory)
-                _configure(controller, directory, limits)
+            probe.mkdir()
+            _configure(controller, probe, limits)
         except OSError as exc:
             log.warning("cgroup %s not usable (%s); rlimits instead", controller, exc)
-            for directory in reversed(made):
+            for directory in (probe, parent):
                 with contextlib.suppress(OSError):
                     directory.rmdir()
             continue
+        probe.rmdir()
         parents[controller] = parent
-        for index in range(slots):
-            slot_dirs[index][controller] = parent / f"slot-{index}"
-    return Cgroups(parents, [CgroupSlot(d) for d in slot_dirs])
+    return Cgroups(parents, limits)

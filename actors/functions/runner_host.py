@@ -86,7 +86,9 @@ class RunnerHost:
         self._workers: list[asyncio.Task[None]] = []
         self._warm_roots: set[int] = set()
         self._ready: dict[str, asyncio.Queue[Started]] = {r: asyncio.Queue() for r in RUNTIMES}
-        self._free: asyncio.Queue[cgroups.CgroupSlot | None] = asyncio.Queue()
+        # One token per sandbox that may exist at once (running or waiting).
+        self._free: asyncio.Queue[None] = asyncio.Queue()
+        self._slots: set[cgroups.CgroupSlot] = set()
         self._warming: set[asyncio.Task[None]] = set()
         self._spawning: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -97,10 +99,10 @@ class RunnerHost:
         # (each sandbox, started or running, has a slot of its own).
         count = self.settings.concurrency + self.settings.warm * len(RUNTIMES)
         if self.settings.cgroups:
-            self.cgroups = await asyncio.to_thread(cgroups.create, count, self.settings.limits)
+            self.cgroups = await asyncio.to_thread(cgroups.create, self.settings.limits)
             log.info("runner: cgroup controllers %s", ", ".join(self.cgroups.controllers) or "none")
-        for slot in self.cgroups.slots if self.cgroups else [None] * count:
-            self._free.put_nowait(slot)
+        for _ in range(count):
+            self._free.put_nowait(None)
         for runtime in RUNTIMES:
             for _ in range(self.settings.warm):
                 self._refill(runtime)
@@ -144,6 +146,9 @@ class RunnerHost:
                 self._warm_roots.discard(started.proc.pid)
                 await self.sandbox.discard(started)
         if self.cgroups is not None:
+            for slot in list(self._slots):
+                self.cgroups.retire(slot)
+            self._slots.clear()
             await asyncio.to_thread(self.cgroups.remove)
             self.cgroups = None
 
@@ -204,7 +209,8 @@ class RunnerHost:
                     self._warm_roots.discard(started.proc.pid)
                     slot = started.slot
                 else:
-                    slot = await self._free.get()
+                    await self._free.get()
+                    slot = self._new_slot()
                 task = asyncio.create_task(self._execute(job, started, slot))
                 self._running[job.id] = task
                 await asyncio.wait([task])
@@ -222,26 +228,56 @@ class RunnerHost:
         self._warming.add(task)
         task.add_done_callback(self._warming.discard)
 
+    def _new_slot(self) -> cgroups.CgroupSlot | None:
+        slot = self.cgroups.new_slot() if self.cgroups is not None else None
+        if slot is not None:
+            self._slots.add(slot)
+        return slot
+
     async def _release(self, slot: cgroups.CgroupSlot | None) -> None:
-        """Sweep a used slot (the run is over; this only makes sure) and free it."""
+        """Sweep a used slot (the run is over; this only makes sure), remove its groups and
+        free its place."""
         if slot is not None:
             await slot.empty()
-        self._free.put_nowait(slot)
+            self._slots.discard(slot)
+            if self.cgroups is not None:
+                self.cgroups.retire(slot)
+        self._free.put_nowait(None)
 
     def _refill(self, runtime: str) -> None:
-        self._background(self._start_sandbox(runtime))
+        self._background(self._keep_filled(runtime))
+
+    async def _keep_filled(self, runtime: str) -> None:
+        # A refill that dies would leave its runtime's pool one short for good, and runs
+        # waiting on an empty pool wait forever: log, and try again.
+        delay = 0.05
+        while True:
+            try:
+                await self._start_sandbox(runtime)
+                return
+            except Exception:
+                log.exception("runner: starting a %s sandbox failed; retrying", runtime)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _start_sandbox(self, runtime: str) -> None:
-        """Start a sandbox for ``runtime`` in a free slot and add it to that runtime's pool."""
-        slot = await self._free.get()
+        """Start a sandbox for ``runtime`` in fresh groups and add it to that runtime's pool."""
+        await self._free.get()
+        try:
+            await self._spawn_into_pool(runtime)
+        except BaseException:
+            self._free.put_nowait(None)
+            raise
+
+    async def _spawn_into_pool(self, runtime: str) -> None:
         # Starting a process blocks the loop for a few ms (fork, pipes, a watcher thread):
         # let the answer of the run that just ended reach its client first.
         await asyncio.sleep(PREPARE_DELAY_S)
         retry = 0.05
         while True:
             if self._stopping:
-                self._free.put_nowait(slot)
-                return
+                raise asyncio.CancelledError  # gives the place back (see _start_sandbox)
+            slot = self._new_slot()
             task = asyncio.current_task()
             assert task is not None
             self._spawning.add(task)
@@ -249,6 +285,10 @@ class RunnerHost:
                 started = await self.sandbox.start(LANGUAGE_OF_RUNTIME[runtime], slot)
             except OSError:
                 log.exception("runner: could not start a sandbox; retrying")
+                if slot is not None:
+                    self._slots.discard(slot)
+                    if self.cgroups is not None:
+                        self.cgroups.retire(slot)
                 await asyncio.sleep(retry)  # a broken bwrap must not spin the loop
                 retry = min(retry * 2, 5.0)
                 continue
@@ -272,7 +312,7 @@ class RunnerHost:
         for root in self._warm_roots:
             waiting |= cgroups.process_tree(root)
         members: set[int] = set()
-        for slot in self.cgroups.slots:
+        for slot in list(self._slots):
             members |= slot.members()
         return members - waiting
 

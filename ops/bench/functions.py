@@ -124,7 +124,7 @@ async def bench(runs: int, throughput: int) -> int:
                 app = await build(runtime)
                 host = app[FUNCTIONS_HOST].runner
                 if host is not None and host.cgroups is not None:
-                    CPU_OF_SANDBOXES.extend(slot.cpu_ns for slot in host.cgroups.slots)
+                    CPU_OF_SANDBOXES.append(host.cgroups.cpu_ns)
                 runner = web.AppRunner(app, access_log=None)
                 await runner.setup()
                 port = free_port("127.0.0.1")
@@ -149,8 +149,14 @@ async def measure(
     failures: list[str] = []
     sandbox = Sandbox(settings.limits, settings.runtimes)
     transpiler = Transpiler(find_esbuild({}), root / "bench-ts")
-    groups = cgroups.create(1, settings.limits) if settings.cgroups else None
-    slot = groups.slots[0] if groups else None
+    groups = cgroups.create(settings.limits) if settings.cgroups else None
+
+    def fresh_slot() -> cgroups.CgroupSlot | None:
+        return groups.new_slot() if groups else None
+
+    def done(slot: cgroups.CgroupSlot | None) -> None:
+        if groups is not None and slot is not None:
+            groups.retire(slot)
 
     async def service_run(language: Language) -> None:
         body = {"language": str(language), "code": CODE[language], "input": '{"n": 1}'}
@@ -163,18 +169,23 @@ async def measure(
         code = CODE[language]
         if language is Language.TYPESCRIPT:
             code = await transpiler.transpile(code)
+        slot = fresh_slot()
         await sandbox.run(RunJob(language, code, '{"n": 1}'), slot=slot)
+        done(slot)
 
     async def prestarted_run(language: Language) -> float:
         # As the runner host does: the sandbox is started before the run is asked for.
         code = CODE[language]
         if language is Language.TYPESCRIPT:
             code = await transpiler.transpile(code)
+        slot = fresh_slot()
         started = await sandbox.start(language, slot)
         await asyncio.sleep(0.3)  # the runtime boots and waits, as between two requests
         begin = time.perf_counter()
         await sandbox.run(RunJob(language, code, '{"n": 1}'), slot=slot, started=started)
-        return time.perf_counter() - begin
+        elapsed = time.perf_counter() - begin
+        done(slot)
+        return elapsed
 
     medians: dict[Language, float] = {}
     try:

@@ -29,7 +29,7 @@ TEST_LIMITS = SandboxLimits(
 
 @pytest.fixture(scope="module")
 def cgroup_set() -> Iterator[cgroups.Cgroups]:
-    made = cgroups.create(2, TEST_LIMITS)
+    made = cgroups.create(TEST_LIMITS)
     yield made
     made.remove()
 

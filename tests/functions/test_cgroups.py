@@ -67,17 +67,20 @@ def test_v2_only_machine_has_no_v1_controllers() -> None:
 
 
 def test_missing_proc_files_mean_rlimits_only(tmp_path: Path) -> None:
-    made = cgroups.create(2, SandboxLimits(), proc=tmp_path)
-    assert made.parents == {} and [slot.dirs for slot in made.slots] == [{}, {}]
+    made = cgroups.create(SandboxLimits(), proc=tmp_path)
+    assert made.parents == {} and made.new_slot() is None
 
 
-def test_real_groups_carry_the_limits_and_are_removed() -> None:
+def test_real_groups_carry_the_limits_are_fresh_per_run_and_are_removed() -> None:
     limits = SandboxLimits(memory_bytes=64 * MIB, processes=9, cpus=0.5)
-    made = cgroups.create(2, limits)
+    made = cgroups.create(limits)
     if not made.parents:
         pytest.skip("no writable cgroup v1 controllers on this machine")
     try:
-        slot = made.slots[1]
+        slot = made.new_slot()
+        other = made.new_slot()
+        assert slot is not None and other is not None
+        assert set(slot.dirs.values()).isdisjoint(other.dirs.values())
         if "memory" in slot.dirs:
             value = int((slot.dirs["memory"] / "memory.limit_in_bytes").read_text())
             assert value == 64 * MIB
@@ -86,6 +89,8 @@ def test_real_groups_carry_the_limits_and_are_removed() -> None:
         if "cpu" in slot.dirs:
             assert (slot.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "50000"
         assert slot.members() == set()
+        made.retire(slot)
+        assert not any(d.exists() for d in slot.dirs.values())
     finally:
         made.remove()
     assert not any(os.path.exists(p) for p in made.parents.values())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.functions.cgroups import Cgroups
+from actors.functions.cgroups import Cgroups, CgroupSlot
 from actors.functions.languages import Language
 from actors.functions.results import ResultType, RunFailure, RunResult
 from actors.functions.runner import RunJob, Sandbox
@@ -30,9 +30,16 @@ async def run(
         assert transpiler is not None
         code = await transpiler.transpile(code)
     sink = lines.append if lines is not None else None
-    return await sandbox.run(
-        RunJob(language, code, input_json), slot=cgroup_set.slots[0], on_line=sink
-    )
+    slot = cgroup_set.new_slot()  # fresh groups per run, as the runner host does
+    try:
+        return await sandbox.run(RunJob(language, code, input_json), slot=slot, on_line=sink)
+    finally:
+        if slot is not None:
+            LAST_SLOT[:] = [slot]
+            cgroup_set.retire(slot)
+
+
+LAST_SLOT: list[CgroupSlot] = []
 
 
 RESULT_CASES = [
@@ -264,4 +271,4 @@ async def test_runs_that_are_killed_leave_no_descriptors_behind(
     assert got == RunFailure("output limit of 65536 bytes exceeded")
     await cancelled_run()
     assert len(os.listdir("/proc/self/fd")) == before
-    assert not cgroup_set.slots[0].members()
+    assert all(not slot.members() for slot in LAST_SLOT)

@@ -17,7 +17,7 @@ def test_documented_defaults() -> None:
     assert settings.limits.output_bytes == 512 * 1024
     assert settings.limits.tmpfs_bytes == 16 * MIB
     assert settings.queue == 32 and settings.runner and settings.cgroups
-    assert settings.warm == settings.concurrency
+    assert settings.warm == 2 * settings.concurrency
 
 
 def test_each_variable_is_read() -> None:
