@@ -1,6 +1,6 @@
 """A runner host: takes run requests from NATS (a queue group, so hosts on several machines
-share the load), keeps them in a bounded queue and runs them in the sandbox, one cgroup slot
-per concurrent run.
+share the load), keeps them in a bounded queue and runs them in sandboxes taken from a pool
+kept started per runtime (each sandbox in fresh cgroups, used for one run, then removed).
 
 Capacity is ``RUN_CONCURRENCY`` running plus ``RUN_QUEUE`` waiting; a request beyond it is
 answered ``busy`` at once (the gateway turns that into 503), never queued behind minutes of
