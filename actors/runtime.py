@@ -252,6 +252,9 @@ class ActorHandle:
         def resolve(value: Any, error: BaseException | None) -> None:
             if future.done():
                 return
+            if isinstance(error, StopIteration):
+                # A future refuses StopIteration (it would end the awaiting coroutine's frame).
+                error = RuntimeError(f"handler raised StopIteration: {error!r}")
             if error is not None:
                 future.set_exception(error)
             else:

@@ -39,6 +39,11 @@ class Fetch:
 
 
 @attrs.frozen
+class Exhausted:
+    pass
+
+
+@attrs.frozen
 class SlowJob:
     gate: asyncio.Event
 
@@ -80,6 +85,8 @@ class Counter(AggregateActor):
                 return "worked"
             case Boom():
                 raise RuntimeError("boom")
+            case Exhausted():
+                return next(iter(()))  # raises StopIteration
             case SlowJob(gate=gate):
                 self.start_job(gate.wait(), done=lambda outcome: JobFinished(outcome))
                 return "started"
@@ -213,3 +220,9 @@ async def test_a_failed_append_restarts_the_actor_from_the_store(
         await counter.ask(Add(1))
     await wait_for(lambda: counter.restarts == 1, what="restart")
     assert await counter.ask(Fetch()) == 101
+
+
+async def test_a_stop_iteration_from_a_handler_reaches_the_caller(host: ActorHost) -> None:
+    counter = await host.spawn(Counter, "i")
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await asyncio.wait_for(counter.ask(Exhausted()), 10)
