@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -31,6 +32,8 @@ from actors.vm.jobs import Facts, JobResult, Services
 from actors.vm.lifecycle import POWER, WORKING, Command, Refusal, State, decide
 from actors.vm.requests import InstallRequest
 from events.model import Event
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -102,6 +105,13 @@ class Finished:
     task: str
     command: Command
     outcome: Any  # JobResult, or the exception the job died of
+
+
+@attrs.frozen
+class _Released:
+    task: str
+    outcome: JobResult
+    release: Any  # what the allocator answered (None, or the error)
 
 
 @attrs.frozen
@@ -225,6 +235,8 @@ class VmActor(AggregateActor):
                 return None
             case Finished():
                 return self._finished(message)
+            case _Released():
+                return self._released(message)
             case Recover():
                 return self._recover()
             case Observe():
@@ -312,11 +324,28 @@ class VmActor(AggregateActor):
             )
         if outcome.ok and outcome.changes:
             events.append(Reconfigured(msg.task, **outcome.changes))
+        if outcome.state is State.ABSENT:
+            # The task ends only once the allocator has the id back: a client told "ok" (or
+            # shown the install's error) may reuse the id at once.
+            reason = "destroyed" if outcome.ok else f"install failed: {outcome.error}"
+            self.start_job(
+                self.allocator.ask(Release(self.vmid, reason)),
+                done=functools.partial(_Released, msg.task, outcome),
+            )
+            return None
         events.append(TaskEnded(msg.task, outcome.ok, outcome.state.value, outcome.error))
         self.record(*events)
         self.settled_at = time.monotonic()
-        if outcome.state is State.ABSENT:
-            self._release("destroyed" if outcome.ok else f"install failed: {outcome.error}")
+        return None
+
+    def _released(self, msg: _Released) -> None:
+        if msg.task != self.task:
+            return None
+        if isinstance(msg.release, BaseException):
+            log.error("VM %s: the allocator did not take the id back: %r", self.vmid, msg.release)
+        o = msg.outcome
+        self.record(TaskEnded(msg.task, o.ok, o.state.value, o.error))
+        self.settled_at = time.monotonic()
         return None
 
     def _release(self, reason: str) -> None:
