@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -87,13 +88,22 @@ async def command(nc: Client, subject: str, payload: Any, timeout: float = 5.0) 
 
 
 async def serve_json(
-    nc: Client, subject: str, handler: JsonHandler, *, queue: str = ""
+    nc: Client,
+    subject: str,
+    handler: JsonHandler,
+    *,
+    queue: str = "",
+    concurrent: bool = False,
 ) -> Subscription:
     """Answer requests on ``subject`` with ``handler(payload)``. A :class:`CommandFailed`
     (``Rejected``) becomes ``{"error": {"status", "message"}}``; any other error becomes
-    status 500 and is logged, so the caller never waits for a time-out."""
+    status 500 and is logged, so the caller never waits for a time-out.
 
-    async def on_msg(msg: Msg) -> None:
+    nats-py runs one subscription's callbacks one after another; with ``concurrent=True``
+    each request is answered in its own task, so a slow one does not queue the rest (use it
+    when the handler does not rely on arrival order)."""
+
+    async def answer(msg: Msg) -> None:
         try:
             reply = await handler(json.loads(msg.data))
         except CommandFailed as exc:
@@ -104,4 +114,14 @@ async def serve_json(
         if msg.reply:
             await msg.respond(json.dumps(reply, separators=(",", ":")).encode())
 
-    return await nc.subscribe(subject, queue=queue, cb=on_msg)
+    if not concurrent:
+        return await nc.subscribe(subject, queue=queue, cb=answer)
+
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def spawn(msg: Msg) -> None:
+        task = asyncio.create_task(answer(msg))
+        in_flight.add(task)  # a task nobody references may be collected mid-flight
+        task.add_done_callback(in_flight.discard)
+
+    return await nc.subscribe(subject, queue=queue, cb=spawn)

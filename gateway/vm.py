@@ -187,25 +187,6 @@ async def _from_store(store: EventStore, stream: str, after: int) -> list[TaskEv
     ]
 
 
-class VmEventStream(EventStream):
-    """EventStream with a heartbeat that can always be cancelled.
-
-    The foundation's heartbeat waits with `asyncio.wait_for`, which on Python 3.11 swallows a
-    cancellation that arrives as the wait completes; a burst of records (a re-attach replaying
-    a finished task) then leaves the stream unable to close. `asyncio.timeout` has no such race.
-    """
-
-    async def _ping(self) -> None:
-        while not self.closed:
-            self._quiet.clear()
-            try:
-                async with asyncio.timeout(self._heartbeat):
-                    await self._quiet.wait()
-            except TimeoutError:
-                if not await self._write(b": keep-alive\n\n"):
-                    return
-
-
 def sse_record(data: dict[str, Any]) -> dict[str, Any]:
     record = {"step": data["step"], "status": data["status"], "message": data["message"]}
     if data.get("vm_id") is not None:
@@ -298,7 +279,7 @@ class VmGateway:
         )
         if "error" in reply:
             # The id could not be had: still the spec's stream, failing at its first stage.
-            async with VmEventStream(request) as sse:
+            async with EventStream(request) as sse:
                 message = reply["error"]["message"]
                 await sse.send({"step": STEP_CHECK_ID, "status": "processing",
                                 "message": "[*] start VM installation (0.00s)"})  # fmt: skip
@@ -311,7 +292,7 @@ class VmGateway:
         self, request: web.Request, vmid: int, task: str, after: int
     ) -> web.StreamResponse:
         headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
-        async with VmEventStream(request, headers=headers) as sse:
+        async with EventStream(request, headers=headers) as sse:
             async for item in follow_task(self.runtime, vmid, task, after):
                 if item.type != "vm.progress":
                     continue

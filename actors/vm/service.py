@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -40,7 +39,7 @@ from actors.vm.pve_output import (
 from actors.vm.requests import InstallRequest
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
-from events.bus import JsonHandler
+from events.bus import serve_json
 from events.store import Recorded
 from gateway.runtime import Runtime
 
@@ -52,32 +51,6 @@ SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
-
-
-async def serve_concurrently(nc: Any, subject: str, handler: JsonHandler) -> Subscription:
-    """Like `events.bus.serve_json`, but each request runs in its own task.
-
-    nats-py runs a subscription's callbacks one after another, so with `serve_json` twenty
-    installs would wait in line behind each other's cluster reads; here they overlap.
-    """
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def answer(msg: Any) -> None:
-        try:
-            reply = await handler(json.loads(msg.data))
-        except Exception as exc:
-            log.exception("handler for %s failed", subject)
-            reply = _error(500, str(exc) or type(exc).__name__)
-        if msg.reply:
-            await msg.respond(json.dumps(reply, separators=(",", ":")).encode())
-
-    async def on_msg(msg: Any) -> None:
-        task = asyncio.create_task(answer(msg))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    sub: Subscription = await nc.subscribe(subject, cb=on_msg)
-    return sub
 
 
 def _error(status: int, message: str) -> dict[str, Any]:
@@ -210,10 +183,10 @@ class VmService:
                 self.inventory.infos[int(ident)] = await handle.ask(Query())
         nc = self.runtime.nc
         self._subs = [
-            await serve_concurrently(nc, SUBJECT_INSTALL, self._on_install),
-            await serve_concurrently(nc, SUBJECT_DO, self._on_do),
-            await serve_concurrently(nc, SUBJECT_STATUS, self._on_status),
-            await serve_concurrently(nc, SUBJECT_LIST, self._on_list),
+            await serve_json(nc, SUBJECT_INSTALL, self._on_install, concurrent=True),
+            await serve_json(nc, SUBJECT_DO, self._on_do, concurrent=True),
+            await serve_json(nc, SUBJECT_STATUS, self._on_status, concurrent=True),
+            await serve_json(nc, SUBJECT_LIST, self._on_list, concurrent=True),
         ]
         await self.poll()
         self._tasks = [

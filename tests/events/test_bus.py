@@ -77,3 +77,19 @@ async def test_a_queue_group_spreads_commands_over_hosts(nc: Client) -> None:
     answers = [await command(nc, "cmd.q", {}) for _ in range(40)]
     assert set(answers) == {"a", "b"}  # 40 draws from two hosts: both take work
     assert len(seen) == 40  # and each command was handled exactly once
+
+
+async def test_concurrent_serving_lets_a_fast_command_pass_a_slow_one(nc: Client) -> None:
+    release = asyncio.Event()
+
+    async def handle(payload: Any) -> Any:
+        if payload["slow"]:
+            await release.wait()
+        return payload["n"]
+
+    await serve_json(nc, "cmd.conc", handle, concurrent=True)
+    slow = asyncio.create_task(command(nc, "cmd.conc", {"slow": True, "n": 1}, timeout=10))
+    # With one-at-a-time serving this would time out behind the slow command.
+    assert await command(nc, "cmd.conc", {"slow": False, "n": 2}, timeout=5) == 2
+    release.set()
+    assert await slow == 1
