@@ -535,8 +535,15 @@ def _stored_value(key: str, value: Any) -> Any:
             parts[0] = f"{model}={mac or random_mac()}"
         return ",".join(parts)
     if key == "cipassword":
+        # qemu-server hashes only what is not already a crypt string (API2/Qemu.pm:
+        # `encrypt_pw(...) if $param->{cipassword} !~ /^\$(?:[156]|2[ay])(\$.+){2}/`).
+        if _CRYPT_HASH.match(str(value)):
+            return str(value)
         return hash_password(str(value))
     return value
+
+
+_CRYPT_HASH = re.compile(r"^\$(?:[156]|2[ay])(\$.+){2}")
 
 
 def read_sshkeys_file(ctx: Ctx, path: str) -> str:

@@ -383,3 +383,14 @@ def test_create_reads_sshkeys_file_too(store: Store) -> None:
     r = run(store, "qm", "create", "121", "--sshkeys", "/dev/stdin", stdin="garbage\n")
     assert (r.code, r.err) == (255, "SSH public key validation error\n")
     assert run(store, "qm", "status", "121").code == 2
+
+
+def test_an_already_hashed_password_is_stored_as_given(store: Store) -> None:
+    crypt = "$6$saltsalt$" + "h" * 86
+    run(store, "qm", "create", "120")
+    run(store, "qm", "set", "120", "--cipassword", crypt)
+    stored = (store.root / "nodes/pve1/qemu-server/120.json").read_text()
+    assert crypt in stored
+    run(store, "qm", "set", "120", "--cipassword", "plain")
+    stored = (store.root / "nodes/pve1/qemu-server/120.json").read_text()
+    assert crypt not in stored and "plain" not in stored
