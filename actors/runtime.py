@@ -318,6 +318,15 @@ class ActorHost:
     async def _start(self, handle: ActorHandle, queued: list[_Envelope]) -> None:
         key = (handle.cls, handle.ident)
         history = await self.store.read_stream(stream_name(handle.cls.aggregate, handle.ident))
+        if self.stopping:
+            # A restart that lost the race with stop_all: starting now would leave a thread
+            # nobody stops.
+            for envelope in queued:
+                if envelope.reply is not None:
+                    envelope.reply(
+                        None, ActorUnavailable(f"{handle.cls.aggregate}:{handle.ident} stopped")
+                    )
+            return
         handle.ref = handle.cls.start(self.ctx, handle.ident, history, self._kwargs[key])
         for envelope in queued:
             handle.ref.tell(envelope)
@@ -365,5 +374,10 @@ class ActorHost:
 
 
 def _stop_ref(ref: pykka.ActorRef[Any]) -> None:
-    with contextlib.suppress(pykka.ActorDeadError):
+    try:
         ref.stop(block=True, timeout=10)
+    except pykka.ActorDeadError:
+        pass  # it crashed or stopped on its own: nothing to stop
+    except pykka.Timeout:
+        # A stop must finish; a thread that ignores it is reported, not waited for.
+        log.warning("%s did not stop within 10 s", ref)

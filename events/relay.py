@@ -60,6 +60,7 @@ class OutboxRelay:
         self._fresh: deque[Recorded] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.cursor = 0
         self._saved_cursor = 0
         self._last_save = 0.0
@@ -70,12 +71,20 @@ class OutboxRelay:
         self._wake.set()  # catch up with whatever was stored while nobody published
         self._task = asyncio.create_task(self._run(), name=f"relay:{self._name}")
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 5.0) -> None:
         self._store.remove_listener(self._on_append)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let a publish in flight finish: cancelling nats-py inside flush() leaves a
+            # cancelled PONG future behind, its read loop then fails, and the reconnect that
+            # follows re-sends buffered messages (a duplicate for every subscriber).
+            self._stopping = True
+            self._wake.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
             self._task = None
         if self.cursor != self._saved_cursor:
             await self._store.save_cursor(self._name, self.cursor)
@@ -86,7 +95,7 @@ class OutboxRelay:
         self._wake.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self._wake.wait()
             self._wake.clear()
             try:
@@ -115,6 +124,8 @@ class OutboxRelay:
 
     async def _drain(self) -> None:
         while True:
+            if self._stopping and not self._nc.is_connected:
+                return
             if not self._nc.is_connected:
                 # Publishing now would only fill the client's reconnect buffer, and replaying
                 # from the cursor later would then deliver those events twice out of order.
