@@ -8,29 +8,17 @@ Stream `vmalloc:cluster`: the allocator's reservations of VMIDs (and with them I
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar, dataclass_transform
-
 from events.model import Event, domain_event
 
-E = TypeVar("E", bound=type[Event])
 
-
-@dataclass_transform(frozen_default=True)
-def vm_event(type_name: str) -> Callable[[E], E]:
-    """`domain_event`, typed so mypy sees the attrs fields (it cannot see through the
-    foundation's decorator, which is not a dataclass_transform)."""
-    return domain_event(type_name)
-
-
-@vm_event("vm.task_started")
+@domain_event("vm.task_started")
 class TaskStarted(Event):
     task: str
     command: str  # a lifecycle.Command value
     working: str  # the lifecycle state while the task runs
 
 
-@vm_event("vm.progress")
+@domain_event("vm.progress")
 class Progress(Event):
     """One SSE record of a task (spec: SSE event record)."""
 
@@ -42,7 +30,7 @@ class Progress(Event):
     ip: str | None = None
 
 
-@vm_event("vm.installed")
+@domain_event("vm.installed")
 class Installed(Event):
     task: str
     node: str
@@ -56,7 +44,7 @@ class Installed(Event):
     disk_gb: int
 
 
-@vm_event("vm.task_ended")
+@domain_event("vm.task_ended")
 class TaskEnded(Event):
     """A task is over; `state` is where the VM was left (a lifecycle.State value)."""
 
@@ -66,7 +54,7 @@ class TaskEnded(Event):
     error: str | None = None
 
 
-@vm_event("vm.reconfigured")
+@domain_event("vm.reconfigured")
 class Reconfigured(Event):
     task: str
     cpu: int | None = None
@@ -75,7 +63,7 @@ class Reconfigured(Event):
     node: str | None = None
 
 
-@vm_event("vm.adopted")
+@domain_event("vm.adopted")
 class Adopted(Event):
     """A VM found in the cluster that cairn did not install (or lost track of)."""
 
@@ -89,27 +77,27 @@ class Adopted(Event):
     ip: str
 
 
-@vm_event("vm.observed")
+@domain_event("vm.observed")
 class Observed(Event):
     """The cluster reports a power state the VM reached on its own (a guest shut down)."""
 
     state: str
 
 
-@vm_event("vmalloc.reserved")
+@domain_event("vmalloc.reserved")
 class IdReserved(Event):
     vmid: int
     ip: str
     task: str
 
 
-@vm_event("vmalloc.released")
+@domain_event("vmalloc.released")
 class IdReleased(Event):
     vmid: int
     reason: str
 
 
-@vm_event("vmalloc.refused")
+@domain_event("vmalloc.refused")
 class IdRefused(Event):
     task: str
     reason: str
