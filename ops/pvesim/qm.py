@@ -824,6 +824,22 @@ def cmd_start(ctx: Ctx, argv: Sequence[str]) -> int:
     return 0
 
 
+def _power_off(ctx: Ctx, vmid: int, command: str) -> int:
+    """The worker part shared by `qm stop` and `qm shutdown`, after their own checks."""
+    ctx.delay(command)
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+        if rec is None or rec["status"] != "running":
+            return 0
+        failure = take_failure(txn, f"qm {command}", ctx.node, vmid)
+        if failure:
+            raise CliError(failure.message, failure.exit_code)
+        set_status(rec, "stopped", ctx.now())
+        txn.save_vm(ctx.node, rec)
+    ctx.notify(f"stop {vmid}")
+    return 0
+
+
 def cmd_stop(ctx: Ctx, argv: Sequence[str]) -> int:
     p = parse(SPECS["stop"], argv)
     vmid: int = p.args["vmid"]
@@ -834,18 +850,7 @@ def cmd_stop(ctx: Ctx, argv: Sequence[str]) -> int:
         if rec["status"] != "running":
             return 0
         check_lock(rec, bool(p.options.get("skiplock")))
-    ctx.delay("stop")
-    with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None or rec["status"] != "running":
-            return 0
-        failure = take_failure(txn, "qm stop", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
-        set_status(rec, "stopped", ctx.now())
-        txn.save_vm(ctx.node, rec)
-    ctx.notify(f"stop {vmid}")
-    return 0
+    return _power_off(ctx, vmid, "stop")
 
 
 def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
@@ -860,18 +865,7 @@ def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
             ctx.err(f"VM {vmid} not running\n\n")
             return 0
         check_lock(rec, bool(p.options.get("skiplock")))
-    ctx.delay("shutdown")
-    with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None or rec["status"] != "running":
-            return 0
-        failure = take_failure(txn, "qm shutdown", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
-        set_status(rec, "stopped", ctx.now())
-        txn.save_vm(ctx.node, rec)
-    ctx.notify(f"stop {vmid}")
-    return 0
+    return _power_off(ctx, vmid, "shutdown")
 
 
 def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
