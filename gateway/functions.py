@@ -34,10 +34,10 @@ from actors.functions.requests import (
 )
 from actors.functions.results import ResultType, RunResult
 from actors.functions.settings import FunctionsSettings
-from events.bus import CommandTimeout, NoResponders, request_json
+from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
-from gateway.sse import SSE_HEADERS, format_event
+from gateway.sse import SSE_HEADERS, EventStream
 
 log = logging.getLogger(__name__)
 
@@ -159,16 +159,20 @@ class FunctionsGateway:
             upload = parse_upload(await read_body(request, self.settings.code_max_size))
         except BadRequest as exc:
             return text_error(exc.status, exc.message)
-        command = {"path": upload.path, "language": str(upload.language), "code": upload.code}
+        upload_command = {
+            "path": upload.path,
+            "language": str(upload.language),
+            "code": upload.code,
+        }
         try:
-            reply = await request_json(
-                self.runtime.nc, protocol.UPLOAD_SUBJECT, command, COMMAND_TIMEOUT_S
+            reply = await command(
+                self.runtime.nc, protocol.UPLOAD_SUBJECT, upload_command, COMMAND_TIMEOUT_S
             )
         except (NoResponders, CommandTimeout):
             return text_error(500, SAVE_FAILED)
-        if "error" in reply:
-            return text_error(int(reply["error"]["status"]), str(reply["error"]["message"]))
-        return web.json_response(reply["ok"])
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(reply)
 
     async def run_stored(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -180,14 +184,14 @@ class FunctionsGateway:
             "version": parse_version(request.query.get("version")),
         }
         try:
-            reply = await request_json(
+            reply = await command(
                 self.runtime.nc, protocol.RESOLVE_SUBJECT, lookup, COMMAND_TIMEOUT_S
             )
         except (NoResponders, CommandTimeout):
             return text_error(500, f"{FAILED_TO_RUN}the function registry is not answering")
-        if "error" in reply:
-            return text_error(int(reply["error"]["status"]), str(reply["error"]["message"]))
-        found = reply["ok"]
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        found = reply
         run = {
             "language": found["language"],
             "code": found["code"],
@@ -236,28 +240,25 @@ class FunctionsGateway:
         # The first message says whether a runner took the run: a full queue is still an
         # HTTP status, not an event in a stream that already said 200.
         first = await _next(request, messages)
-        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        if first is None:
-            return response
-        await response.prepare(request)
-        message: dict[str, Any] | None = first
-        try:
-            while message is not None:
-                event = _stream_event(message)
-                if event is not None:
-                    await response.write(format_event(event))
-                if message["t"] in protocol.FINAL:
-                    break
-                message = await _next(request, messages)
-        except RunFailed as exc:
-            event = {"event": "error", "data": exc.message, "type": "text"}
-            with contextlib.suppress(ConnectionError):
-                await response.write(format_event(event))
-        except (ConnectionError, StopAsyncIteration):
-            pass  # the client left (the run is cancelled by aclose) or the runner went away
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
-        return response
+        if first is None:  # the client left before anything was sent
+            return web.StreamResponse(status=200, headers=SSE_HEADERS)
+        # No ids (a run cannot be re-attached) and no close event (the contract's every data
+        # line is a stream event); heartbeats keep a proxy from cutting a long quiet run.
+        async with EventStream(request, close_event=False, numbered=False) as sse:
+            message: dict[str, Any] | None = first
+            try:
+                while message is not None:
+                    event = _stream_event(message)
+                    if event is not None and not await sse.send(event):
+                        break  # the client left: aclose in _respond cancels the run
+                    if message["t"] in protocol.FINAL:
+                        break
+                    message = await _next(request, messages)
+            except RunFailed as exc:
+                await sse.send({"event": "error", "data": exc.message, "type": "text"})
+            except StopAsyncIteration:
+                pass  # the runner went away
+        return sse.response
 
 
 async def _next(

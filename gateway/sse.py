@@ -57,11 +57,14 @@ class EventStream:
         status: int = 200,
         headers: dict[str, str] | None = None,
         close_event: bool = True,
+        numbered: bool = True,
     ) -> None:
         """``close_event=False`` for contracts whose every ``data:`` line must be one of their
-        own records (the functions stream); the response still ends cleanly."""
+        own records (the functions stream); the response still ends cleanly. ``numbered=False``
+        leaves out the automatic ``id:`` lines where nothing can be re-attached to."""
         self._request = request
         self._close_event = close_event
+        self._numbered = numbered
         self._heartbeat = heartbeat
         merged = {**SSE_HEADERS, **(headers or {})}
         self.response = web.StreamResponse(status=status, headers=merged)
@@ -105,7 +108,7 @@ class EventStream:
         id: str | int | None = None,
     ) -> bool:
         """Write one event; ``False`` if the client has gone away."""
-        if id is None:
+        if id is None and self._numbered:
             id = self._next_id
             self._next_id += 1
         return await self._write(format_event(data, event=event, id=id))

@@ -1,6 +1,7 @@
 """The registry's command side on NATS: upload (store the code, then let the actor decide the
 version) and resolve (which version a run uses, with its code). The gateway never calls the
-actor directly; a refusal travels back as ``{"error": {"status", "message"}}``."""
+actor directly; a refusal is a ``CommandFailed`` (``Rejected`` from the actor), which
+``serve_json`` sends back as ``{"error": {"status", "message"}}``."""
 
 from __future__ import annotations
 
@@ -16,14 +17,10 @@ from actors.functions.codestore import CodeStore
 from actors.functions.languages import parse_language
 from actors.functions.registry import SINGLETON, FunctionRegistry, Resolve, StoreVersion
 from actors.functions.requests import FAILED_TO_RUN, INVALID_PATH, INVALID_PAYLOAD, SAVE_FAILED
-from actors.runtime import ActorHandle, ActorHost, Rejected
-from events.bus import serve_json
+from actors.runtime import ActorHandle, ActorHost
+from events.bus import CommandFailed, serve_json
 
 log = logging.getLogger(__name__)
-
-
-def _error(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"status": status, "message": message}}
 
 
 async def serve_registry(
@@ -35,12 +32,12 @@ async def serve_registry(
         try:
             path, language, source = payload["path"], payload["language"], payload["code"]
         except (KeyError, TypeError):
-            return _error(400, INVALID_PAYLOAD)
+            raise CommandFailed(400, INVALID_PAYLOAD) from None
         if not all(isinstance(v, str) and v for v in (path, language, source)):
-            return _error(400, INVALID_PAYLOAD)
+            raise CommandFailed(400, INVALID_PAYLOAD)
         # The gateway checked these already; the registry does not trust its callers.
         if ".." in path or path.startswith("/") or parse_language(language) is None:
-            return _error(400, INVALID_PATH)
+            raise CommandFailed(400, INVALID_PATH)
         try:
             sha = await asyncio.to_thread(code.put, source)
             stored = await handle.ask(
@@ -48,32 +45,28 @@ async def serve_registry(
             )
         except Exception:
             log.exception("storing a version of %r failed", path)
-            return _error(500, SAVE_FAILED)
-        return {"ok": {"path": stored.path, "language": stored.language, "version": stored.version}}
+            raise CommandFailed(500, SAVE_FAILED) from None
+        return {"path": stored.path, "language": stored.language, "version": stored.version}
 
     async def on_resolve(payload: Any) -> Any:
         try:
             path, version = payload["path"], payload.get("version")
         except (KeyError, TypeError, AttributeError):
-            return _error(400, INVALID_PAYLOAD)
+            raise CommandFailed(400, INVALID_PAYLOAD) from None
         if not isinstance(path, str) or not (version is None or type(version) is int):
-            return _error(400, INVALID_PAYLOAD)
-        try:
-            stored = await handle.ask(Resolve(path, version))
-        except Rejected as exc:
-            return _error(exc.status, exc.message)
+            raise CommandFailed(400, INVALID_PAYLOAD)
+        stored = await handle.ask(Resolve(path, version))  # Rejected: 404 and friends
         try:
             source = code.get(stored.sha256)
         except (OSError, ValueError):
             log.exception("code %s of %r is missing", stored.sha256, path)
-            return _error(500, f"{FAILED_TO_RUN}the code of version {stored.version} is missing")
+            missing = f"{FAILED_TO_RUN}the code of version {stored.version} is missing"
+            raise CommandFailed(500, missing) from None
         return {
-            "ok": {
-                "path": stored.path,
-                "version": stored.version,
-                "language": stored.language,
-                "code": source,
-            }
+            "path": stored.path,
+            "version": stored.version,
+            "language": stored.language,
+            "code": source,
         }
 
     subs = [

@@ -176,3 +176,20 @@ async def test_a_stream_without_the_close_event_still_ends_cleanly(
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         frames = parse_frames(await resp.text())
     assert frames == [{"id": "1", "data": '{"event":"result","data":"1","type":"number"}'}]
+
+
+async def test_an_unnumbered_stream_has_no_id_lines_unless_given_one(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        async with EventStream(request, close_event=False, numbered=False) as sse:
+            await sse.send({"event": "log", "data": "a", "type": "text"})
+            await sse.send({"n": 2}, id="explicit")
+        return sse.response
+
+    url = await serve(handler)
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        text = await resp.text()
+    assert text == (
+        'data: {"event":"log","data":"a","type":"text"}\n\nid: explicit\ndata: {"n":2}\n\n'
+    )
