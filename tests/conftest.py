@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pykka
 import pytest
 from nats.aio.client import Client
 
@@ -17,6 +18,19 @@ from events.store import EventStore, default_store_url
 from gateway.runtime import Runtime, open_runtime
 
 load_all()
+
+
+@pytest.fixture(autouse=True)
+def no_actor_left_running() -> Iterator[None]:
+    """Every test stops the actors it started. A pykka thread left running keeps the
+    interpreter from exiting, so a leak would hang the whole run at its very end; here it
+    fails the test that leaked instead (and the actors are stopped)."""
+    yield
+    left = pykka.ActorRegistry.get_all()
+    if left:
+        names = sorted(ref.actor_class.__name__ for ref in left)
+        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        pytest.fail(f"actors left running after the test: {names}")
 
 
 @pytest.fixture
