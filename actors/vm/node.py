@@ -34,7 +34,6 @@ class Run:
 
 @attrs.frozen
 class _Finished:
-    result: concurrent.futures.Future[CommandResult]
     outcome: Any
 
 
@@ -75,19 +74,16 @@ class NodeActor(AggregateActor):
         match message:
             case Run():
                 self.in_flight += 1
-                self.start_job(
+                job = self.start_job(
                     self.transport.run(message.argv, stdin=message.stdin, on_line=message.on_line),
-                    done=functools.partial(_Finished, message.result),
+                    done=_Finished,
                 )
+                # Settled from the job itself, not through this actor's inbox: if the actor
+                # stops or crashes first, the caller must still get an answer, never a hang.
+                job.add_done_callback(functools.partial(_settle, message.result))
                 return None
-            case _Finished(result=result, outcome=outcome):
+            case _Finished():
                 self.in_flight -= 1
-                # The caller may have given up (cancelled at shutdown), even while we look.
-                with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    if isinstance(outcome, BaseException):
-                        result.set_exception(outcome)
-                    else:
-                        result.set_result(outcome)
                 return None
             case Figures(resource=resource):
                 self.resource = resource
@@ -95,6 +91,23 @@ class NodeActor(AggregateActor):
             case Snapshot():
                 return NodeView(self.ident, self.address, self.resource, self.in_flight)
         raise TypeError(f"node: unknown message {message!r}")
+
+
+def _settle(
+    result: concurrent.futures.Future[CommandResult], job: concurrent.futures.Future[CommandResult]
+) -> None:
+    if job.cancelled():
+        # The node actor stopped (shutdown) and killed the command: the caller's wait is
+        # cancelled too, as if it had been stopped itself; tasks cut off so are settled at the
+        # next start (VmActor's Recover), never recorded as a failure of their own.
+        result.cancel()
+        return
+    # The caller may have given up (cancelled at shutdown), even while we look.
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if (exc := job.exception()) is not None:
+            result.set_exception(exc)
+        else:
+            result.set_result(job.result())
 
 
 class Cluster:

@@ -81,8 +81,10 @@ class LocalTransport:
                 124, "".join(out), f"{argv[0]}: timed out after {self._timeout:g}s\n"
             )
         except asyncio.CancelledError:
+            # Shutting down: the command must not outlive the service (nor stay a zombie).
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            await proc.wait()
             raise
         return CommandResult(rc, "".join(out), "".join(err))
 

@@ -36,6 +36,7 @@ log = logging.getLogger("pvesim")
 
 DEFAULT_NODES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2", "pve3": "127.0.0.3"}
 PROGRAMS = ("qm", "pvesh", "pvesm")
+CONTROL_TIMEOUT = 30.0  # below the fake commands' 60 s socket time-out
 
 
 @attrs.frozen
@@ -448,7 +449,10 @@ class SimCluster:
         try:
             line = (await reader.readline()).decode().split()
             if len(line) >= 2:
-                await self._act(line[0], int(line[1]))
+                # The fake command waits for this answer; it must come even if bringing a guest
+                # up or down stalls, or a `qm stop` would hang with its caller.
+                async with asyncio.timeout(CONTROL_TIMEOUT):
+                    await self._act(line[0], int(line[1]))
             writer.write(b"ok\n")
             await writer.drain()
         except Exception:

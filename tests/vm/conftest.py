@@ -3,8 +3,10 @@ served over real HTTP with a real NATS server and event store."""
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -171,11 +173,21 @@ async def start_service(
     # If a teardown ever hangs again (seen twice under heavy load, not reproduced), leave the
     # threads' stacks in the log instead of a bare time-out.
     faulthandler.dump_traceback_later(30, exit=False)
+    watchdog = asyncio.create_task(_dump_tasks_after(30))
     try:
         while runners:
             await stop_last()
     finally:
+        watchdog.cancel()
         faulthandler.cancel_dump_traceback_later()
+
+
+async def _dump_tasks_after(seconds: float) -> None:
+    """The loop's side of a hung teardown: every task's stack, printed once."""
+    await asyncio.sleep(seconds)
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            task.print_stack(file=sys.stderr)
 
 
 @pytest.fixture

@@ -1,0 +1,54 @@
+"""The node actor over a real local transport: a command always gets an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from actors.runtime import ActorHost
+from actors.vm.node import Cluster, NodeActor
+from events.store import EventStore
+from tests.conftest import wait_for
+from tests.vm.helpers import settings
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes once reaped or exited.
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ", 1)[1][0] != "Z"
+
+
+async def test_a_command_runs_and_its_output_comes_back(store: EventStore) -> None:
+    host = ActorHost(store)
+    cluster = await Cluster.start(host, settings(), {})
+    try:
+        result = await cluster.main(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    finally:
+        await host.stop_all()
+
+
+async def test_stopping_the_node_actor_answers_a_running_command_and_kills_it(
+    store: EventStore,
+) -> None:
+    host = ActorHost(store)
+    cluster = await Cluster.start(host, settings(), {})
+    pids: list[int] = []
+    argv = ["sh", "-c", "echo $$; exec sleep 60"]
+    running = asyncio.create_task(cluster.main(argv, on_line=lambda line: pids.append(int(line))))
+    try:
+        await wait_for(lambda: pids, what="the command's pid")
+        await host.stop(NodeActor, cluster.names[0])
+        # Its caller is cancelled as at shutdown, instead of waiting for an answer forever.
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(10):
+                await running
+        await wait_for(lambda: not _alive(pids[0]), what="the command killed")
+    finally:
+        await host.stop_all()
