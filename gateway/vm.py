@@ -14,13 +14,14 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import attrs
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from actors.vm.fakemirror import serve_mirror
+from actors.vm.initscripts import SCRIPTS_DIR
 from actors.vm.lifecycle import Command
 from actors.vm.requests import (
     BadRequest,
@@ -38,7 +39,7 @@ from actors.vm.service import (
     VmService,
 )
 from actors.vm.settings import DEFAULT_PORT, SettingsError, VmSettings, load_settings
-from events.bus import CommandTimeout, NoResponders, request_json
+from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import subject_for
@@ -49,7 +50,6 @@ from gateway.sse import EventStream, last_event_id
 
 log = logging.getLogger(__name__)
 
-SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "sh"
 FORBIDDEN = "this IP is not allowed to perform this action"
 STEP_CHECK_ID = "preparation > checking VMID"
 # An install waits for its first records to be stored; under load that queues.
@@ -220,12 +220,14 @@ class VmGateway:
         self.filter = ClientFilter.from_settings(settings)
 
     async def command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The actors' reply; a refusal raises CommandFailed, which `_refusals` turns into
+        the text response. No VM host, or none answering, is 503: the service is unavailable."""
         try:
-            reply: dict[str, Any] = await request_json(
+            reply: dict[str, Any] = await command(
                 self.runtime.nc, subject, payload, timeout=_COMMAND_TIMEOUT
             )
         except (CommandTimeout, NoResponders) as exc:
-            return {"error": {"status": 503, "message": str(exc)}}
+            raise CommandFailed(503, exc.message) from None
         return reply
 
     def forbidden(self, request: web.Request) -> web.Response | None:
@@ -260,8 +262,6 @@ class VmGateway:
         if vmid is None:
             return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
         reply = await self.command(SUBJECT_STATUS, {"vmid": vmid})
-        if "error" in reply:
-            return _error_response(reply)
         return web.Response(text=reply["status"])
 
     # -- install ----------------------------------------------------------------------------
@@ -274,13 +274,14 @@ class VmGateway:
         except BadRequest as exc:
             return web.Response(status=400, text=str(exc))
         task = uuid.uuid4().hex
-        reply = await self.command(
-            SUBJECT_INSTALL, {"task": task, "request": attrs.asdict(install)}
-        )
-        if "error" in reply:
+        try:
+            reply = await self.command(
+                SUBJECT_INSTALL, {"task": task, "request": attrs.asdict(install)}
+            )
+        except CommandFailed as exc:
             # The id could not be had: still the spec's stream, failing at its first stage.
             async with EventStream(request) as sse:
-                message = reply["error"]["message"]
+                message = exc.message
                 await sse.send({"step": STEP_CHECK_ID, "status": "processing",
                                 "message": "[*] start VM installation (0.00s)"})  # fmt: skip
                 await sse.send({"step": STEP_CHECK_ID, "status": "error",
@@ -354,14 +355,10 @@ class VmGateway:
         self, request: web.Request, vmid: int, command: Command, args: dict[str, Any]
     ) -> web.StreamResponse:
         reply, task = await self._do(vmid, command, args)
-        if "error" in reply:
-            return _error_response(reply)
         return await self.stream(request, vmid, task, int(reply["version"]) - 1)
 
     async def _synchronous(self, vmid: int, command: Command, args: dict[str, Any]) -> web.Response:
         reply, task = await self._do(vmid, command, args)
-        if "error" in reply:
-            return _error_response(reply)
         ended: dict[str, Any] | None = None
         async for item in follow_task(self.runtime, vmid, task, int(reply["version"]) - 1):
             if item.type == "vm.task_ended":
@@ -406,9 +403,14 @@ def _vmid(request: web.Request) -> int | None:
     return int(raw)
 
 
-def _error_response(reply: dict[str, Any]) -> web.Response:
-    err = reply["error"]
-    return web.Response(status=int(err.get("status", 500)), text=str(err.get("message", "")))
+@web.middleware
+async def _refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A command the actors refused (busy, wrong state, unknown VM …) as the spec's plain
+    text with its status; raised before any stream has started."""
+    try:
+        return await handler(request)
+    except CommandFailed as exc:
+        return web.Response(status=exc.status, text=exc.message)
 
 
 def settings_from(runtime: Runtime) -> VmSettings:
@@ -458,7 +460,7 @@ async def build(runtime: Runtime) -> web.Application:
     gw = VmGateway(runtime, settings)
 
     app = web.Application()
-    api = web.Application()
+    api = web.Application(middlewares=[_refusals])
     api.router.add_get("/health", gw.health)
     api.router.add_get("/vm/list", gw.list)
     api.router.add_get("/vm/{id}/status", gw.status)
