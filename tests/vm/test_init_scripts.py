@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from actors.vm.initscripts import SCRIPTS_DIR as SCRIPTS
+from actors.vm.initscripts import rendered
 from actors.vm.osimages import MATRIX, script_name
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "sh"
 ALL = [(o, v) for o, versions in MATRIX.items() for v in versions]
 
 STUB = """#!/bin/bash
@@ -88,3 +89,11 @@ def test_every_os_version_has_a_script_and_nothing_else() -> None:
         for forbidden in ("timedatectl", "localtime", "sources.list", "icmp", "mirror", "sysctl"):
             assert forbidden not in code.lower(), (path.name, forbidden)
         assert os.access(path, os.R_OK)
+
+
+def test_the_committed_scripts_are_the_template_rendered() -> None:
+    """sh/ holds exactly the rendered scripts (`python -m actors.vm.initscripts` writes them)."""
+    expected = rendered()
+    assert sorted(p.name for p in SCRIPTS.iterdir()) == sorted(expected)
+    for name, text in expected.items():
+        assert (SCRIPTS / name).read_text() == text, f"sh/{name} differs from the template"
