@@ -236,7 +236,7 @@ class ImageService:
                     "size": size,
                 },
             )
-            stored = reply["ok"]
+            stored = reply
             body = {
                 "success": True,
                 "filename": filename,

@@ -38,14 +38,14 @@ async def serve_commands(
             )
         except (KeyError, TypeError, ValueError):
             raise Rejected(400, "malformed command") from None
-        return {"ok": await handle.ask(command)}
+        return await handle.ask(command)
 
     async def on_delete(payload: Any) -> Any:
         try:
             command = DeleteFile(str(payload["path"]))
         except (KeyError, TypeError):
             raise Rejected(400, "malformed command") from None
-        return {"ok": await handle.ask(command)}
+        return await handle.ask(command)
 
     subs = [
         await serve_json(nc, STORE_SUBJECT, on_store, queue="images-store"),
