@@ -114,3 +114,31 @@ async def test_taken_id_and_exhausted_range(start_service: Any) -> None:
     full = await service.install()
     assert full.closed and full.last["status"] == "error"
     assert full.last["message"].startswith("[-] no free VMID in 100-101: every id is in use (")
+
+
+async def test_a_vm_whose_cleanup_failed_is_left_failed_until_destroyed(service: Service) -> None:
+    service.sim.inject_failure("guest exec", vmid=140, exit_code=3)
+    service.sim.inject_failure("qm destroy", vmid=140)  # the clean-up after the failure
+    sse = await service.install(id=140)
+    assert sse.closed and sse.last["status"] == "error"
+    assert sse.last["step"] == "VM initialization > SSH initialization"
+    assert "exited with status 3" in sse.last["message"]
+    assert (
+        "cleanup failed: can't lock file '/var/lock/qemu-server/lock-140.conf'"
+        in (sse.last["message"])
+    )
+    assert service.sim.vm(140) is not None  # still in the cluster, and cairn says so
+    listing = await service.list()
+    assert [r["vmid"] for r in listing["list"]].count(140) == 1
+    assert await service.get("/vm/140/status") == (200, "stopped")
+    refusal = (409, "VM 140 is in a failed state; destroy it")
+    assert await service.post("/vm/140/start") == refusal
+    assert await service.post("/vm/140/set/cpu", {"cpu": 2}) == refusal
+    again = await service.install(id=140)
+    assert again.last["message"].startswith("[-] VM 140 already exists (")
+
+    assert await service.post("/vm/140/destroy") == (200, "ok")
+    assert_clean(service, 140)
+    assert await service.get("/vm/140/status") == (404, "VM 140 not found")
+    reused = await service.install(id=140)
+    assert reused.last["status"] == "success" and reused.last["vm_id"] == 140
