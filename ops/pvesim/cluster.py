@@ -312,12 +312,14 @@ class SimCluster:
 
     def inject_failure(
         self, command: str, *, message: str | None = None, exit_code: int | None = None,
-        vmid: int | None = None, node: str | None = None, times: int = 1,
+        vmid: int | None = None, node: str | None = None, times: int = 1, after: int = 0,
     ) -> None:  # fmt: skip
+        """The next `times` matching runs of `command` fail, once `after` of them have passed."""
         with self.store.locked() as txn:
             failures = txn.failures()
             failures.append({"command": command, "message": message, "exit_code": exit_code,
-                             "vmid": vmid, "node": node, "times": times})  # fmt: skip
+                             "vmid": vmid, "node": node, "times": times,
+                             "after": after})  # fmt: skip
             txn.save_failures(failures)
 
     def clear_failures(self) -> None:
@@ -387,25 +389,29 @@ class SimCluster:
             await asyncio.sleep(delay)
         loop = asyncio.get_running_loop()
 
-        def read() -> tuple[dict[str, Any] | None, Any]:
+        def read() -> tuple[dict[str, Any] | None, Any, Any]:
             with self.store.locked() as txn:
                 found = txn.find_vm(vmid)
                 if found is None or found[1]["status"] != "running":
-                    return None, None
-                return found[1], take_failure(txn, "guest boot", found[0], vmid)
+                    return None, None, None
+                failure = take_failure(txn, "guest boot", found[0], vmid)
+                rekey = take_failure(txn, "guest rekey", found[0], vmid)
+                return found[1], failure, rekey
 
-        rec, failure = await loop.run_in_executor(self._executor, read)
+        rec, failure, rekey = await loop.run_in_executor(self._executor, read)
         if rec is None or failure is not None:
             return
+        key_path = self.root / "guests" / f"{vmid}.host_key"
+        if rekey is not None:
+            # Another machine answering at this address (or the guest reinstalled itself).
+            key_path.unlink(missing_ok=True)
         boot = rec.get("boot") or {}
         if not boot.get("bootable") or not boot.get("ip") or not boot.get("user"):
             return  # PXE forever, no static address, or no user to log in as: never reachable
         if boot.get("pxe_first") and self._scaled("pxe_timeout") > 0:
             await asyncio.sleep(self._scaled("pxe_timeout"))
         await self._take_down(vmid)
-        host_key = await loop.run_in_executor(
-            self._executor, _load_or_make_key, self.root / "guests" / f"{vmid}.host_key"
-        )
+        host_key = await loop.run_in_executor(self._executor, _load_or_make_key, key_path)
         guest = Guest(self.store, vmid, boot, host_key, int(self.vm_ssh_port or 22),
                       self.root / "guests" / f"{vmid}.log", self._executor)  # fmt: skip
         guest.runs = self._runs.setdefault(vmid, [])

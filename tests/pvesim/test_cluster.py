@@ -280,6 +280,26 @@ async def test_failure_injection(sim: SimCluster, tmp_path: Path) -> None:
     assert sim.vm(126) is None
 
 
+async def test_failures_after_some_runs_and_a_guest_with_a_new_host_key(
+    sim: SimCluster, tmp_path: Path
+) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    await install(sim, tmp_path, key, vmid=128)
+    sim.inject_failure("guest boot", vmid=128, after=1)
+    sim.inject_failure("guest rekey", vmid=128, after=2)
+    await sh(sim, "qm", "start", "128")
+    async with await guest_conn(sim, 128, "alice", key) as conn:
+        first = conn.get_server_host_key()
+    await sh(sim, "qm", "reboot", "128")  # the second boot: the injected failure
+    assert not sim.guest_up(128)
+    await sh(sim, "qm", "reboot", "128")  # the third: up again, with a new host key
+    async with await guest_conn(sim, 128, "alice", key) as conn:
+        third = conn.get_server_host_key()
+    assert first is not None and third is not None
+    assert first.public_data != third.public_data
+    assert sim.pending_failures() == []
+
+
 async def test_statd_lag_shows_unknown(sim: SimCluster) -> None:
     sim.set_statd_lag(3600)
     await sh(sim, "qm", "create", "127", "--name", "fresh")
