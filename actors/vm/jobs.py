@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import attrs
 
 from actors.vm import qm
@@ -244,8 +245,8 @@ async def install(
         st.begin("VM initialization > waiting for ready", f"starting VM {vmid}")
         _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
         st.note("VM started, waiting for SSH")
-        await _wait(svc, ip, req.user)
-        st.done("VM is reachable over SSH")
+        host_key = await _wait(svc, ip, req.user)
+        st.done(f"VM is reachable over SSH (host key {host_key.get_fingerprint()})")
 
         st.begin("VM initialization > SSH initialization", "running the init script")
         script = (svc.scripts_dir / script_name(req.os, req.version)).read_text()
@@ -254,6 +255,7 @@ async def install(
             user=req.user,
             key=svc.key_path,
             port=s.vm_ssh_port,
+            host_key=host_key,
             script=script,
             root_password=s.root_password,
         )
@@ -264,7 +266,7 @@ async def install(
         st.done("VM rebooting")
 
         st.begin("VM initialization > finalizing", "waiting for SSH after the reboot")
-        await _wait(svc, ip, req.user)
+        await _wait(svc, ip, req.user, host_key)
         st.done("VM is ready")
         total = time.monotonic() - started
         report(st.step, "success", f"[+] VM installation completed in {total:.2f}s ({total:.2f}s)")
@@ -288,15 +290,18 @@ async def install(
         return JobResult(False, state, error=message)
 
 
-async def _wait(svc: Services, ip: str, user: str) -> None:
+async def _wait(
+    svc: Services, ip: str, user: str, host_key: asyncssh.SSHKey | None = None
+) -> asyncssh.SSHKey:
     s = svc.settings
-    await wait_ready(
+    return await wait_ready(
         ip,
         user=user,
         key=svc.key_path,
         port=s.vm_ssh_port,
         timeout=s.ssh_wait_timeout,
         interval=s.ssh_poll_interval,
+        host_key=host_key,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.vm.conftest import Service, read_sse
+from tests.vm.conftest import Service
 
 
 def assert_clean(service: Service, vmid: int) -> None:
@@ -71,17 +71,31 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
 
 async def test_failure_while_finalizing(start_service: Any) -> None:
     service: Service = await start_service(VM_SSH_WAIT="2")
-    async with service.session.post(
-        service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 120}
-    ) as resp:
-        seen: list[dict[str, Any]] = []
-        while not any(r["step"] == "VM initialization > SSH initialization" for r in seen):
-            seen += (await read_sse(resp, stop_after=1)).records
-        service.sim.inject_failure("guest boot", vmid=120)  # the boot after the reboot
-        rest = await read_sse(resp)
-    assert rest.closed and rest.last["status"] == "error"
-    assert rest.last["step"] == "VM initialization > finalizing"
+    service.sim.inject_failure("guest boot", vmid=120, after=1)  # the boot after the reboot
+    sse = await service.install(id=120)
+    assert sse.closed and sse.last["status"] == "error"
+    assert sse.last["step"] == "VM initialization > finalizing"
+    assert "not ready after 2s" in sse.last["message"]
     assert_clean(service, 120)
+
+
+async def test_a_guest_showing_another_host_key_after_the_reboot_is_refused(
+    service: Service,
+) -> None:
+    """The host key seen first is pinned for the whole install: a different machine answering
+    at the VM's address after the reboot fails it at once, whatever the wait allows."""
+    service.sim.inject_failure("guest rekey", vmid=121, after=1)
+    sse = await service.install(id=121)
+    reachable = [r["message"] for r in sse.records if "reachable over SSH" in r["message"]]
+    fingerprint = reachable[0].split("(host key ")[1].split(")")[0]
+    assert fingerprint.startswith("SHA256:")
+    assert sse.closed and sse.last["status"] == "error"
+    assert sse.last["step"] == "VM initialization > finalizing"
+    assert (
+        f"the host key is not the one it showed first ({fingerprint}); not talking to it"
+        in sse.last["message"]
+    )
+    assert_clean(service, 121)
 
 
 async def test_failures_before_any_vm_exists(service: Service) -> None:
