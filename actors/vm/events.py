@@ -42,6 +42,9 @@ class Installed(Event):
     cpu: int
     ram: int
     disk_gb: int
+    # The guest's SSH host key as first seen ("" in events from before it was kept): later
+    # waits for the guest's SSH accept only this key.
+    host_key: str = ""
 
 
 @domain_event("vm.task_ended")

@@ -42,6 +42,8 @@ Report = Callable[..., None]  # report(step, status, message, vm_id=None, ip=Non
 
 @attrs.frozen
 class Facts:
+    """What cairn knows of an installed VM (the `Installed` event's fields but its task)."""
+
     node: str
     name: str
     os: str
@@ -51,6 +53,10 @@ class Facts:
     cpu: int
     ram: int
     disk_gb: int
+    host_key: str = ""  # OpenSSH public key line; "" when not known (adopted, or older)
+
+    def pinned_key(self) -> asyncssh.SSHKey | None:
+        return asyncssh.import_public_key(self.host_key) if self.host_key else None
 
 
 @attrs.frozen
@@ -274,8 +280,9 @@ async def install(
         report(st.step, "success", f"[*] IP: {ip} {_secs(started)}")
         report(st.step, "success", f"[*] User: {req.user} {_secs(started)}", vm_id=vmid, ip=ip)
         facts = Facts(
-            node, name, req.os, req.version, req.user, ip, cpu.value, ram.value, disk.value
-        )
+            node, name, req.os, req.version, req.user, ip, cpu.value, ram.value, disk.value,
+            host_key.export_public_key().decode().strip(),
+        )  # fmt: skip
         return JobResult(True, State.RUNNING, facts=facts)
     except (StageFailed, GuestError, OSError) as exc:
         message = str(exc)
@@ -422,5 +429,5 @@ async def _ready_step(
     if facts is None or not facts.user:
         st.done("VM running (no SSH access known for a VM cairn did not install)", vm_id=vmid)
         return
-    await _wait(svc, facts.ip, facts.user)
+    await _wait(svc, facts.ip, facts.user, facts.pinned_key())
     st.done("SSH is ready", vm_id=vmid, ip=facts.ip)

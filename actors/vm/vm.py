@@ -174,17 +174,7 @@ class VmActor(AggregateActor):
                 self.task_version = self.version + 1
                 self.state = State(working)
             case Installed():
-                self.facts = Facts(
-                    event.node,
-                    event.name,
-                    event.os,
-                    event.version,
-                    event.user,
-                    event.ip,
-                    event.cpu,
-                    event.ram,
-                    event.disk_gb,
-                )
+                self.facts = Facts(**{f.name: getattr(event, f.name) for f in attrs.fields(Facts)})
             case Reconfigured():
                 if self.facts is not None:
                     f = self.facts
@@ -317,11 +307,7 @@ class VmActor(AggregateActor):
         events: list[Event] = []
         if outcome.ok and outcome.facts is not None:
             f = outcome.facts
-            events.append(
-                Installed(
-                    msg.task, f.node, f.name, f.os, f.version, f.user, f.ip, f.cpu, f.ram, f.disk_gb
-                )
-            )
+            events.append(Installed(msg.task, **attrs.asdict(f, recurse=False)))
         if outcome.ok and outcome.changes:
             events.append(Reconfigured(msg.task, **outcome.changes))
         if outcome.state is State.ABSENT:

@@ -221,3 +221,23 @@ async def test_init_scripts_are_served(service: Service) -> None:
         assert resp.status in (403, 404)
     async with service.session.get(service.url + "/sh/nope.sh") as resp:
         assert resp.status == 404
+
+
+async def test_the_host_key_seen_at_install_is_checked_after_a_restart(
+    start_service: Any,
+) -> None:
+    service: Service = await start_service()
+    installed = await service.install(id=156)
+    assert installed.last["status"] == "success", installed.records[-3:]
+    await start_service.stop_last()
+    service = await start_service()  # the pinned key comes back from the stored events
+
+    rebooted = await service.post_sse("/vm/156/reboot")
+    assert rebooted.last["status"] == "success", rebooted.records
+
+    service.sim.inject_failure("guest rekey", vmid=156)
+    refused = await service.post_sse("/vm/156/reboot")
+    assert refused.closed and refused.last["status"] == "error"
+    assert refused.last["step"] == "reboot > waiting for ready"
+    assert "the host key is not the one it showed first (SHA256:" in refused.last["message"]
+    assert await service.get("/vm/156/status") == (200, "running")  # as the cluster says
