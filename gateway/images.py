@@ -405,7 +405,11 @@ async def build(runtime: Runtime) -> web.Application:
     await asyncio.to_thread(_clear_stale_tmp, layout.tmp)
     pool = RenderPool(settings.workers)
     reader = ImageReader(
-        layout, pool, max_pixels=settings.max_pixels, hot=HotCache(settings.hot_cache, HOT_ITEM_MAX)
+        layout,
+        pool,
+        max_pixels=settings.max_pixels,
+        hot=HotCache(settings.hot_cache, HOT_ITEM_MAX),
+        disk_bytes=settings.disk_cache,
     )
     service = ImageService(runtime, settings, layout, reader)
     _, command_subs = await serve_commands(runtime.nc, runtime.actors, layout)

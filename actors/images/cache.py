@@ -5,14 +5,21 @@ makes a purge one ``rmtree``; the stamp (source mtime and size) means a file rep
 back (by hand, or while a purge event is still on its way) is never answered from a stale entry.
 File names are built only from a hex digest, integers and the normalised variant key, never from
 request text.
+
+The disk cache is bounded (``IMAGES_DISK_CACHE`` bytes): once a store takes it past the bound,
+the least recently used variants (by access or write time, whichever is later) are deleted down
+to 90 % of it, so a burst of new variants does not prune on every write. A variant deleted under
+a reader is simply rendered again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,9 +30,17 @@ def source_stamp(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
+TMP_PREFIX = ".tmp-"
+PRUNE_TO = 0.9  # of the bound
+
+
 class VariantCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int = 0) -> None:
+        """``max_bytes`` 0: unbounded."""
         self.root = root
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()  # stores come from the render pool's threads
+        self._bytes: int | None = None  # measured at the first store, then counted
 
     def dir_for(self, relpath: str) -> Path:
         digest = hashlib.sha256(relpath.encode()).hexdigest()
@@ -37,7 +52,7 @@ class VariantCache:
     def store(self, target: Path, data: bytes) -> None:
         """Write atomically: a reader sees the old state or the whole new file, never half."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -45,6 +60,44 @@ class VariantCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        if self.max_bytes:
+            self._account(len(data))
+
+    def _account(self, added: int) -> None:
+        with self._lock:
+            if self._bytes is None:
+                self._bytes = sum(size for _, size, _ in self._entries())
+            else:
+                self._bytes += added
+            if self._bytes > self.max_bytes:
+                self._bytes = self._prune(int(self.max_bytes * PRUNE_TO))
+
+    def _entries(self) -> list[tuple[float, int, str]]:
+        """(last use, size, path) of every variant file; a purge racing the walk is fine."""
+        found = []
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                if name.startswith(TMP_PREFIX):
+                    continue  # being written; counted once it is in place
+                path = os.path.join(folder, name)
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.stat(path)
+                    found.append((max(st.st_atime, st.st_mtime), st.st_size, path))
+        return found
+
+    def _prune(self, target: int) -> int:
+        """Delete the least recently used variants until at most ``target`` bytes remain."""
+        entries = sorted(self._entries())
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= target:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            total -= size
+            with contextlib.suppress(OSError):  # the source's folder, once it is empty
+                os.rmdir(os.path.dirname(path))
+        return total
 
     def purge(self, relpath: str) -> None:
         shutil.rmtree(self.dir_for(relpath), ignore_errors=True)

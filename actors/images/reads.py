@@ -39,13 +39,14 @@ class ImageReader:
         *,
         max_pixels: int,
         hot: HotCache,
+        disk_bytes: int = 0,
         probe_entries: int = 4096,
     ) -> None:
         self.layout = layout
         self.pool = pool
         self.max_pixels = max_pixels
         self.hot = hot
-        self.disk = VariantCache(layout.cache)
+        self.disk = VariantCache(layout.cache, disk_bytes)
         self._probes: OrderedDict[str, tuple[str, Probed]] = OrderedDict()
         self._probe_entries = probe_entries
 

@@ -13,6 +13,7 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_UPLOAD = 20 * 1024 * 1024
 DEFAULT_MAX_PIXELS = 64_000_000
 DEFAULT_HOT_CACHE = 64 * 1024 * 1024
+DEFAULT_DISK_CACHE = 1024 * 1024 * 1024
 DEFAULT_MAX_AGE = 3600
 
 
@@ -23,6 +24,7 @@ class ImageSettings:
     max_pixels: int = DEFAULT_MAX_PIXELS
     workers: int = 2
     hot_cache: int = DEFAULT_HOT_CACHE
+    disk_cache: int = DEFAULT_DISK_CACHE
     max_age: int = DEFAULT_MAX_AGE
 
     @classmethod
@@ -33,6 +35,7 @@ class ImageSettings:
             max_pixels=_int(env, "IMAGES_MAX_PIXELS", DEFAULT_MAX_PIXELS, 1),
             workers=_int(env, "IMAGES_WORKERS", os.cpu_count() or 1, 1, 64),
             hot_cache=_int(env, "IMAGES_HOT_CACHE", DEFAULT_HOT_CACHE, 0),
+            disk_cache=_int(env, "IMAGES_DISK_CACHE", DEFAULT_DISK_CACHE, 0),
             max_age=_int(env, "IMAGES_MAX_AGE", DEFAULT_MAX_AGE, 0),
         )
 
