@@ -43,9 +43,12 @@ def parse_text(data: bytes) -> str:
     return _decode(data)
 
 
-def parse_delimited(data: bytes, delimiter: str) -> str:
-    """One paragraph per row, each cell labelled with its column header."""
-    rows = list(csv.reader(io.StringIO(_decode(data)), delimiter=delimiter))
+def parse_delimited(data: bytes, delimiter: str | None) -> str:
+    """One paragraph per row, each cell labelled with its column header. ``None``: a `.csv`
+    whose separator is found from its first lines (``,`` or ``;``, as spreadsheets in locales
+    with a decimal comma write them)."""
+    text = _decode(data)
+    rows = list(csv.reader(io.StringIO(text), delimiter=delimiter or _csv_delimiter(text)))
     if not rows:
         return ""
     header, body = rows[0], rows[1:]
@@ -63,6 +66,16 @@ def parse_delimited(data: bytes, delimiter: str) -> str:
         if cells:
             lines.append(" | ".join(cells))
     return "\n\n".join(lines)
+
+
+def _csv_delimiter(text: str) -> str:
+    sample = text[:8192]
+    if len(text) > len(sample) and "\n" in sample:
+        sample = sample[: sample.rindex("\n")]  # whole lines only
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;").delimiter
+    except csv.Error:
+        return ","
 
 
 def parse_pdf(data: bytes) -> str:
@@ -149,7 +162,7 @@ PARSERS: dict[str, Callable[[bytes], str]] = {
     ".text": parse_text,
     ".md": parse_text,
     ".markdown": parse_text,
-    ".csv": lambda data: parse_delimited(data, ","),
+    ".csv": lambda data: parse_delimited(data, None),
     ".tsv": lambda data: parse_delimited(data, "\t"),
     ".pdf": parse_pdf,
     ".docx": parse_docx,

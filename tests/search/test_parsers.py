@@ -163,7 +163,13 @@ CSV_TEXT = (
         ("latin1.csv", "name,city\nZoë,Bogotá\n".encode("latin-1"), "name: Zoë | city: Bogotá"),
         ("header-only.csv", b"name,city\n", "name | city"),
         ("empty.tsv", b"", ""),
-        ("semicolons.csv", b"a;b\n1;2\n", "a;b: 1;2"),
+        ("semicolons.csv", b"a;b\n1;2\n", "a: 1 | b: 2"),
+        (
+            "decimal-comma.csv",
+            b'item;price;note\nTea;"3,50";"hot, sweet"\nCake;4,20;\n',
+            "item: Tea | price: 3,50 | note: hot, sweet\n\nitem: Cake | price: 4,20",
+        ),
+        ("one-column.csv", b"name\nAda\nGrace\n", "name: Ada\n\nname: Grace"),
     ],
 )
 def test_delimited_golden(name: str, data: bytes, text: str) -> None:
