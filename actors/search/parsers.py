@@ -79,14 +79,18 @@ def _csv_delimiter(text: str) -> str:
 
 
 def parse_pdf(data: bytes) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf import PasswordType, PdfReader
+    from pypdf.errors import DependencyError, PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            raise ParseError("encrypted PDF")
+        # Restrictions only (an owner password, an empty user password) open in any viewer;
+        # only a PDF that needs a password to be read is refused.
+        if reader.is_encrypted and reader.decrypt("") is PasswordType.NOT_DECRYPTED:
+            raise ParseError("encrypted PDF: a password is needed to open it")
         pages = [page.extract_text() or "" for page in reader.pages]
+    except DependencyError as exc:
+        raise ParseError(f"encrypted PDF: {exc}") from exc
     except (PdfReadError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ParseError(f"unreadable PDF: {exc}") from exc
     return "\n\n".join(page.strip() for page in pages if page.strip())

@@ -33,6 +33,16 @@ def test_password_protected_pdf_is_refused() -> None:
         parse(Path("locked.pdf"), out.getvalue())
 
 
+@pytest.mark.parametrize("algorithm", ["RC4-128", "AES-256"])
+def test_a_pdf_with_restrictions_but_no_password_to_open_is_read(algorithm: str) -> None:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(documents.pdf(["open to all readers"]))))
+    writer.encrypt(user_password="", owner_password="owner-only", algorithm=algorithm)
+    out = io.BytesIO()
+    writer.write(out)
+    assert PdfReader(io.BytesIO(out.getvalue())).is_encrypted
+    assert parse(Path("restricted.pdf"), out.getvalue()) == "open to all readers"
+
+
 @pytest.mark.parametrize(
     "data", [b"", b"%PDF-1.4\n garbage", b"not a pdf at all", documents.pdf(["x"])[:200]]
 )
