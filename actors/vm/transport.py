@@ -29,7 +29,13 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-async def _pump(stream: asyncio.StreamReader, out: list[str], on_line: LineSink | None) -> None:
+class _LineReader(Protocol):
+    """A subprocess pipe (asyncio) or an SSH channel stream (asyncssh, bytes mode)."""
+
+    async def readline(self) -> bytes: ...
+
+
+async def _pump(stream: _LineReader, out: list[str], on_line: LineSink | None) -> None:
     while True:
         raw = await stream.readline()
         if not raw:
@@ -147,7 +153,7 @@ class SshTransport:
                 out: list[str] = []
                 err: list[str] = []
                 await asyncio.gather(
-                    _pump_ssh(proc.stdout, out, on_line), _pump_ssh(proc.stderr, err, None)
+                    _pump(proc.stdout, out, on_line), _pump(proc.stderr, err, None)
                 )
                 completed = await proc.wait(check=False)
         except TimeoutError:
@@ -166,16 +172,3 @@ class SshTransport:
             with contextlib.suppress(Exception):
                 await self._conn.wait_closed()
             self._conn = None
-
-
-async def _pump_ssh(
-    stream: asyncssh.SSHReader[bytes], out: list[str], on_line: LineSink | None
-) -> None:
-    while True:
-        raw = await stream.readline()
-        if not raw:
-            return
-        line = raw.decode(errors="replace")
-        out.append(line)
-        if on_line is not None:
-            on_line(line.rstrip("\n"))
