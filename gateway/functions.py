@@ -154,6 +154,14 @@ class FunctionsGateway:
         self.settings = settings
         self.client = client
 
+    async def _registry(self, subject: str, payload: dict[str, Any], unavailable: str) -> Any:
+        """The registry's answer; its refusals raise CommandFailed, and so does its absence
+        (no host, or none answering), as a 500 saying ``unavailable``."""
+        try:
+            return await command(self.runtime.nc, subject, payload, COMMAND_TIMEOUT_S)
+        except (NoResponders, CommandTimeout):
+            raise CommandFailed(500, unavailable) from None
+
     async def upload(self, request: web.Request) -> web.StreamResponse:
         try:
             upload = parse_upload(await read_body(request, self.settings.code_max_size))
@@ -165,14 +173,10 @@ class FunctionsGateway:
             "code": upload.code,
         }
         try:
-            reply = await command(
-                self.runtime.nc, protocol.UPLOAD_SUBJECT, upload_command, COMMAND_TIMEOUT_S
-            )
-        except (NoResponders, CommandTimeout):
-            return text_error(500, SAVE_FAILED)
+            stored = await self._registry(protocol.UPLOAD_SUBJECT, upload_command, SAVE_FAILED)
         except CommandFailed as exc:
             return text_error(exc.status, exc.message)
-        return web.json_response(reply)
+        return web.json_response(stored)
 
     async def run_stored(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -183,15 +187,11 @@ class FunctionsGateway:
             "path": normalize_path(request.match_info["target"]),
             "version": parse_version(request.query.get("version")),
         }
+        silent = f"{FAILED_TO_RUN}the function registry is not answering"
         try:
-            reply = await command(
-                self.runtime.nc, protocol.RESOLVE_SUBJECT, lookup, COMMAND_TIMEOUT_S
-            )
-        except (NoResponders, CommandTimeout):
-            return text_error(500, f"{FAILED_TO_RUN}the function registry is not answering")
+            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, silent)
         except CommandFailed as exc:
             return text_error(exc.status, exc.message)
-        found = reply
         run = {
             "language": found["language"],
             "code": found["code"],
