@@ -25,6 +25,8 @@ from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, default_store_url
 
+from .stats import ms_line
+
 
 @domain_event("bench.ticked")
 class Ticked(Event):
@@ -32,15 +34,8 @@ class Ticked(Event):
     sent_at: float
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def fmt_ms(values: list[float]) -> str:
-    return (
-        f"median {statistics.median(values) * 1e3:7.3f} ms   p99 {pct(values, 0.99) * 1e3:7.3f} ms"
-    )
+    return ms_line(values, "7.3f")
 
 
 async def bench(n: int, batch: int, batches: int) -> None:

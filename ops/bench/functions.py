@@ -46,6 +46,8 @@ from events.nats_server import EmbeddedNats, free_port
 from gateway.functions import FUNCTIONS_HOST, build
 from gateway.runtime import open_runtime
 
+from .stats import ms_line
+
 CODE = {
     Language.PYTHON: "return {'ok': True, 'n': event.get('n', 0) + 1}",
     Language.JAVASCRIPT: "return {ok: true, n: (event.n || 0) + 1}",
@@ -58,14 +60,8 @@ TARGETS = {Language.PYTHON: 0.030, Language.JAVASCRIPT: 0.045}
 PACE_S = 0.1
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def fmt(values: list[float]) -> str:
-    median, p99 = statistics.median(values) * 1e3, pct(values, 0.99) * 1e3
-    return f"median {median:6.1f} ms   p99 {p99:6.1f} ms"
+    return ms_line(values, "6.1f")
 
 
 async def timed(runs: int, once: Callable[[], Awaitable[object]], warmup: int = 3) -> list[float]:

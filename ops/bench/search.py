@@ -26,6 +26,8 @@ from actors.search.store import Database, DocumentState
 from actors.search.tokenize import query_tokens
 from actors.search.vectors import VectorIndex
 
+from .stats import ms_line
+
 STATE = DocumentState(size=1, mtime_ns=1, sha256="x")
 
 
@@ -53,9 +55,7 @@ def corpus(n: int, rng: np.random.Generator) -> list[str]:
 
 
 def stats(samples: list[float]) -> str:
-    ms = sorted(s * 1000 for s in samples)
-    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    return f"median {statistics.median(ms):.2f} ms, p99 {p99:.2f} ms"
+    return ms_line(samples, ".2f", sep=", ")
 
 
 def like_scan(db: Database, query: str, limit: int) -> list[int]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -25,11 +24,7 @@ from pvesim.cli import execute
 from pvesim.cluster import SimCluster
 from pvesim.context import Ctx
 
-
-def quantiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return statistics.median(ordered), p99
+from .stats import median_p99
 
 
 async def measure(runs: int, fn: Callable[[], Awaitable[object]]) -> list[float]:
@@ -87,10 +82,10 @@ async def main(runs: int) -> None:
                     "pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json"
                 ),
             )
-    base, _ = quantiles(results["in-process qm status"])
+    base, _ = median_p99(results["in-process qm status"])
     print(f"{'measurement':<48} {'median ms':>10} {'p99 ms':>10} {'x base':>8}")
     for name, samples in results.items():
-        median, p99 = quantiles(samples)
+        median, p99 = median_p99(samples)
         print(f"{name:<48} {median:>10.2f} {p99:>10.2f} {median / base:>8.1f}")
 
 

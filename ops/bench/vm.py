@@ -47,15 +47,11 @@ from events.store import EventStore, Recorded
 from gateway.runtime import open_runtime
 from gateway.vm import build
 
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from .stats import ms_line
 
 
 def ms(values: list[float]) -> str:
-    median, p99 = statistics.median(values) * 1e3, pct(values, 0.99) * 1e3
-    return f"median {median:8.2f} ms   p99 {p99:8.2f} ms"
+    return ms_line(values, "8.2f")
 
 
 POLLING: contextvars.ContextVar[bool] = contextvars.ContextVar("polling", default=False)
