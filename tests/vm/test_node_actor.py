@@ -19,9 +19,13 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie still answers kill(0); it is dead for our purposes once reaped or exited.
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().split(") ", 1)[1][0] != "Z"
+    # A zombie still answers kill(0); it is dead for our purposes once reaped or exited. It may
+    # be reaped between the two looks, so a vanished /proc entry also means dead.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 async def test_a_command_runs_and_its_output_comes_back(store: EventStore) -> None:
