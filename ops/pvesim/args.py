@@ -176,13 +176,21 @@ def check_dns_name(value: str) -> str | None:
     return "value does not look like a valid DNS name"
 
 
+# qemu-server 8.3.13 CPUConfig.pm: the vendor list plus the x86-64-v* builtin models.
 CPU_MODELS = (  # noqa: SIM905
-    "486 athlon Broadwell Broadwell-IBRS Broadwell-noTSX Broadwell-noTSX-IBRS "
-    "Cascadelake-Server Conroe core2duo coreduo Cooperlake EPYC EPYC-Genoa EPYC-IBPB EPYC-Milan "
-    "EPYC-Rome Haswell Haswell-IBRS Haswell-noTSX Haswell-noTSX-IBRS host Icelake-Server "
-    "IvyBridge kvm32 kvm64 max Nehalem Opteron_G1 Opteron_G2 Opteron_G3 Opteron_G4 Opteron_G5 "
-    "Penryn pentium pentium2 pentium3 phenom qemu32 qemu64 SandyBridge Skylake-Client "
-    "Skylake-Server Westmere x86-64-v2 x86-64-v2-AES x86-64-v3 x86-64-v4"
+    "486 pentium pentium2 pentium3 coreduo core2duo Conroe Penryn Nehalem Nehalem-IBRS "
+    "Westmere Westmere-IBRS SandyBridge SandyBridge-IBRS IvyBridge IvyBridge-IBRS Haswell "
+    "Haswell-IBRS Haswell-noTSX Haswell-noTSX-IBRS Broadwell Broadwell-IBRS Broadwell-noTSX "
+    "Broadwell-noTSX-IBRS Skylake-Client Skylake-Client-IBRS Skylake-Client-noTSX-IBRS "
+    "Skylake-Client-v4 Skylake-Server Skylake-Server-IBRS Skylake-Server-noTSX-IBRS "
+    "Skylake-Server-v4 Skylake-Server-v5 Cascadelake-Server Cascadelake-Server-v2 "
+    "Cascadelake-Server-noTSX Cascadelake-Server-v4 Cascadelake-Server-v5 Cooperlake "
+    "Cooperlake-v2 KnightsMill Icelake-Client Icelake-Client-noTSX Icelake-Server "
+    "Icelake-Server-noTSX Icelake-Server-v3 Icelake-Server-v4 Icelake-Server-v5 "
+    "Icelake-Server-v6 SapphireRapids SapphireRapids-v2 GraniteRapids athlon phenom "
+    "Opteron_G1 Opteron_G2 Opteron_G3 Opteron_G4 Opteron_G5 EPYC EPYC-IBPB EPYC-v3 EPYC-v4 "
+    "EPYC-Rome EPYC-Rome-v2 EPYC-Rome-v3 EPYC-Rome-v4 EPYC-Milan EPYC-Milan-v2 EPYC-Genoa "
+    "host kvm32 kvm64 qemu32 qemu64 max x86-64-v2 x86-64-v2-AES x86-64-v3 x86-64-v4"
 ).split()
 
 
@@ -259,9 +267,12 @@ def make_ipconfig_check(key: str) -> Check:
     return check
 
 
-NET_MODELS = (
+NET_MODELS = (  # qemu-server 8.3.13 QemuServer.pm $nic_model_list
     "virtio",
     "e1000",
+    "e1000-82540em",
+    "e1000-82544gc",
+    "e1000-82545em",
     "e1000e",
     "rtl8139",
     "vmxnet3",

@@ -67,6 +67,12 @@ def sim_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--statd-lag", type=float, default=None, help="seconds /cluster/resources lags"
     )
+    parser.add_argument(
+        "--storage-layout",
+        choices=("lvm", "zfs"),
+        default="lvm",
+        help="the installer's storage: local + local-lvm (lvm) or local + local-zfs (zfs)",
+    )
     parser.add_argument("--node-ssh-port", type=int, default=None)
     parser.add_argument("--vm-ssh-port", type=int, default=None)
     return parser
@@ -95,6 +101,7 @@ def run_sim(args: Sequence[str] | None = None) -> int:
             statd_lag=opts.statd_lag,
             node_ssh_port=opts.node_ssh_port,
             vm_ssh_port=opts.vm_ssh_port,
+            storage_layout=opts.storage_layout,
         )
         await sim.start()
         try:

@@ -28,9 +28,16 @@ import attrs
 
 from .context import DURATIONS, take_failure
 from .guest import GuestRun
-from .qm import merged, restart_after_reboot
+from .qm import add_gui_vm, merged, restart_after_reboot
 from .sshd import Guest, NodeSSH
-from .state import DEFAULT_DELAY_SCALE, Store, default_cluster
+from .state import (
+    DEFAULT_DELAY_SCALE,
+    Store,
+    default_cluster,
+    images_storage,
+    installer_storages,
+    storage_info,
+)
 
 log = logging.getLogger("pvesim")
 
@@ -113,8 +120,11 @@ class SimCluster:
         node_ssh_port: int | None = None,
         vm_ssh_port: int | None = None,
         python: str = sys.executable,
+        storage_layout: str = "lvm",
     ) -> None:
         self.root = Path(root).resolve()
+        installer_storages(storage_layout)  # refuses an unknown layout at once
+        self.storage_layout = storage_layout
         self.nodes = dict(nodes or DEFAULT_NODES)
         self.main_node = main
         self.delay_scale = delay_scale
@@ -150,7 +160,9 @@ class SimCluster:
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.store.init(
-            default_cluster(self.nodes, self.main_node, self.delay_scale, self.statd_lag)
+            default_cluster(
+                self.nodes, self.main_node, self.delay_scale, self.statd_lag, self.storage_layout
+            )
         )
         others = [ip for name, ip in self.nodes.items() if name != self.main_node]
         with self.store.locked() as txn:
@@ -239,6 +251,13 @@ class SimCluster:
 
     # --- what the VM service needs ------------------------------------------------------------
 
+    def images_storage(self) -> str:
+        """The storage for VM disks of this cluster's layout (`local-lvm`, or `local-zfs`); a
+        cluster restarted on an existing root keeps the layout it was made with."""
+        with self.store.locked() as txn:
+            storages = txn.storages
+        return images_storage("zfs" if "local-zfs" in storages else "lvm")
+
     def bin_dir(self, node: str | None = None) -> Path:
         return self.bin_root / (node or self.main_node)
 
@@ -248,7 +267,7 @@ class SimCluster:
             env[f"NODE_{name}"] = ip
         env.update(
             GATEWAY="127.0.0.1",
-            ASSIGN_STORAGE="local-lvm",
+            ASSIGN_STORAGE=self.images_storage(),
             PVE_SSH_PORT=str(self.node_ssh_port),
             PVE_SSH_USER="root",
             PVE_SSH_KEY=str(self.node_key),
@@ -301,6 +320,42 @@ class SimCluster:
             info["disable"] = state == "disabled"
             info["state"] = "inactive" if state == "inactive" else "active"
             txn.save_cluster()
+
+    def add_storage(
+        self,
+        name: str,
+        type_: str,
+        *,
+        content: str = "images,rootdir",
+        shared: bool = False,
+        total_kib: int = 832888832,
+    ) -> None:
+        """Another storage on every node: `dir` or `nfs` (files under <path>/images/<vmid>/),
+        `lvmthin` or `zfspool` (block volumes). `shared` storages (nfs) hold one copy of each
+        volume for all nodes, so a migration moves the config only."""
+        self.store.add_storage(
+            name, storage_info(name, type_, content=content, shared=shared, total_kib=total_kib)
+        )
+
+    def add_gui_vm(
+        self, vmid: int, node: str, *, running: bool = False, name: str | None = None
+    ) -> VmView:
+        """A VM someone made in the web GUI ("Create VM"): a 32 GiB disk, no cairn mark."""
+        with self.store.locked() as txn:
+            add_gui_vm(txn, node, vmid, time.time(), running=running, name=name)
+        view = self.vm(vmid)
+        assert view is not None
+        return view
+
+    def inject_id_race(self, vmid: int, *, node: str, running: bool = True) -> None:
+        """Just before the next `qm create <vmid>` runs, someone else creates VM `vmid` on
+        `node` (a GUI "Create VM" in the gap between a client's choice of id and its create:
+        `/cluster/nextid` knows nothing of that client's reservations)."""
+        with self.store.locked() as txn:
+            failures = txn.failures()
+            failures.append({"command": "id race", "vmid": vmid, "node": None, "times": 1,
+                             "after": 0, "target": node, "running": running})  # fmt: skip
+            txn.save_failures(failures)
 
     def set_pvesm_kib_header(self, kib: bool) -> None:
         """True: `Total (KiB)` headers (libpve-storage-perl >= 9.0.14); False: the older ones."""

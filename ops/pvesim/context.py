@@ -31,6 +31,7 @@ DURATIONS: dict[str, float] = {
     "migrate_base": 2.0,
     "migrate_per_gib": 9.5,  # dd over 1 GbE, ~110 MB/s
     "query": 0.2,
+    "timeout": 1.0,  # one second of a command's own --timeout (factor: the seconds)
 }
 
 # The default stderr text and exit status of an injected failure, per command (real strings).
@@ -73,10 +74,9 @@ class Failure(NamedTuple):
     exit_code: int
 
 
-def take_failure(
-    txn: Txn, command: str, node: str, vmid: int | None, fields: dict[str, Any] | None = None
-) -> Failure | None:
-    """Consume the first injected failure that matches; None if there is none."""
+def take_injection(txn: Txn, command: str, node: str, vmid: int | None) -> dict[str, Any] | None:
+    """Consume the first injected event that matches (a failure, an ignored ACPI request, a
+    race); None if there is none, or if a matching one still lets this run pass (`after`)."""
     failures = txn.failures()
     for i, f in enumerate(failures):
         if f["command"] != command:
@@ -94,6 +94,16 @@ def take_failure(
         else:
             f["times"] -= 1
         txn.save_failures(failures)
+        return dict(f)
+    return None
+
+
+def take_failure(
+    txn: Txn, command: str, node: str, vmid: int | None, fields: dict[str, Any] | None = None
+) -> Failure | None:
+    """Consume the first injected failure that matches; None if there is none."""
+    f = take_injection(txn, command, node, vmid)
+    if f is not None:
         default_text, default_code = FAILURE_DEFAULTS.get(command, ("command failed", 255))
         text = f.get("message") or default_text
         values = {"vmid": vmid if vmid is not None else 0, "node": node, "source": ""}

@@ -65,10 +65,18 @@ def format_key_values(values: Mapping[str, Any]) -> str:
     return "".join(f"{key}: {values[key]}\n" for key in sorted(values))
 
 
+def encode_text(text: str) -> str:
+    """PVE::Tools::encode_text: control and high-bit characters and `:` percent-encoded."""
+    safe = "".join(chr(c) for c in range(0x20, 0x7F) if c != 0x3A)
+    return quote(text.encode(), safe=safe)
+
+
 def format_qm_config(config: Mapping[str, Any]) -> str:
     shown = {k: v for k, v in config.items() if k != "digest"}
     if "cipassword" in shown:
         shown["cipassword"] = "**********"
+    if "description" in shown:
+        shown["description"] = encode_text(str(shown["description"]))
     return format_key_values(shown)
 
 
@@ -154,10 +162,12 @@ def format_text_table(value: Any) -> str:
     return out + line("└", "┴", "┘", "─")
 
 
-def format_pvesm_status(rows: Iterable[Mapping[str, Any]], *, kib_header: bool = True) -> str:
-    """Rows need name, type, status, total, used, avail (KiB). Sorted by storage id."""
+def format_pvesm_status(rows: Iterable[Mapping[str, Any]], *, kib_header: bool = False) -> str:
+    """Rows need name, type, status, total, used, avail (KiB). Sorted by storage id. The Name
+    column is the longest id plus one wide, no floor (ST CLI/pvesm.pm $print_status); the
+    header is PVE 8's unless `kib_header` asks for libpve-storage-perl >= 9.0.14's."""
     ordered = sorted(rows, key=lambda r: str(r["name"]))
-    width = max([len(str(r["name"])) for r in ordered] + [len("Name")]) + 1
+    width = max((len(str(r["name"])) for r in ordered), default=0) + 1
     if kib_header:
         heads = ("Total (KiB)", "Used (KiB)", "Available (KiB)")
     else:
@@ -211,3 +221,20 @@ def format_dd_copied(copied: int, seconds: float) -> str:
 
     rate = copied / seconds if seconds > 0 else copied
     return f"{copied} bytes ({si(copied)}, {iec(copied)}) copied, {seconds:.4g} s, {si(rate)}/s\n"
+
+
+def format_zfs_size(size: int) -> str:
+    """`zfs send -v` sizes (zfs_nicenum): 1024-based, three significant digits, `2.31G`."""
+    value = float(size)
+    suffixes = ["", "K", "M", "G", "T", "P"]
+    i = 0
+    while value >= 1024 and i < len(suffixes) - 1:
+        value /= 1024
+        i += 1
+    if i == 0:
+        return str(size)
+    for decimals in (2, 1, 0):
+        text = f"{value:.{decimals}f}"
+        if len(text.replace(".", "")) <= 3 or decimals == 0:
+            return text + suffixes[i]
+    return f"{value:.0f}{suffixes[i]}"  # pragma: no cover - the loop always returns

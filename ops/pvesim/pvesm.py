@@ -34,7 +34,7 @@ def status(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(failure.message, failure.exit_code)
         storages = txn.storages
         volumes = txn.volumes(ctx.node)
-        kib_header = txn.setting("pvesm_kib_header") is not False
+        kib_header = txn.setting("pvesm_kib_header") is True  # PVE 8 unless asked
     if wanted is not None and wanted not in storages:
         raise param_error({"storage": "No such storage."}, USAGE)
     rows = []

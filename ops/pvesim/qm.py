@@ -19,6 +19,7 @@ from typing import Any
 
 from . import vmconfig as vc
 from .args import (
+    NET_MODELS,
     CliError,
     CommandSpec,
     Opt,
@@ -33,7 +34,7 @@ from .args import (
     param_error,
     parse,
 )
-from .context import Ctx, take_failure
+from .context import Ctx, take_failure, take_injection
 from .formats import (
     GIB,
     format_dd_copied,
@@ -46,6 +47,7 @@ from .formats import (
     format_task_line,
     format_transferred,
     format_update_line,
+    format_zfs_size,
     uri_escape,
 )
 from .state import Txn
@@ -318,8 +320,21 @@ def storage_checked(txn: Txn, storage: str) -> dict[str, Any]:
     return info
 
 
-def lvm_created(volname: str) -> str:
-    return f'  Logical volume "{volname}" created.\n'
+def allocation_chatter(info: Mapping[str, Any], volname: str, size: int, fmt: str) -> str:
+    """What the storage tool prints for a new volume: qemu-img's `Formatting` line on file
+    storages, lvcreate's on lvm-thin; `zfs create` prints nothing."""
+    if vc.is_file_storage(info["type"]):
+        path = f"{info['path']}/images/{volname}"
+        if fmt == "qcow2":
+            return (
+                f"Formatting '{path}', fmt=qcow2 cluster_size=65536 extended_l2=off "
+                f"preallocation=metadata compression_type=zlib size={size} "
+                f"lazy_refcounts=off refcount_bits=16\n"
+            )
+        return f"Formatting '{path}', fmt={fmt} size={size}\n"
+    if info["type"] == "lvmthin":
+        return f'  Logical volume "{volname}" created.\n'
+    return ""
 
 
 def allocate(
@@ -337,11 +352,7 @@ def allocate(
     volumes = txn.volumes(node)
     pool = volumes.setdefault(storage, {})
     volname = vc.new_volname(info["type"], vmid, set(pool), fmt)
-    if info["type"] == "dir":
-        path = f"{info['path']}/images/{volname}"
-        out(f"Formatting '{path}', fmt={fmt or 'raw'} size={size}\n")
-    else:
-        out(lvm_created(volname))
+    out(allocation_chatter(info, volname, size, fmt or "raw"))
     pool[volname] = {"size": size, "vmid": vmid, "image": image, "format": fmt or "raw"}
     txn.save_volumes(node, volumes)
     return f"{storage}:{volname}"
@@ -400,14 +411,7 @@ def apply_drive(
         volname = vc.cloudinit_volname(info["type"], vmid)
         volumes = txn.volumes(node)
         pool = volumes.setdefault(storage, {})
-        if info["type"] == "dir":
-            lines.append(
-                f"Formatting '{info['path']}/images/{volname}', fmt=qcow2 cluster_size=65536 "
-                f"extended_l2=off preallocation=metadata compression_type=zlib size=4194304 "
-                f"lazy_refcounts=off refcount_bits=16\n"
-            )
-        else:
-            lines.append(lvm_created(volname))
+        lines.append(allocation_chatter(info, volname, 4 * 1024 * 1024, "qcow2"))
         pool[volname] = {"size": 4 * 1024 * 1024, "vmid": vmid, "image": None, "format": "raw"}
         txn.save_volumes(node, volumes)
         stored = {"file": f"{storage}:{volname}", "media": "cdrom"}
@@ -462,12 +466,13 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
     opts = dict(p.options)
     if "sshkeys" in opts:
         opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
-    if "balloon" in opts and opts["balloon"] > opts.get("memory", 512):
-        raise param_error(
-            {"balloon": "balloon value too large (must be smaller than assigned memory)"},
-            SPECS["create"].usage,
-        )
+    # No balloon <= memory check here: qemu-server makes it in `qm set` only.
     with ctx.store.locked() as txn:
+        race = take_injection(txn, "id race", ctx.node, vmid)
+        if race is not None:
+            # Someone else (a GUI "Create VM") took this id a moment before this command ran.
+            add_gui_vm(txn, str(race.get("target") or ctx.node), vmid, ctx.now(),
+                       running=bool(race.get("running", True)))  # fmt: skip
         ct = txn.containers.get(str(vmid))
         if ct is not None:
             raise CliError(
@@ -529,11 +534,25 @@ def _stored_value(key: str, value: Any) -> Any:
         if err:
             raise CliError(err)
     if vc.NET_RE.match(key):
-        parts = str(value).split(",")
-        model, _, mac = parts[0].partition("=")
-        if model in ("virtio", "e1000", "e1000e", "rtl8139", "vmxnet3"):
-            parts[0] = f"{model}={mac or random_mac()}"
-        return ",".join(parts)
+        # Stored as `<model>=<MAC>,...` whichever way it was given; add_random_macs gives
+        # every NIC without one a MAC.
+        model = mac = None
+        rest = []
+        for part in (p for p in str(value).split(",") if p):
+            name, _, val = part.partition("=")
+            if name in NET_MODELS:
+                model, mac = name, val or None
+            elif name == "model":
+                model = val
+            elif name == "macaddr":
+                mac = val
+            else:
+                rest.append(part)
+        if model is None:
+            return value
+        return ",".join([f"{model}={mac or random_mac()}", *rest])
+    if key == "description":
+        return stored_description(str(value))
     if key == "cipassword":
         # qemu-server hashes only what is not already a crypt string (API2/Qemu.pm:
         # `encrypt_pw(...) if $param->{cipassword} !~ /^\$(?:[156]|2[ay])(\$.+){2}/`).
@@ -541,6 +560,59 @@ def _stored_value(key: str, value: Any) -> Any:
             return str(value)
         return hash_password(str(value))
     return value
+
+
+def stored_description(text: str) -> str:
+    """The description as it reads back: kept as `#` comment lines of the config file, each
+    line gets its newline back (QS write_vm_config / parse_vm_config)."""
+    lines = text.split("\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "".join(line + "\n" for line in lines)
+
+
+def add_gui_vm(
+    txn: Txn, node: str, vmid: int, now: float, *, running: bool = True, name: str | None = None
+) -> dict[str, Any]:
+    """A VM as the web GUI's "Create VM" wizard makes it, with a 32 GiB disk on the node's first
+    storage for disk images: someone else's VM, nothing of cairn in it."""
+    storage, info = next(
+        (n, i) for n, i in sorted(txn.storages.items())
+        if "images" in str(i.get("content", "")).split(",") and not vc.is_file_storage(i["type"])
+    )  # fmt: skip
+    volumes = txn.volumes(node)
+    pool = volumes.setdefault(storage, {})
+    volname = vc.new_volname(info["type"], vmid, set(pool), None)
+    size = 32 * GIB
+    pool[volname] = {"size": size, "vmid": vmid, "image": None, "format": "raw"}
+    txn.save_volumes(node, volumes)
+    config: dict[str, Any] = {
+        "boot": "order=scsi0;ide2;net0",
+        "cores": 2,
+        "cpu": "x86-64-v2-AES",
+        "ide2": "none,media=cdrom",
+        "memory": 2048,
+        "meta": f"creation-qemu={QEMU_VERSION},ctime={int(now)}",
+        "name": name or f"gui-{vmid}",
+        "net0": f"virtio={random_mac()},bridge=vmbr0,firewall=1",
+        "numa": 0,
+        "ostype": "l26",
+        "scsi0": f"{storage}:{volname},iothread=1,size=32G",
+        "scsihw": "virtio-scsi-single",
+        "smbios1": f"uuid={uuid.uuid4()}",
+        "sockets": 1,
+        "vmgenid": str(uuid.uuid4()),
+    }
+    rec: dict[str, Any] = {
+        "vmid": vmid, "config": config, "pending": {}, "pending_delete": [],
+        "status": "stopped", "prev_status": "unknown", "pid": 0, "started_at": None,
+        "created_at": now, "status_changed_at": now,
+    }  # fmt: skip
+    if running:
+        set_status(rec, "running", now)
+        rec["boot"] = boot_snapshot(txn, node, rec)
+    txn.save_vm(node, rec)
+    return rec
 
 
 _CRYPT_HASH = re.compile(r"^\$(?:[156]|2[ay])(\$.+){2}")
@@ -584,10 +656,15 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
         failure = take_failure(txn, "qm set", ctx.node, vmid)
         if failure:
             raise CliError(failure.message, failure.exit_code)
-        ctx.out(format_update_line(vmid, opts))
         running = rec["status"] == "running"
         conf = rec["config"]
         view = merged(rec)
+        # A plain die before anything is printed (API2/Qemu.pm update_vm).
+        new_memory = int(opts.get("memory", view.get("memory", 512)))
+        new_balloon = opts.get("balloon", view.get("balloon"))
+        if new_balloon is not None and int(new_balloon) > new_memory:
+            raise CliError("balloon value too large (must be smaller than assigned memory)")
+        ctx.out(format_update_line(vmid, opts))
         for key in [
             k.strip() for k in re.split(r"[,; ]", str(opts.pop("delete", ""))) if k.strip()
         ]:
@@ -604,13 +681,6 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
                 conf.pop(key, None)
         opts.pop("revert", None)
         opts.pop("force", None)
-        new_memory = int(opts.get("memory", view.get("memory", 512)))
-        new_balloon = opts.get("balloon", view.get("balloon"))
-        if new_balloon is not None and int(new_balloon) > new_memory:
-            raise param_error(
-                {"balloon": "balloon value too large (must be smaller than assigned memory)"},
-                SPECS["set"].usage,
-            )
         for key in sorted(opts, key=lambda k: (not vc.DRIVE_RE.match(k), k)):
             value = opts[key]
             if vc.DRIVE_RE.match(key):
@@ -622,7 +692,9 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
                         conf[vc.next_free_key(conf, "unused")] = old_file
                 conf[key] = text
                 ctx.out("".join(lines))
-                if vc.is_cdrom(text):
+                # A new CD drive joins an `order=` boot list; a cloud-init drive does not
+                # (QS update_vm: drive_is_cdrom($drive, 1) excludes cloud-init).
+                if vc.is_cdrom(str(value)) and "cloudinit" not in vc.parse_drive(text)["file"]:
                     _append_boot(conf, key)
                 continue
             if key == "boot":
@@ -685,7 +757,7 @@ def cmd_importdisk(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
             vmid,
             size,
             str(source),
-            fmt if info["type"] == "dir" else None,
+            fmt if vc.is_file_storage(info["type"]) else None,
             ctx.out,
         )
     ctx.out(format_transferred(0, size, 0.0))
@@ -777,7 +849,7 @@ def cmd_resize(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
             f"({current // EXTENT} extents) to {_gib2(new)} ({new // EXTENT} extents).\n"
             f"  Logical volume {vg}/{volname} successfully resized.\n"
         )
-    elif stype == "dir":
+    elif vc.is_file_storage(str(stype)):
         ctx.out("Image resized.\n")
     return 0
 
@@ -816,12 +888,68 @@ def cmd_start(ctx: Ctx, argv: Sequence[str]) -> int:
         failure = take_failure(txn, "qm start", ctx.node, vmid)
         if failure:
             raise CliError(failure.message, failure.exit_code)
+        # vm_start applies pending changes (and saves them) before it builds the command line,
+        # so they stay applied when a check below fails.
         apply_pending(rec)
+        txn.save_vm(ctx.node, rec)
+        node_info = txn.nodes[ctx.node]
+        refusal = start_refusal(vmid, rec["config"], node_info)
+        if refusal:
+            log_lines, message = refusal
+            ctx.out(log_lines)
+            raise CliError(message)
         set_status(rec, "running", ctx.now())
         rec["boot"] = boot_snapshot(txn, ctx.node, rec)
         txn.save_vm(ctx.node, rec)
     ctx.notify(f"start {vmid}")
     return 0
+
+
+def start_refusal(
+    vmid: int, conf: Mapping[str, Any], node_info: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Why `qm start` fails on this node before QEMU runs (task log lines, task error), if it
+    does: more vCPUs than the node has (QS config_to_command), or a NIC on a bridge the node
+    lacks (the pve-bridge script fails, PC Network.pm tap_plug)."""
+    maxcpus = int(conf.get("sockets", 1)) * int(conf.get("cores", 1))
+    allowed = int(node_info["maxcpu"])
+    if allowed < maxcpus:
+        return "", f"MAX {allowed} vcpus allowed per VM on this node"
+    bridges = set(node_info.get("bridges", ["vmbr0"]))
+    for key in sorted((k for k in conf if vc.NET_RE.match(k)), key=lambda k: int(k[3:])):
+        props = dict(p.partition("=")[::2] for p in str(conf[key]).split(",") if p)
+        bridge = props.get("bridge")
+        if bridge and bridge not in bridges:
+            log = (
+                f"bridge '{bridge}' does not exist\n"
+                f"kvm: -netdev type=tap,id={key},ifname=tap{vmid}i{key[3:]},"
+                "script=/var/lib/qemu-server/pve-bridge,"
+                "downscript=/var/lib/qemu-server/pve-bridgedown,vhost=on: "
+                "network script /var/lib/qemu-server/pve-bridge failed with status 512\n"
+            )
+            return log, "start failed: QEMU exited with code 1"
+    return None
+
+
+DEFAULT_STOP_TIMEOUT = 60  # QS _do_vm_stop
+
+
+def _ignores_powerdown(ctx: Ctx, vmid: int) -> bool:
+    """Whether the guest ignores this ACPI power-down (or agent shutdown) request."""
+    with ctx.store.locked() as txn:
+        return take_failure(txn, "guest powerdown", ctx.node, vmid) is not None
+
+
+def _wait_powerdown(ctx: Ctx, vmid: int, timeout: int | None, force: bool) -> bool:
+    """A guest that ignores the request is waited for `timeout` seconds (scaled like every
+    delay), then QS _do_vm_stop gives up, or with `force` kills it. True: it was killed."""
+    if not _ignores_powerdown(ctx, vmid):
+        return False
+    ctx.delay("timeout", DEFAULT_STOP_TIMEOUT if timeout is None else timeout)
+    if not force:
+        raise CliError("VM quit/powerdown failed - got timeout")
+    ctx.out("VM still running - terminating now with SIGTERM\n")
+    return True
 
 
 def _power_off(ctx: Ctx, vmid: int, command: str) -> int:
@@ -865,7 +993,8 @@ def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
             ctx.err(f"VM {vmid} not running\n\n")
             return 0
         check_lock(rec, bool(p.options.get("skiplock")))
-    return _power_off(ctx, vmid, "shutdown")
+    killed = _wait_powerdown(ctx, vmid, p.options.get("timeout"), bool(p.options.get("forceStop")))
+    return _power_off(ctx, vmid, "stop" if killed else "shutdown")
 
 
 def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
@@ -878,6 +1007,7 @@ def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
         if rec["status"] != "running":
             raise CliError(f"VM {vmid} not running\n\nVM {vmid} not running")
         check_lock(rec)
+    _wait_powerdown(ctx, vmid, p.options.get("timeout"), force=False)
     ctx.delay("shutdown")
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
@@ -961,8 +1091,14 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
         running = rec["status"] == "running"
         if running and not online:
             raise CliError("can't migrate running VM without --online")
-        volids = sorted(set(vc.referenced_volids(rec["config"])))
+        shared = txn.shared_storages()
+        # Volumes on shared storage are already on the target: only the config moves.
+        volids = sorted(
+            v for v in set(vc.referenced_volids(rec["config"])) if v.partition(":")[0] not in shared
+        )
         vols = {v: volume_info(txn, ctx.node, v) for v in volids}
+        storage_types = {n: str(i.get("type")) for n, i in txn.storages.items()}
+        pools = {n: str(i.get("pool", "")) for n, i in txn.storages.items()}
         target_ip = nodes[target]["ip"]
         rec["config"]["lock"] = "migrate"
         txn.save_vm(ctx.node, rec)
@@ -992,10 +1128,10 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
             )
         if running and not p.options.get("with-local-disks") and volids:
             for volid in volids:
+                # Logged at level `warn`, which carries no prefix (GC AbstractMigrate).
                 log(
                     f"can't migrate local disk '{volid}': can't live migrate attached local "
-                    "disks without with-local-disks option",
-                    error=True,
+                    "disks without with-local-disks option"
                 )
             raise CliError("Problem found while scanning volumes - can't migrate VM - check log")
         ctx.delay("migrate_base")
@@ -1008,10 +1144,20 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
                 failure = take_failure(txn, "qm migrate", ctx.node, vmid)
             if failure:
                 raise CliError(failure.message, failure.exit_code)
-            blocks = max(size // 65536, 1)
-            log(f"{blocks}+0 records in")
-            log(f"{blocks}+0 records out")
-            log(format_dd_copied(size, max(size / 110e6, 0.0412)).rstrip("\n"))
+            storage, _, volname = volid.partition(":")
+            if storage_types.get(storage) == "zfspool":
+                # `zfs send -Rpv` of a __migration__ snapshot, its -v lines in the task log.
+                dataset = f"{pools.get(storage)}/{volname}@__migration__"
+                log(f"full send of {dataset} estimated size is {format_zfs_size(size)}")
+                log(f"total estimated size is {format_zfs_size(size)}")
+                log(f"TIME        SENT   SNAPSHOT {dataset}")
+                clock = time.strftime("%H:%M:%S", time.localtime(ctx.now()))
+                log(f"{clock}   {format_zfs_size(size)}   {dataset}")
+            else:
+                blocks = max(size // 65536, 1)
+                log(f"{blocks}+0 records in")
+                log(f"{blocks}+0 records out")
+                log(format_dd_copied(size, max(size / 110e6, 0.0412)).rstrip("\n"))
             log(f"successfully imported '{volid}'")
             log(f"volume '{volid}' is '{volid}' on the target")
         with ctx.store.locked() as txn:

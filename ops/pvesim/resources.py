@@ -163,7 +163,7 @@ def storage_resource(
         "maxdisk": row["total"] * 1024,
         "node": node,
         "plugintype": info["type"],
-        "shared": 0,
+        "shared": int(bool(info.get("shared"))),
         "status": "available",
         "storage": name,
         "type": "storage",

@@ -41,8 +41,80 @@ FLAGS_V2_AES = (
 )
 
 
+STORAGE_LAYOUTS = ("lvm", "zfs")
+
+
+def installer_storages(layout: str = "lvm") -> dict[str, dict[str, Any]]:
+    """storage.cfg as the Proxmox VE installer writes it (pve-installer StorageConfig.pm): the
+    `local` directory holds no VM disks; disks go to `local-lvm` (ext4/xfs install, lvmthin) or
+    `local-zfs` (ZFS install, zfspool)."""
+    if layout not in STORAGE_LAYOUTS:
+        raise ValueError(f"unknown storage layout {layout!r}; known: {', '.join(STORAGE_LAYOUTS)}")
+    storages: dict[str, dict[str, Any]] = {
+        "local": {
+            "type": "dir",
+            "path": "/var/lib/vz",
+            "content": "backup,import,iso,vztmpl",
+            "total_kib": 98497780,
+            "base_used_kib": 9858012,
+        }
+    }
+    if layout == "zfs":
+        storages["local-zfs"] = {
+            "type": "zfspool",
+            "pool": "rpool/data",
+            "sparse": 1,
+            "content": "images,rootdir",
+            "total_kib": 832888832,
+            "base_used_kib": 0,
+        }
+    else:
+        storages["local-lvm"] = {
+            "type": "lvmthin",
+            "vgname": "pve",
+            "thinpool": "data",
+            "content": "images,rootdir",
+            "total_kib": 832888832,
+            "base_used_kib": 0,
+        }
+    return storages
+
+
+def storage_info(
+    name: str,
+    type_: str,
+    *,
+    content: str = "images,rootdir",
+    shared: bool = False,
+    total_kib: int = 832888832,
+) -> dict[str, Any]:
+    """storage.cfg entry of one more storage: `dir`/`nfs` (files), `lvmthin`/`zfspool`."""
+    if type_ not in ("dir", "nfs", "lvmthin", "zfspool"):
+        raise ValueError(f"unknown storage type {type_!r}")
+    info: dict[str, Any] = {"type": type_, "content": content, "total_kib": total_kib,
+                            "base_used_kib": 0}  # fmt: skip
+    if type_ in ("dir", "nfs"):
+        info["path"] = f"/mnt/pve/{name}" if type_ == "nfs" else f"/srv/{name}"
+    elif type_ == "lvmthin":
+        info.update(vgname=name, thinpool="data")
+    else:
+        info.update(pool=f"{name}/data", sparse=1)
+    if shared:
+        info["shared"] = 1
+    return info
+
+
+def images_storage(layout: str) -> str:
+    """The storage a stock node of this layout keeps VM disks on."""
+    return "local-zfs" if layout == "zfs" else "local-lvm"
+
+
 def default_cluster(
-    nodes: dict[str, str], main: str, delay_scale: float, statd_lag: float | None
+    nodes: dict[str, str],
+    main: str,
+    delay_scale: float,
+    statd_lag: float | None,
+    storage_layout: str = "lvm",
 ) -> dict[str, Any]:
     node_info = {}
     for i, (name, ip) in enumerate(nodes.items()):
@@ -57,27 +129,12 @@ def default_cluster(
             "online": True,
             "flags": FLAGS_V2_AES if i == 2 else FLAGS_V3,
             "started_at": time.time() - 1234567 - i * 1000,
+            "bridges": ["vmbr0"],
         }
     return {
         "main": main,
         "nodes": node_info,
-        "storages": {
-            "local": {
-                "type": "dir",
-                "path": "/var/lib/vz",
-                "content": "backup,images,iso,vztmpl",
-                "total_kib": 98497780,
-                "base_used_kib": 9858012,
-            },
-            "local-lvm": {
-                "type": "lvmthin",
-                "vgname": "pve",
-                "thinpool": "data",
-                "content": "images,rootdir",
-                "total_kib": 832888832,
-                "base_used_kib": 0,
-            },
-        },
+        "storages": installer_storages(storage_layout),
         "settings": {"delay_scale": delay_scale, "statd_lag": statd_lag},
     }
 
@@ -167,14 +224,30 @@ class Txn:
         with contextlib.suppress(FileNotFoundError):
             self._vm_path(node, vmid).unlink()
 
+    def shared_storages(self) -> set[str]:
+        """Storages every node sees the same (nfs and the like): their volumes live once."""
+        return {name for name, info in self.cluster["storages"].items() if info.get("shared")}
+
     def volumes(self, node: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """{storage: {volname: volume}} as node `node` sees it, shared storages included."""
         result: dict[str, dict[str, dict[str, Any]]] = _read_json(
             self.root / "nodes" / node / "volumes.json", {}
         )
+        shared = self.shared_storages()
+        if shared:
+            common = _read_json(self.root / "shared" / "volumes.json", {})
+            result.update({name: common[name] for name in shared if name in common})
         return result
 
     def save_volumes(self, node: str, volumes: dict[str, dict[str, dict[str, Any]]]) -> None:
-        _write_json(self.root / "nodes" / node / "volumes.json", volumes)
+        shared = self.shared_storages()
+        local = {name: pool for name, pool in volumes.items() if name not in shared}
+        _write_json(self.root / "nodes" / node / "volumes.json", local)
+        if shared & set(volumes):
+            path = self.root / "shared" / "volumes.json"
+            common = _read_json(path, {})
+            common.update({name: pool for name, pool in volumes.items() if name in shared})
+            _write_json(path, common)
 
     def failures(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = _read_json(self.root / "failures.json", [])
@@ -196,6 +269,11 @@ class Store:
             if not self.exists():
                 txn._cluster = cluster
                 txn.save_cluster()
+
+    def add_storage(self, name: str, info: dict[str, Any]) -> None:
+        with self.locked() as txn:
+            txn.cluster["storages"][name] = info
+            txn.save_cluster()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Txn]:

@@ -157,13 +157,21 @@ def memory_bytes(config: Mapping[str, Any]) -> int:
 
 # --- volume names per storage type (ST Plugin parse_volname) -----------------------------------
 
+# Storages that keep volumes as files under <path>/images/<vmid>/ (DirPlugin and its children).
+FILE_STORAGES = ("dir", "nfs", "cifs")
+
+
+def is_file_storage(storage_type: str) -> bool:
+    return storage_type in FILE_STORAGES
+
+
 LVM_VOLNAME = re.compile(r"^(vm|base)-(\d+)-([\w\-.]+)$")
 DIR_VOLNAME = re.compile(r"^(\d+)/((vm|base)-(\d+)-[\w\-.]+\.(raw|qcow2|vmdk))$")
 
 
 def parse_volname(storage_type: str, volname: str) -> tuple[int, str] | str:
     """(owner vmid, volname) or the error text real storage plugins die with."""
-    if storage_type == "dir":
+    if is_file_storage(storage_type):
         m = DIR_VOLNAME.match(volname)
         if not m:
             return f"unable to parse directory volume name '{volname}'"
@@ -175,17 +183,20 @@ def parse_volname(storage_type: str, volname: str) -> tuple[int, str] | str:
 
 
 def new_volname(storage_type: str, vmid: int, taken: set[str], fmt: str | None) -> str:
+    """The next free `vm-<id>-disk-<n>`; on file storages the number is shared by every format
+    (ST Plugin find_free_diskname looks at the names without their extension)."""
+    used = {name.split("/")[-1].rsplit(".", 1)[0] if is_file_storage(storage_type) else name
+            for name in taken}  # fmt: skip
     i = 0
     while True:
         base = f"vm-{vmid}-disk-{i}"
-        name = f"{vmid}/{base}.{fmt or 'raw'}" if storage_type == "dir" else base
-        if name not in taken:
-            return name
+        if base not in used:
+            return f"{vmid}/{base}.{fmt or 'raw'}" if is_file_storage(storage_type) else base
         i += 1
 
 
 def cloudinit_volname(storage_type: str, vmid: int) -> str:
-    if storage_type == "dir":
+    if is_file_storage(storage_type):
         return f"{vmid}/vm-{vmid}-cloudinit.qcow2"
     return f"vm-{vmid}-cloudinit"
 

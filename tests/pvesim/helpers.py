@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 from pvesim.cli import execute
 from pvesim.context import Ctx
-from pvesim.state import Store, default_cluster
+from pvesim.state import Store, default_cluster, storage_info
 
 NODES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2", "pve3": "127.0.0.3"}
 ED25519_PUB = (
@@ -24,8 +24,11 @@ class Result:
 
 
 def new_store(root: Path, statd_lag: float | None = 0.0) -> Store:
+    """A stock PVE 8 layout (`local` holds no disks, `local-lvm` does) plus `vmfiles`, a
+    directory storage for VM disks, for the file-storage paths."""
     store = Store(root)
     store.init(default_cluster(NODES, "pve1", 0.0, statd_lag))
+    store.add_storage("vmfiles", storage_info("vmfiles", "dir"))
     return store
 
 
@@ -60,7 +63,7 @@ def installed_vm(store: Store, tmp: Path, vmid: int = 120, storage: str = "local
     assert r.code == 0, r.err
     volid = (
         f"{storage}:{vmid}/vm-{vmid}-disk-0.raw"
-        if storage == "local"
+        if storage in ("vmfiles", "nfs-vm")  # file storages (dir, nfs)
         else f"{storage}:vm-{vmid}-disk-0"
     )
     for opts in (

@@ -37,7 +37,7 @@ def test_pvesm_status_matches_reference_sample() -> None:
         {"name": "nfs-iso", "type": "nfs", "status": "inactive", "total": 0, "used": 0, "avail": 0},
         {"name": "backup2", "type": "pbs", "status": "disabled", "total": 0, "used": 0, "avail": 0},
     ]  # fmt: skip
-    text = f.format_pvesm_status(rows)
+    text = f.format_pvesm_status(rows, kib_header=True)
     assert text.splitlines() == [
         "Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %",
         "backup2           pbs   disabled               0               0               0      N/A",
@@ -47,12 +47,24 @@ def test_pvesm_status_matches_reference_sample() -> None:
     ]
 
 
-def test_pvesm_status_old_header() -> None:
+def test_pvesm_status_pve8_header_is_the_default() -> None:
     rows = [{"name": "local-lvm", "type": "lvmthin", "status": "active", "total": 1, "used": 0,
              "avail": 1}]  # fmt: skip
-    header = f.format_pvesm_status(rows, kib_header=False).splitlines()[0]
+    header = f.format_pvesm_status(rows).splitlines()[0]
     assert header == (
         "Name             Type     Status           Total            Used       Available        %"
+    )
+
+
+def test_pvesm_status_name_column_is_the_longest_id_plus_one_without_floor() -> None:
+    rows = [{"name": "zfs", "type": "zfspool", "status": "active", "total": 100, "used": 25,
+             "avail": 75}]  # fmt: skip
+    assert f.format_pvesm_status(rows).splitlines() == [
+        "Name       Type     Status           Total            Used       Available        %",
+        "zfs     zfspool     active             100              25              75   25.00%",
+    ]
+    assert f.format_pvesm_status([]) == (
+        "Name       Type     Status           Total            Used       Available        %\n"
     )
 
 

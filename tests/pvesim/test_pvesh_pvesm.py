@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pvesim.state import Store
+from pvesim.state import Store, default_cluster
 
-from .helpers import installed_vm, new_store, run
+from .helpers import NODES, installed_vm, new_store, run
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_pvesh_errors_and_text_output(store: Store) -> None:
 def test_pvesm_status_lists_and_counts_volumes(store: Store, tmp_path: Path) -> None:
     before = run(store, "pvesm", "status").out.splitlines()
     assert before[0] == (
-        "Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %"
+        "Name             Type     Status           Total            Used       Available        %"
     )
     assert before[1] == (
         "local             dir     active        98497780         9858012        88639768   10.01%"
@@ -140,6 +140,28 @@ def test_pvesm_status_lists_and_counts_volumes(store: Store, tmp_path: Path) -> 
     assert len(after) == 2
     used = int(after[1].split()[4])
     assert used == (2 * 1024**3 + 4 * 1024**2) // 1024
+
+
+def test_pvesm_content_filter_shows_where_disks_can_go(tmp_path: Path) -> None:
+    """A stock node: `local` holds ISOs, templates, backups and imports, not VM disks."""
+    store = Store(tmp_path / "stock")
+    store.init(default_cluster(NODES, "pve1", 0.0, 0.0))
+    r = run(store, "pvesm", "status", "--content", "images")
+    assert [line.split()[0] for line in r.out.splitlines()] == ["Name", "local-lvm"]
+    r = run(store, "pvesm", "status", "--content", "iso")
+    assert [line.split()[0] for line in r.out.splitlines()] == ["Name", "local"]
+
+
+def test_zfs_layout_has_local_zfs_instead_of_local_lvm(tmp_path: Path) -> None:
+    store = Store(tmp_path / "zfs")
+    store.init(default_cluster(NODES, "pve1", 0.0, 0.0, storage_layout="zfs"))
+    r = run(store, "pvesm", "status", "--content", "images")
+    assert r.out.splitlines()[1].split()[:3] == ["local-zfs", "zfspool", "active"]
+    resources = get_json(store, "/cluster/resources", "--type", "storage")
+    entry = next(e for e in resources if e["id"] == "storage/pve1/local-zfs")
+    assert (entry["content"], entry["plugintype"], entry["shared"]) == (
+        "images,rootdir", "zfspool", 0,
+    )  # fmt: skip
 
 
 def test_pvesm_unknown_storage(store: Store) -> None:

@@ -48,9 +48,15 @@ def test_create_parameter_errors(store: Store) -> None:
         "vmid: value must have a minimum value of 100\n"
         "qm create <vmid> [OPTIONS]\n"
     )
+    # qemu-server checks balloon <= memory in `qm set` only, as a plain die before the
+    # `update VM` line; `qm create` takes it.
     r = run(store, "qm", "create", "120", "--memory", "1024", "--balloon", "2048")
-    assert "balloon: balloon value too large (must be smaller than assigned memory)" in r.err
-    assert run(store, "qm", "status", "120").code == 2
+    assert (r.code, r.err) == (0, "")
+    r = run(store, "qm", "set", "120", "--memory", "1024", "--balloon", "2048")
+    assert (r.code, r.out, r.err) == (
+        255, "", "balloon value too large (must be smaller than assigned memory)\n",
+    )  # fmt: skip
+    assert run(store, "qm", "set", "120", "--memory", "2048").code == 0
 
 
 def test_unknown_subcommand(store: Store) -> None:
@@ -88,11 +94,26 @@ def test_importdisk_adds_unused_and_prints_progress(store: Store, tmp_path: Path
     assert lines[-2] == "transferred 2.0 GiB of 2.0 GiB (100.00%)"
     assert lines[-1] == "unused0: successfully imported disk 'local-lvm:vm-120-disk-0'"
     assert "unused0: local-lvm:vm-120-disk-0\n" in run(store, "qm", "config", "120").out
-    r = run(store, "qm", "disk", "import", "120", str(image), "local")
+    r = run(store, "qm", "disk", "import", "120", str(image), "vmfiles")
+    assert r.out.splitlines()[1] == (
+        f"Formatting '/srv/vmfiles/images/120/vm-120-disk-0.raw', fmt=raw size={2 * 1024**3}"
+    )
     assert (
         r.out.splitlines()[-1]
-        == "unused1: successfully imported disk 'local:120/vm-120-disk-0.raw'"
+        == "unused1: successfully imported disk 'vmfiles:120/vm-120-disk-0.raw'"
     )
+    r = run(store, "qm", "disk", "import", "120", str(image), "vmfiles", "--format", "qcow2")
+    # The disk number is shared by every format on a file storage.
+    assert r.out.splitlines()[-1].endswith("'vmfiles:120/vm-120-disk-1.qcow2'")
+
+
+def test_a_stock_local_storage_takes_no_vm_disks(store: Store, tmp_path: Path) -> None:
+    run(store, "qm", "create", "120")
+    image = qcow2_image(tmp_path / "debian-12-generic-amd64.qcow2")
+    r = run(store, "qm", "disk", "import", "120", str(image), "local")
+    assert (r.code, r.err) == (255, "storage local does not support vm images\n")
+    r = run(store, "qm", "set", "120", "--ide2", "local:cloudinit")
+    assert (r.code, r.err) == (255, "storage local does not support vm images\n")
 
 
 def test_importdisk_errors(store: Store, tmp_path: Path) -> None:
@@ -114,17 +135,17 @@ def test_importdisk_errors(store: Store, tmp_path: Path) -> None:
 
 def test_dir_storage_needs_the_reported_volid(store: Store, tmp_path: Path) -> None:
     run(store, "qm", "create", "120")
-    run(store, "qm", "importdisk", "120", str(qcow2_image(tmp_path / "i.qcow2")), "local")
-    r = run(store, "qm", "set", "120", "--scsi0", "local:vm-120-disk-0")
+    run(store, "qm", "importdisk", "120", str(qcow2_image(tmp_path / "i.qcow2")), "vmfiles")
+    r = run(store, "qm", "set", "120", "--scsi0", "vmfiles:vm-120-disk-0")
     assert (r.code, r.err) == (255, "unable to parse directory volume name 'vm-120-disk-0'\n")
-    r = run(store, "qm", "set", "120", "--scsi0", "local:120/vm-120-disk-0.raw")
+    r = run(store, "qm", "set", "120", "--scsi0", "vmfiles:120/vm-120-disk-0.raw")
     assert r.code == 0
     cfg = run(store, "qm", "config", "120").out
-    assert "scsi0: local:120/vm-120-disk-0.raw,size=2G\n" in cfg
+    assert "scsi0: vmfiles:120/vm-120-disk-0.raw,size=2G\n" in cfg
     assert "unused0" not in cfg
 
 
-def test_set_attaches_disk_without_boot_order_and_cdrom_is_appended(
+def test_set_attaches_disk_without_boot_order_and_only_a_real_cdrom_is_appended(
     store: Store, tmp_path: Path
 ) -> None:
     run(store, "qm", "create", "120", "--net0", "virtio,bridge=vmbr0")
@@ -139,7 +160,9 @@ def test_set_attaches_disk_without_boot_order_and_cdrom_is_appended(
         "ide2: successfully created disk 'local-lvm:vm-120-cloudinit,media=cdrom'\n"
     )
     cfg = run(store, "qm", "config", "120").out
-    assert "boot: order=net0;ide2\n" in cfg
+    assert "boot: order=net0\n" in cfg  # a cloud-init drive is not appended
+    assert run(store, "qm", "set", "120", "--ide0", "none,media=cdrom").code == 0
+    assert "boot: order=net0;ide0\n" in run(store, "qm", "config", "120").out
     assert "VM 120" in run(store, "qm", "list").out and "0.00" in run(store, "qm", "list").out
     r = run(store, "qm", "set", "120", "--ide3", "local-lvm:cloudinit")
     assert r.err == "ide3 - cloud-init drive is already attached at 'ide2'\n"

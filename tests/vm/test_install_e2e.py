@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from pvesim.cluster import SimCluster
 
 from tests.vm.conftest import Service
 
@@ -68,11 +69,14 @@ async def test_install_streams_every_stage_and_leaves_a_running_vm(
     assert any("bash -s" in run.command for run in runs)
 
 
-async def test_install_on_dir_storage_attaches_the_imported_file(start_service: Any) -> None:
-    service: Service = await start_service(ASSIGN_STORAGE="local")
+async def test_install_on_dir_storage_attaches_the_imported_file(
+    sim: SimCluster, start_service: Any
+) -> None:
+    sim.add_storage("vmfiles", "dir")  # a directory storage for VM disks
+    service: Service = await start_service(ASSIGN_STORAGE="vmfiles")
     sse = await service.install()
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
     vm = service.sim.vm(sse.last["vm_id"])
     assert vm is not None and vm.status == "running"
-    assert vm.config["scsi0"].startswith(f"local:{vm.vmid}/vm-{vm.vmid}-disk-0.raw")
+    assert vm.config["scsi0"].startswith(f"vmfiles:{vm.vmid}/vm-{vm.vmid}-disk-0.raw")
     assert vm.config["boot"] == "order=scsi0"
