@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 from nats.aio.client import Client
@@ -36,6 +37,9 @@ class Runtime:
     flags: frozenset[str] = frozenset()
     # Where each service listens, (host, port), known before its app is built.
     listen: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    # What a service says about itself on /status (e.g. the VM service: real or simulated
+    # cluster). Shared by the copies a service makes of its runtime.
+    reports: dict[str, Any] = attrs.field(factory=dict)
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,9 @@ async def build(runtime: Runtime) -> web.Application:
 
     async def status(_: web.Request) -> web.Response:
         services = {name: f"http://{host}:{port}" for name, (host, port) in runtime.listen.items()}
-        return web.json_response({"nats": runtime.nats_url, "services": services})
+        return web.json_response(
+            {"nats": runtime.nats_url, "services": services, **runtime.reports}
+        )
 
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)

@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,7 +39,13 @@ from actors.vm.service import (
     SUBJECT_STATUS,
     VmService,
 )
-from actors.vm.settings import DEFAULT_PORT, SettingsError, VmSettings, load_settings
+from actors.vm.settings import (
+    DEFAULT_PORT,
+    SettingsError,
+    VmSettings,
+    load_settings,
+    real_cluster_variables,
+)
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.codec import to_dict
 from events.store import EventStore, Recorded
@@ -105,11 +112,20 @@ class ClientFilter:
                 return hop
         return hops[0] if hops else peer
 
+    def client(self, request: web.Request) -> str:
+        return self.client_ip(request.remote or "", request.headers.get("X-Forwarded-For"))
+
+    def shown_client(self, request: web.Request) -> str:
+        """The client address for a message: an address as such, anything else (a forwarded
+        hop can hold any text) quoted and cut short."""
+        seen = self.client(request)
+        try:
+            return str(ipaddress.ip_address(seen))
+        except ValueError:
+            return repr(seen[:64])
+
     def allowed(self, request: web.Request) -> bool:
-        if self.allow_all:
-            return True
-        peer = request.remote or ""
-        return _in(self.client_ip(peer, request.headers.get("X-Forwarded-For")), self.allow)
+        return self.allow_all or _in(self.client(request), self.allow)
 
 
 # -- following a task's events -------------------------------------------------------------
@@ -233,7 +249,11 @@ class VmGateway:
     def forbidden(self, request: web.Request) -> web.Response | None:
         if self.filter.allowed(request):
             return None
-        return web.Response(status=403, text=FORBIDDEN)
+        # The address the check saw, so an operator behind a proxy sees at once whether
+        # TRUSTED_PROXIES or ALLOW_IPS is what to change.
+        return web.Response(
+            status=403, text=f"{FORBIDDEN} (client address {self.filter.shown_client(request)})"
+        )
 
     @staticmethod
     async def body(request: web.Request) -> Any:
@@ -273,12 +293,20 @@ class VmGateway:
             install = parse_install(await self.body(request), self.settings)
         except BadRequest as exc:
             return web.Response(status=400, text=str(exc))
+        generated = None
+        if install.passwd is None:
+            # No guessable default: a random password, shown once at the end of this stream;
+            # it travels to the actor in the command and is never stored.
+            generated = secrets.token_urlsafe(15)
+            install = attrs.evolve(install, passwd=generated)
         task = uuid.uuid4().hex
         try:
             reply = await self.command(
                 SUBJECT_INSTALL, {"task": task, "request": attrs.asdict(install)}
             )
         except CommandFailed as exc:
+            if exc.status == 400:  # refused as asked (more vCPUs than the node has ...)
+                return web.Response(status=400, text=exc.message)
             # The id could not be had: still the spec's stream, failing at its first stage.
             async with EventStream(request) as sse:
                 message = exc.message
@@ -287,17 +315,32 @@ class VmGateway:
                 await sse.send({"step": STEP_CHECK_ID, "status": "error",
                                 "message": f"[-] {message} (0.00s)"})  # fmt: skip
             return sse.response
-        return await self.stream(request, int(reply["vmid"]), task, int(reply["version"]) - 1)
+        return await self.stream(
+            request, int(reply["vmid"]), task, int(reply["version"]) - 1, password=generated
+        )
 
     async def stream(
-        self, request: web.Request, vmid: int, task: str, after: int
+        self,
+        request: web.Request,
+        vmid: int,
+        task: str,
+        after: int,
+        *,
+        password: str | None = None,
     ) -> web.StreamResponse:
+        """The task's records as SSE; `password` (one cairn generated) is shown once, just
+        before the install's final record, and never stored."""
         headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
         async with EventStream(request, headers=headers) as sse:
+            last_id = None
             async for item in follow_task(self.runtime, vmid, task, after):
                 if item.type != "vm.progress":
                     continue
-                if not await sse.send(sse_record(item.data), id=f"{vmid}:{item.version}"):
+                record = sse_record(item.data)
+                if password is not None and _is_final(record):
+                    await sse.send(_password_record(record, password), id=last_id)
+                last_id = f"{vmid}:{item.version}"
+                if not await sse.send(record, id=last_id):
                     break  # the client left; the task goes on and can be re-attached
         return sse.response
 
@@ -396,6 +439,17 @@ class VmGateway:
         return await self.stream(request, vmid, task, after)
 
 
+def _is_final(record: dict[str, Any]) -> bool:
+    return record["status"] == "success" and "vm_id" in record and "ip" in record
+
+
+def _password_record(final: dict[str, Any], password: str) -> dict[str, Any]:
+    # Same stage and elapsed time as the final record it precedes.
+    took = final["message"].rsplit(" (", 1)[-1] if " (" in final["message"] else "0.00s)"
+    message = f"[*] Password: {password} (generated, shown only now; cairn keeps no copy) ({took}"
+    return {"step": final["step"], "status": "success", "message": message}
+
+
 def _vmid(request: web.Request) -> int | None:
     raw = request.match_info["id"]
     if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 12:
@@ -422,10 +476,20 @@ def settings_from(runtime: Runtime) -> VmSettings:
 
 async def _maybe_simulate(runtime: Runtime) -> Runtime:
     """`cairn serve vm --sim`, or `cairn up` with no MAIN_NODE: start the simulated cluster
-    in-process and point the service at it."""
-    wants_sim = "sim" in runtime.flags or (
-        not runtime.env.get("MAIN_NODE", "").strip() and len(runtime.listen) > 1
-    )
+    in-process and point the service at it. Half a real-cluster configuration (GATEWAY or a
+    NODE_ without MAIN_NODE) under `cairn up` is a mistake to stop at, not a reason to drive
+    the simulator while the operator thinks cairn runs their cluster."""
+    explicit = "sim" in runtime.flags
+    real = real_cluster_variables(runtime.env)
+    no_main = not runtime.env.get("MAIN_NODE", "").strip()
+    if not explicit and no_main and real and len(runtime.listen) > 1:
+        raise ConfigError(
+            "MAIN_NODE",
+            f"is not set, but {', '.join(real)} {'is' if len(real) == 1 else 'are'}: set "
+            "MAIN_NODE (and the other variables of docs/vm.md) to drive your cluster, or "
+            "unset them to use the simulated one",
+        )
+    wants_sim = explicit or (no_main and len(runtime.listen) > 1)
     if not wants_sim:
         return runtime
     from pvesim.cluster import SimCluster
@@ -435,7 +499,9 @@ async def _maybe_simulate(runtime: Runtime) -> Runtime:
     sim = await stack.enter_async_context(
         SimCluster(runtime.data_dir / "pvesim", delay_scale=scale)
     )
-    env = {**runtime.env, **sim.env()}
+    # A real cluster's leftovers (a NODE_ of .env) must not join the simulated one.
+    kept = {k: v for k, v in runtime.env.items() if k not in real and k != "MAIN_NODE"}
+    env = {**kept, **sim.env()}
     print(f"cairn: vm: no Proxmox configured; driving the simulated cluster in {sim.root}",
           flush=True)  # fmt: skip
     if not env.get("IMAGE_BASE_URL", "").strip():
@@ -451,9 +517,39 @@ async def _maybe_simulate(runtime: Runtime) -> Runtime:
 _SIMS: dict[int, contextlib.AsyncExitStack] = {}
 
 
+def _check_exposure(runtime: Runtime) -> None:
+    """Beyond loopback, a VM service that lets anyone install and destroy VMs must be asked
+    for (ALLOW_IPS=0.0.0.0), never the silent default."""
+    host = runtime.listen.get("vm", ("127.0.0.1", 0))[0]
+    if _is_loopback(host):
+        return
+    allow = runtime.env.get("ALLOW_IPS", "").strip()
+    if not allow:
+        raise ConfigError(
+            "ALLOW_IPS",
+            f"must be set when the VM service listens on {host} (beyond loopback): list the "
+            "client addresses or CIDRs allowed to install, stop and destroy VMs, or set "
+            "ALLOW_IPS=0.0.0.0 to allow every client that can reach it",
+        )
+    if any(e.strip() in ("0.0.0.0", "0.0.0.0/0") for e in allow.split(",")):
+        print(f"cairn: vm: WARNING: ALLOW_IPS=0.0.0.0 lets any client that reaches {host} "
+              "install, stop and destroy VMs", flush=True)  # fmt: skip
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 async def build(runtime: Runtime) -> web.Application:
+    _check_exposure(runtime)
     runtime = await _maybe_simulate(runtime)
     settings = settings_from(runtime)
+    runtime.reports["vm"] = {"cluster": "simulated" if settings.simulated else "real"}
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
     service = VmService(runtime, settings, poll_interval=poll)
     await service.start(SCRIPTS_DIR)

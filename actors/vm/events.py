@@ -45,6 +45,9 @@ class Installed(Event):
     # The guest's SSH host key as first seen ("" in events from before it was kept): later
     # waits for the guest's SSH accept only this key.
     host_key: str = ""
+    # Whether the VM carries cairn's mark of this install (ownership.py); False in events from
+    # before cairn marked its VMs, whose proof of ownership is this event alone.
+    marked: bool = False
 
 
 @domain_event("vm.task_ended")
@@ -78,6 +81,15 @@ class Adopted(Event):
     ram: int
     disk_gb: int
     ip: str
+
+
+@domain_event("vm.disowned")
+class Disowned(Event):
+    """The VM at this id is not the one cairn created (it lacks cairn's mark): from now on it
+    is a VM cairn did not make, never destroyed or migrated by cairn."""
+
+    task: str
+    reason: str
 
 
 @domain_event("vm.observed")

@@ -8,6 +8,8 @@ what it built before it reports the error, so the error is the stream's last rec
 from __future__ import annotations
 
 import asyncio
+import re
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,18 +24,27 @@ from actors.vm.imagecache import ImageCache, ImageError
 from actors.vm.lifecycle import State
 from actors.vm.node import Cluster
 from actors.vm.osimages import find_image, script_name
+from actors.vm.ownership import Claim, mark_line, not_ours
 from actors.vm.pve_output import (
     CommandResult,
     OutputError,
     cpu_model_for_flags,
     lowest_cpu_model,
+    parse_config,
     parse_imported_volid,
     parse_node_cpu_flags,
     parse_pvesm_status,
     parse_status,
     resize_error,
 )
-from actors.vm.requests import InstallRequest, balloon_for, clamp_cpu, clamp_disk, clamp_ram
+from actors.vm.requests import (
+    InstallRequest,
+    balloon_for,
+    clamp_cpu,
+    clamp_disk,
+    clamp_ram,
+    memory_balloon,
+)
 from actors.vm.settings import VmSettings
 from actors.vm.shacrypt import sha512_crypt
 
@@ -66,6 +77,8 @@ class JobResult:
     error: str | None = None
     facts: Facts | None = None
     changes: dict[str, Any] = attrs.field(factory=dict)
+    # The VM at this id turned out not to be the one cairn created: cairn drops its claim.
+    disowned: str | None = None
 
 
 @attrs.define
@@ -100,6 +113,10 @@ class StageFailed(Exception):
     pass
 
 
+class NotOurs(StageFailed):
+    """The VM at this id does not carry cairn's mark: nothing was done to it."""
+
+
 def _secs(since: float) -> str:
     return f"({time.monotonic() - since:.2f}s)"
 
@@ -131,17 +148,75 @@ def _check(result: CommandResult, what: str) -> CommandResult:
     return result
 
 
+_TAKEN = re.compile(r"(VM|CT) (\d+) already exists on node '([^']+)'")
+
+
+def _taken_by_another(result: CommandResult, vmid: int) -> str | None:
+    """If `qm create` failed because the id is in use (a guest made after cairn reserved it),
+    the sentence that says so; None for any other failure."""
+    match = _TAKEN.search(result.error_text())
+    if match is None:
+        return None
+    kind = "container" if match.group(1) == "CT" else "VM"
+    return (
+        f"qm create failed: {result.error_text()}. Another client created {kind} {vmid} on "
+        f"node {match.group(3)} after cairn reserved the id; cairn left it untouched and "
+        "released the id: install again to get another"
+    )
+
+
+def _powerdown_timed_out(result: CommandResult) -> bool:
+    """`qm shutdown`/`qm reboot` gave up waiting for the guest (QS _do_vm_stop)."""
+    return (
+        not result.ok
+        and "got timeout" in result.error_text()
+        and "powerdown" in (result.error_text())
+    )
+
+
+async def _storage_pool(svc: Services, storage: str) -> str:
+    """The type of `storage` if it may hold VM disks and is active; else StageFailed saying
+    what to change. A stock node's `local` (iso, templates, backups) holds no disks."""
+    result = await svc.cluster.main(qm.image_storages())
+    if not result.ok:
+        raise StageFailed(f"cannot list the storage pools: {result.error_text()}")
+    rows = parse_pvesm_status(result.stdout)
+    row = next((r for r in rows if r.name == storage), None)
+    if row is not None:
+        if not row.usable:
+            raise StageFailed(f"storage pool {storage} is {row.status}; ASSIGN_STORAGE needs an "
+                              "active one")  # fmt: skip
+        return row.type
+    usable = ", ".join(r.name for r in rows if r.usable) or "none"
+    exists = await svc.cluster.main(qm.storage_status(storage))
+    if exists.ok and any(r.name == storage for r in parse_pvesm_status(exists.stdout)):
+        raise StageFailed(
+            f"storage pool {storage} does not hold VM disk images (its content types lack "
+            f"'images'); set ASSIGN_STORAGE to one that does: {usable}"
+        )
+    if "No such storage" in exists.stderr:
+        raise StageFailed(f"storage pool {storage} does not exist; storages for VM disks: {usable}")
+    raise StageFailed(f"storage pool {storage} cannot be checked: {exists.error_text()}")
+
+
 async def install(
-    svc: Services, vmid: int, req: InstallRequest, report: Report, started: float
+    svc: Services, vmid: int, req: InstallRequest, report: Report, started: float, task: str
 ) -> JobResult:
     s = svc.settings
     st = _Stages(report)
     ip = s.ip_for(vmid)
     node = req.node or s.main_node
-    created_on: str | None = None  # the node holding the half-built VM, once qm create ran
+    claim = Claim(task)
+    # The node holding the half-built VM; set only once cairn's own `qm create` succeeded:
+    # before that, whatever holds the id is not cairn's.
+    created_on: str | None = None
+    create_unsure = False  # qm create failed in a way that may have left cairn's VM behind
     # 5000 rounds of SHA-512 in Python take ~30 ms: hashed in a thread while the stages before
     # the `qm set` that needs it run.
-    password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, req.passwd))
+    # A request without one (the gateway always supplies one) gets a random password nobody
+    # knows: never a default anyone could guess.
+    passwd = req.passwd or secrets.token_urlsafe(24)
+    password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
     try:
         st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
         st.done(f"assigned IP: {ip}/24")
@@ -164,13 +239,8 @@ async def install(
         st.done(f"defaults set: CPU type {cpu_type}, storage {s.storage}")
 
         st.begin("preparation > checking storage pool", f"checking storage pool {s.storage}")
-        result = await svc.cluster.main(qm.storage_status(s.storage))
-        rows = parse_pvesm_status(result.stdout) if result.ok else []
-        row = next((r for r in rows if r.name == s.storage), None)
-        if row is None or not row.usable:
-            why = result.error_text() if not result.ok else "not active"
-            raise StageFailed(f"storage pool {s.storage} does not exist or is inactive ({why})")
-        st.done(f"storage pool {s.storage} ({row.type}) is available")
+        kind = await _storage_pool(svc, s.storage)
+        st.done(f"storage pool {s.storage} ({kind}) is available")
 
         image = find_image(req.os, req.version)
         assert image is not None  # the request was validated against the same matrix
@@ -209,9 +279,16 @@ async def install(
             memory=ram.value,
             balloon=balloon_for(ram.value, s),
             os_tag=req.os,
+            description=mark_line(task),
         )
+        made = await svc.cluster.main(argv)
+        if not made.ok:
+            taken = _taken_by_another(made, vmid)
+            if taken:
+                raise StageFailed(taken)
+            create_unsure = True
+            _check(made, "qm create")
         created_on = s.main_node
-        _check(await svc.cluster.main(argv), "qm create")
         st.done("VM created successfully")
 
         st.begin("VM creation > importing disk image", f"importing {path.name} into {s.storage}")
@@ -243,6 +320,7 @@ async def install(
 
         if req.node and req.node != s.main_node:
             st.begin("VM initialization > migrating VM", f"migrating VM to node {node}")
+            await _ensure_ours(svc, vmid, s.main_node, claim)
             result = await svc.cluster.main(qm.migrate(vmid, node), on_line=st.note)
             _check(result, "qm migrate")
             created_on = node
@@ -268,7 +346,16 @@ async def install(
         st.done("SSH initialization completed")
 
         st.begin("VM initialization > rebooting VM", "rebooting to apply all settings")
-        _check(await svc.cluster.run(node, qm.reboot(vmid)), "qm reboot")
+        rebooted = await svc.cluster.run(node, qm.reboot(vmid))
+        if _powerdown_timed_out(rebooted):
+            # A fresh guest that ignores ACPI (or its agent): it is cairn's own new VM, so a
+            # hard stop and a start apply the settings just as well.
+            st.note(f"the guest did not power off ({rebooted.error_text()}); stopping and "
+                    "starting it instead")  # fmt: skip
+            _check(await svc.cluster.run(node, qm.stop(vmid)), "qm stop")
+            _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
+        else:
+            _check(rebooted, "qm reboot")
         st.done("VM rebooting")
 
         st.begin("VM initialization > finalizing", "waiting for SSH after the reboot")
@@ -287,12 +374,14 @@ async def install(
     except (StageFailed, GuestError, OSError) as exc:
         message = str(exc)
         state = State.ABSENT
-        if created_on is not None:
+        if created_on is not None or create_unsure:
             st.note(f"{message}; removing VM {vmid}")
-            leftover = await remove_vm(svc, vmid, created_on)
-            if leftover:
+            removal = await remove_vm(svc, vmid, created_on, claim)
+            if removal.leftover:
                 state = State.FAILED
-                message += f"; cleanup failed: {leftover}"
+                message += f"; cleanup failed: {removal.leftover}"
+            if removal.foreign:
+                message += f"; {removal.foreign}"
         st.fail(message)
         return JobResult(False, state, error=message)
 
@@ -314,24 +403,54 @@ async def _wait(
 
 async def where_is(svc: Services, vmid: int, hint: str | None) -> str | None:
     """The node that holds VM `vmid`'s config: the hint first, then every node."""
+    found = await find_config(svc, vmid, hint)
+    return found[0] if found else None
+
+
+async def find_config(
+    svc: Services, vmid: int, hint: str | None
+) -> tuple[str, dict[str, str]] | None:
+    """The node that holds VM `vmid` and its config (`qm config`), asked of the hint first."""
     order = ([hint] if hint else []) + [n for n in svc.cluster.names if n != hint]
     for node in order:
-        result = await svc.cluster.run(node, qm.status(vmid))
+        result = await svc.cluster.run(node, qm.config(vmid))
         if result.ok:
-            return node
+            return node, parse_config(result.stdout)
     return None
 
 
-async def remove_vm(svc: Services, vmid: int, node_hint: str | None) -> str | None:
-    """Stop and destroy VM `vmid` wherever it is; None if it is gone, else why not."""
-    node = await where_is(svc, vmid, node_hint)
-    if node is None:
-        return None
+async def _ensure_ours(svc: Services, vmid: int, node: str, claim: Claim | None) -> None:
+    """NotOurs unless the VM on `node` carries the mark `claim` expects (ownership.py)."""
+    result = await svc.cluster.run(node, qm.config(vmid))
+    if not result.ok:
+        raise StageFailed(f"cannot read VM {vmid}'s config on node {node}: {result.error_text()}")
+    why = not_ours(claim, vmid, node, parse_config(result.stdout))
+    if why:
+        raise NotOurs(why)
+
+
+@attrs.frozen
+class Removal:
+    leftover: str | None = None  # cairn's VM is still there: why it could not be removed
+    foreign: str | None = None  # another VM holds the id: left untouched, and why
+
+
+async def remove_vm(
+    svc: Services, vmid: int, node_hint: str | None, claim: Claim | None
+) -> Removal:
+    """Stop and destroy VM `vmid` wherever it is, if it carries the mark `claim` expects."""
+    found = await find_config(svc, vmid, node_hint)
+    if found is None:
+        return Removal()
+    node, config = found
+    why = not_ours(claim, vmid, node, config)
+    if why:
+        return Removal(foreign=why)
     await svc.cluster.run(node, qm.cleanup_stop(vmid))
     result = await svc.cluster.run(node, qm.cleanup_destroy(vmid))
     if not result.ok and await where_is(svc, vmid, node) is not None:
-        return result.error_text()
-    return None
+        return Removal(leftover=result.error_text())
+    return Removal()
 
 
 async def observe(svc: Services, vmid: int, node_hint: str | None) -> tuple[str | None, State]:
@@ -355,9 +474,11 @@ async def power(
     facts: Facts | None,
     report: Report,
     args: dict[str, Any],
+    claim: Claim | None = None,
 ) -> JobResult:
     """Every lifecycle command but install. Streams report steps; plain ones report too
-    (the records are stored either way, so a later reader sees what happened)."""
+    (the records are stored either way, so a later reader sees what happened). Destroy and
+    migrate first check that the VM carries cairn's mark (`claim`)."""
     st = _Stages(report)
     try:
         if command == "start":
@@ -368,18 +489,31 @@ async def power(
             return JobResult(True, State.RUNNING)
         if command == "reboot":
             st.begin("reboot > rebooting VM", f"rebooting VM {vmid}")
-            _check(await svc.cluster.run(node, qm.reboot(vmid)), "qm reboot")
+            rebooted = await svc.cluster.run(node, qm.reboot(vmid))
+            if _powerdown_timed_out(rebooted):
+                raise StageFailed(
+                    f"qm reboot failed: {rebooted.error_text()}: the guest did not react to "
+                    "the reboot request and is still running; stop and start it to force one"
+                )
+            _check(rebooted, "qm reboot")
             st.done("VM rebooting")
             await _ready_step(svc, st, facts, "reboot > waiting for ready", vmid)
             return JobResult(True, State.RUNNING)
         if command in ("stop", "shutdown"):
             argv = qm.stop(vmid) if command == "stop" else qm.shutdown(vmid)
             st.begin(f"{command} > {command}", f"{command} VM {vmid}")
-            _check(await svc.cluster.run(node, argv), f"qm {command}")
+            result = await svc.cluster.run(node, argv)
+            if _powerdown_timed_out(result):
+                raise StageFailed(
+                    f"qm {command} failed: {result.error_text()}: the guest did not power off "
+                    "and is still running; use stop to force it off"
+                )
+            _check(result, f"qm {command}")
             st.done("VM stopped")
             return JobResult(True, State.STOPPED)
         if command == "destroy":
             st.begin("destroy > destroying VM", f"destroying VM {vmid}")
+            await _ensure_ours(svc, vmid, node, claim)
             _check(await svc.cluster.run(node, qm.destroy(vmid)), "qm destroy")
             st.done("VM destroyed")
             return JobResult(True, State.ABSENT)
@@ -390,9 +524,12 @@ async def power(
             return JobResult(True, State.STOPPED, changes={"cpu": args["cpu"]})
         if command == "set/memory":
             ram = args["memory"]
-            argv = qm.set_memory(vmid, ram, balloon_for(ram, svc.settings))
             st.begin("set > memory", f"setting {ram} MB RAM")
-            _check(await svc.cluster.run(node, argv), "qm set")
+            shown = _check(await svc.cluster.run(node, qm.config(vmid)), "qm config")
+            balloon = memory_balloon(ram, svc.settings, parse_config(shown.stdout))
+            if balloon is not None and balloon == ram:
+                st.note(f"the balloon minimum comes down to {ram} MB with the memory")
+            _check(await svc.cluster.run(node, qm.set_memory(vmid, ram, balloon)), "qm set")
             st.done("memory changed")
             return JobResult(True, State.STOPPED, changes={"ram": ram})
         if command == "set/disk":
@@ -407,6 +544,7 @@ async def power(
         if command == "set/node":
             target = args["node"]
             st.begin("migrate > migrating VM", f"migrating VM {vmid} to node {target}")
+            await _ensure_ours(svc, vmid, node, claim)
             _check(
                 await svc.cluster.run(node, qm.migrate(vmid, target), on_line=st.note),
                 "qm migrate",
@@ -419,7 +557,8 @@ async def power(
         st.fail(str(exc))
         # Where the VM really is now decides the state it is left in.
         _, state = await observe(svc, vmid, node)
-        return JobResult(False, state, error=str(exc))
+        disowned = str(exc) if isinstance(exc, NotOurs) and claim is not None else None
+        return JobResult(False, state, error=str(exc), disowned=disowned)
 
 
 async def _ready_step(

@@ -45,14 +45,17 @@ def create(
     memory: int,
     balloon: int | None,
     os_tag: str,
+    description: str,
 ) -> Argv:
-    """The VM with its hardware profile; disks come after the import."""
+    """The VM with its hardware profile and cairn's mark (`description`, the line every
+    destructive step looks for); disks come after the import."""
     argv = ["qm", "create", str(vmid), "--name", name, "--cores", str(cores)]
     argv += ["--cpu", cpu_type, "--memory", str(memory)]
     if balloon is not None:
         argv += ["--balloon", str(balloon)]
     argv += ["--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1"]
     argv += ["--net0", NET0, "--serial0", "socket", "--vga", "serial0", "--tags", os_tag]
+    argv += ["--description", description]
     return argv
 
 
@@ -138,6 +141,11 @@ def config(vmid: int) -> Argv:
 
 def storage_status(storage: str) -> Argv:
     return ["pvesm", "status", "--storage", storage]
+
+
+def image_storages() -> Argv:
+    """The storages that may hold VM disks (content type `images`), with their state."""
+    return ["pvesm", "status", "--content", "images"]
 
 
 def cluster_resources(kind: str) -> Argv:

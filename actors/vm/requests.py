@@ -7,7 +7,9 @@ every adjustment it makes.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import asyncssh
@@ -22,7 +24,17 @@ DEFAULT_DISK_GB = 16
 MIN_RAM = 512
 MIN_DISK_GB = 16
 MAX_CPU = 32
-DEFAULT_PASSWD = "passwd"
+
+# The install body's fields (spec), and names people reach for instead of them.
+INSTALL_FIELDS = ("os", "version", "name", "id", "node", "cpu", "ram", "disk", "user", "passwd",
+                  "pubkey")  # fmt: skip
+_MEANT = {
+    "memory": "ram", "mem": "ram", "ram_mb": "ram", "vmid": "id", "vm_id": "id",
+    "password": "passwd", "pass": "passwd", "cores": "cpu", "cpus": "cpu", "vcpu": "cpu",
+    "vcpus": "cpu", "disk_size": "disk", "size": "disk", "storage": "disk", "username": "user",
+    "ssh_key": "pubkey", "sshkey": "pubkey", "sshkeys": "pubkey", "public_key": "pubkey",
+    "key": "pubkey", "hostname": "name", "os_version": "version", "target": "node",
+}  # fmt: skip
 
 _DISK = re.compile(r"^([0-9]{1,6})G$")
 _DNS_NAME = re.compile(
@@ -49,7 +61,9 @@ class InstallRequest:
     ram: int = DEFAULT_RAM
     disk_gb: int = DEFAULT_DISK_GB
     user: str = ""
-    passwd: str = DEFAULT_PASSWD
+    # None: the requester gave none; the gateway then makes a random one it shows once, and
+    # a request arriving without one anyway gets a random one nobody sees (never a default).
+    passwd: str | None = None
     pubkey: str | None = None
 
 
@@ -100,8 +114,32 @@ def _pubkey(value: str) -> str:
     return key
 
 
+def _shown(field: str) -> str:
+    """A client's field name, safe and short enough to echo."""
+    if len(field) <= 40 and field.isprintable():
+        return field
+    return repr(field[:40]) + ("..." if len(field) > 40 else "")
+
+
+def refuse_unknown_fields(data: dict[str, Any]) -> None:
+    """A field install does not take is an error, not silently a different VM (`memory`
+    would otherwise leave the VM at the default 2048 MB)."""
+    for field in sorted(data):
+        if field in INSTALL_FIELDS:
+            continue
+        meant = _MEANT.get(field.lower()) or next(
+            iter(difflib.get_close_matches(field.lower(), INSTALL_FIELDS, n=1, cutoff=0.75)), None
+        )
+        if meant:
+            raise BadRequest(f"{_shown(field)}: unknown field; did you mean {meant}?")
+        raise BadRequest(
+            f"{_shown(field)}: unknown field; install takes {', '.join(INSTALL_FIELDS)}"
+        )
+
+
 def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
     data = _object(body)
+    refuse_unknown_fields(data)
     os_name = _str(data, "os", required=True)
     assert os_name is not None
     if os_name not in MATRIX:
@@ -143,7 +181,7 @@ def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
         ram=DEFAULT_RAM if ram is None else ram,
         disk_gb=DEFAULT_DISK_GB if disk is None else parse_disk("disk", disk),
         user=user or default_user(os_name),
-        passwd=passwd or DEFAULT_PASSWD,
+        passwd=passwd,
         pubkey=_pubkey(pubkey) if pubkey else None,
     )
 
@@ -188,6 +226,24 @@ def balloon_for(ram: int, settings: VmSettings) -> int | None:
     if settings.balloon_min is None or ram <= settings.balloon_min:
         return None
     return settings.balloon_min
+
+
+def memory_balloon(ram: int, settings: VmSettings, config: Mapping[str, str]) -> int | None:
+    """The `--balloon` that goes with a new RAM size (`config`: the VM's `qm config`), or None
+    to leave the balloon alone.
+
+    With VM_BALLOON_MIN set and RAM above it, that minimum, as at install. Otherwise a balloon
+    minimum the VM already has above the new RAM comes down to the RAM: Proxmox refuses a
+    balloon larger than the memory, and a balloon equal to it means no ballooning.
+    """
+    target = balloon_for(ram, settings)
+    if target is not None:
+        return target
+    try:
+        current = int(config.get("balloon", "0"))
+    except ValueError:
+        current = 0
+    return ram if current > ram else None
 
 
 def parse_set_cpu(body: Any, settings: VmSettings) -> int:

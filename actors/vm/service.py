@@ -36,7 +36,7 @@ from actors.vm.pve_output import (
     parse_node_resources,
     parse_vm_resources,
 )
-from actors.vm.requests import InstallRequest
+from actors.vm.requests import InstallRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
 from events.bus import serve_json
@@ -66,7 +66,13 @@ class Inventory:
     nodes: list[NodeResource] = attrs.field(factory=list)
     polled_at: float = 0.0
 
-    def payload(self, node_names: list[str]) -> dict[str, Any]:
+    def max_cpu(self, node: str) -> int | None:
+        """The node's CPU count (`maxcpu`), the most vCPUs one VM may have there; None when
+        the cluster has not told us."""
+        res = next((n for n in self.nodes if n.node == node), None)
+        return res.maxcpu if res is not None and res.maxcpu else None
+
+    def payload(self, node_names: list[str], *, simulated: bool = False) -> dict[str, Any]:
         rows = []
         per_node: dict[str, dict[str, int]] = {
             n: {"cpu": 0, "memory": 0, "disk": 0, "running": 0} for n in node_names
@@ -103,6 +109,7 @@ class Inventory:
                     "memory": memory,
                     "memory_used": used,
                     "state": info.state.value if info is not None else (res.status if res else ""),
+                    "created_by_cairn": info is not None and info.claim is not None,
                 }
             )
             agg = per_node.setdefault(node, {"cpu": 0, "memory": 0, "disk": 0, "running": 0})
@@ -115,20 +122,24 @@ class Inventory:
         for name in sorted(per_node):
             nres = by_name.get(name)
             agg = per_node[name]
+            online = bool(nres and nres.status == "online")
             cluster.append(
                 {
                     "node": name,
-                    "online": bool(nres and nres.status == "online"),
+                    # The original's `running` is the node's online state; the count of its
+                    # running VMs is `running_vms`.
+                    "running": online,
+                    "online": online,
                     "max_cpu": (nres.maxcpu or 0) if nres else 0,
                     "max_memory": (nres.maxmem or 0) // _MIB if nres else 0,
                     "cpu": agg["cpu"],
                     "memory": agg["memory"],
                     "memory_used": (nres.mem or 0) // _MIB if nres else 0,
                     "disk": agg["disk"],
-                    "running": agg["running"],
+                    "running_vms": agg["running"],
                 }
             )
-        return {"count": len(rows), "list": rows, "cluster": cluster}
+        return {"count": len(rows), "list": rows, "cluster": cluster, "simulated": simulated}
 
 
 def _differs(info: VmInfo, res: VmResource) -> bool:
@@ -323,6 +334,11 @@ class VmService:
         assert self.allocator is not None
         task = str(payload["task"])
         request = InstallRequest(**payload["request"])
+        node = request.node or self.settings.main_node
+        cpu = clamp_cpu(request.cpu, self.settings).value
+        refusal = self._too_many_vcpus(cpu, node)
+        if refusal:
+            return _error(400, f"cpu: {refusal}")
         began = time.monotonic()
         vms = await self.cluster_vms()
         if vms is None:
@@ -344,15 +360,37 @@ class VmService:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": task, "version": info.task_version}
 
+    def _too_many_vcpus(self, cpu: int, node: str) -> str | None:
+        """Why `cpu` vCPUs cannot run on `node` (real `qm start` refuses more than the node's
+        CPUs: `MAX N vcpus allowed per VM on this node`), or None."""
+        limit = self.inventory.max_cpu(node)
+        if limit is None or cpu <= limit:
+            return None
+        return (
+            f"node {node} has {limit} CPUs, so a VM there can have at most {limit} vCPUs "
+            f"(asked for {cpu}); Proxmox would refuse to start it"
+        )
+
     async def _on_do(self, payload: dict[str, Any]) -> dict[str, Any]:
         vmid = int(payload["vmid"])
         handle = self.runtime.actors.get(VmActor, vmid)
         if handle is None:
             return _error(404, f"VM {vmid} not found")
+        command = Command(payload["command"])
+        args = dict(payload.get("args", {}))
+        if command in (Command.SET_CPU, Command.SET_NODE):
+            current: VmInfo = await handle.ask(Query())
+            facts = current.facts
+            if command is Command.SET_CPU and facts is not None:
+                refusal = self._too_many_vcpus(int(args["cpu"]), facts.node)
+                if refusal:
+                    return _error(400, f"cpu: {refusal}")
+            if command is Command.SET_NODE and facts is not None and facts.cpu:
+                refusal = self._too_many_vcpus(facts.cpu, str(args["node"]))
+                if refusal:
+                    return _error(400, f"node: VM {vmid} has {facts.cpu} vCPUs, but {refusal}")
         try:
-            info: VmInfo = await handle.ask(
-                Do(str(payload["task"]), Command(payload["command"]), dict(payload.get("args", {})))
-            )
+            info: VmInfo = await handle.ask(Do(str(payload["task"]), command, args))
         except Rejected as exc:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": info.task, "version": info.task_version}
@@ -369,4 +407,4 @@ class VmService:
 
     async def _on_list(self, _: Any) -> Any:
         assert self.cluster is not None
-        return self.inventory.payload(self.cluster.names)
+        return self.inventory.payload(self.cluster.names, simulated=self.settings.simulated)

@@ -47,6 +47,8 @@ class VmSettings:
     observe_grace: float = 12.0
     # Longest a single qm/pvesh/pvesm may run (a 16 GiB migration over 1 GbE takes ~150 s).
     command_timeout: float = 900.0
+    # Driving the simulated cluster (ops/pvesim), not a real one: said by /status and the list.
+    simulated: bool = False
 
     @property
     def ip_prefix(self) -> str:
@@ -108,6 +110,30 @@ def _check_networks(name: str, entries: tuple[str, ...]) -> None:
             raise SettingsError(f"{name}: {entry!r} is not an IP address or CIDR") from None
 
 
+def _node_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """{NODE_<name> variable: address} for every variable that names a cluster node.
+
+    NODE_ENV, NODE_OPTIONS, NODE_EXTRA_CA_CERTS ... belong to Node.js, not to us: a cluster
+    node is a node name with an IP address.
+    """
+    found = {}
+    for key, value in env.items():
+        name = key[len(_NODE_PREFIX) :]
+        if key.startswith(_NODE_PREFIX) and _NODE_NAME.match(name) and _is_ip(value.strip()):
+            found[key] = value.strip()
+    return found
+
+
+# Variables that only mean something for a real cluster.
+_REAL_CLUSTER = ("GATEWAY", "ASSIGN_STORAGE", "PVE_SSH_KEY", "PVE_KNOWN_HOSTS")
+
+
+def real_cluster_variables(env: Mapping[str, str]) -> list[str]:
+    """The real-cluster variables that are set (sorted), NODE_<name> ones included."""
+    named = [n for n in _REAL_CLUSTER if env.get(n, "").strip()]
+    return sorted(named + list(_node_variables(env)))
+
+
 def load_settings(env: Mapping[str, str]) -> VmSettings:
     """Build settings from variables; every error names the variable and its rule."""
     missing = [n for n in ("GATEWAY", "MAIN_NODE", "ASSIGN_STORAGE") if not env.get(n, "").strip()]
@@ -120,14 +146,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     except ValueError:
         raise SettingsError(f"GATEWAY must be an IPv4 address, got {gateway!r}") from None
     main = env["MAIN_NODE"].strip()
-    nodes: dict[str, str] = {}
-    for key, value in env.items():
-        if key.startswith(_NODE_PREFIX) and value.strip():
-            name = key[len(_NODE_PREFIX) :]
-            # NODE_ENV, NODE_OPTIONS, NODE_EXTRA_CA_CERTS ... belong to Node.js, not to us: a
-            # cluster node is a node name with an IP address.
-            if _NODE_NAME.match(name) and _is_ip(value.strip()):
-                nodes[name] = value.strip()
+    nodes = {key[len(_NODE_PREFIX) :]: ip for key, ip in _node_variables(env).items()}
     if main not in nodes:
         # The main node runs qm locally and needs no address, but it is a cluster member.
         nodes[main] = "127.0.0.1"
@@ -164,4 +183,5 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         ssh_poll_interval=_float(env, "VM_SSH_POLL", 2.0),
         observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),
         command_timeout=_float(env, "VM_COMMAND_TIMEOUT", 900.0),
+        simulated=bool(env.get("PVESIM_ROOT", "").strip()),
     )

@@ -21,6 +21,7 @@ from actors.vm import jobs
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
+    Disowned,
     Installed,
     Observed,
     Progress,
@@ -30,6 +31,7 @@ from actors.vm.events import (
 )
 from actors.vm.jobs import Facts, JobResult, Services
 from actors.vm.lifecycle import POWER, WORKING, Command, Refusal, State, decide
+from actors.vm.ownership import Claim
 from actors.vm.requests import InstallRequest
 from events.model import Event
 
@@ -141,10 +143,15 @@ class VmInfo:
     task: str | None
     task_version: int
     facts: Facts | None
+    claim: Claim | None = None  # why cairn holds the VM for its own; None: not cairn's
 
     @property
     def power(self) -> str:
         return POWER[self.state]
+
+
+# Commands that need the VM to be cairn's own (its mark is checked again before they run).
+_OWNERS_ONLY = {Command.DESTROY: "destroy", Command.SET_NODE: "migrate"}
 
 
 class VmActor(AggregateActor):
@@ -159,6 +166,7 @@ class VmActor(AggregateActor):
         self.vmid = int(self.ident)
         self.state = State.ABSENT
         self.facts: Facts | None = None
+        self.claim: Claim | None = None
         self.task: str | None = None
         self.task_command: str | None = None
         self.task_version = 0  # stream version of the current (or last) task's start
@@ -175,6 +183,12 @@ class VmActor(AggregateActor):
                 self.state = State(working)
             case Installed():
                 self.facts = Facts(**{f.name: getattr(event, f.name) for f in attrs.fields(Facts)})
+                self.claim = Claim(event.task if event.marked else None)
+            case Disowned():
+                self.claim = None
+                if self.facts is not None:
+                    # No longer the guest cairn installed: no user or host key to wait for.
+                    self.facts = attrs.evolve(self.facts, version="", user="", host_key="")
             case Reconfigured():
                 if self.facts is not None:
                     f = self.facts
@@ -185,11 +199,15 @@ class VmActor(AggregateActor):
                         disk_gb=f.disk_gb if event.disk_gb is None else event.disk_gb,
                         node=f.node if event.node is None else event.node,
                     )
-            case TaskEnded(state=state):
+            case TaskEnded(task=task, state=state):
+                if self.task_command == Command.INSTALL.value and state == State.FAILED.value:
+                    # The install's clean-up failed: what is left carries its mark.
+                    self.claim = Claim(task)
                 self.task = None
                 self.state = State(state)
                 if self.state is State.ABSENT:
                     self.facts = None
+                    self.claim = None
             case Adopted():
                 self.facts = Facts(
                     event.node,
@@ -202,11 +220,13 @@ class VmActor(AggregateActor):
                     event.ram,
                     event.disk_gb,
                 )
+                self.claim = None
                 self.state = State.RUNNING if event.running else State.STOPPED
             case Observed(state=state):
                 self.state = State(state)
                 if self.state is State.ABSENT:
                     self.facts = None
+                    self.claim = None
             case Progress():
                 pass
 
@@ -236,7 +256,7 @@ class VmActor(AggregateActor):
         raise TypeError(f"vm: unknown message {message!r}")
 
     def info(self) -> VmInfo:
-        return VmInfo(self.vmid, self.state, self.task, self.task_version, self.facts)
+        return VmInfo(self.vmid, self.state, self.task, self.task_version, self.facts, self.claim)
 
     def _refuse(self, verdict: Refusal) -> None:
         raise Rejected(verdict.status, verdict.message)
@@ -257,12 +277,22 @@ class VmActor(AggregateActor):
         report = Reporter(self, cmd.task)
         started = time.monotonic() - cmd.reserved_in
         self.start_job(
-            report.around(jobs.install(self.svc, self.vmid, cmd.request, report, started)),
+            report.around(
+                jobs.install(self.svc, self.vmid, cmd.request, report, started, cmd.task)
+            ),
             done=functools.partial(Finished, cmd.task, Command.INSTALL),
         )
         return self.info()
 
     def _do(self, cmd: Do) -> VmInfo:
+        settled = self.state is not State.ABSENT and self.state not in WORKING
+        if cmd.command in _OWNERS_ONLY and self.claim is None and settled:
+            # Said before the state: stopping the VM first would not change the answer.
+            raise Rejected(
+                409,
+                f"VM {self.vmid} was not created by cairn; cairn does not "
+                f"{_OWNERS_ONLY[cmd.command]} it (do that in Proxmox if you mean it)",
+            )
         verdict = decide(self.state, cmd.command, self.vmid)
         if isinstance(verdict, Refusal):
             self._refuse(verdict)
@@ -282,7 +312,14 @@ class VmActor(AggregateActor):
         self.start_job(
             report.around(
                 jobs.power(
-                    self.svc, cmd.command.value, self.vmid, node, self.facts, report, cmd.args
+                    self.svc,
+                    cmd.command.value,
+                    self.vmid,
+                    node,
+                    self.facts,
+                    report,
+                    cmd.args,
+                    self.claim,
                 )
             ),
             done=functools.partial(Finished, cmd.task, cmd.command),
@@ -307,7 +344,9 @@ class VmActor(AggregateActor):
         events: list[Event] = []
         if outcome.ok and outcome.facts is not None:
             f = outcome.facts
-            events.append(Installed(msg.task, **attrs.asdict(f, recurse=False)))
+            events.append(Installed(msg.task, **attrs.asdict(f, recurse=False), marked=True))
+        if outcome.disowned:
+            events.append(Disowned(msg.task, outcome.disowned))
         if outcome.ok and outcome.changes:
             events.append(Reconfigured(msg.task, **outcome.changes))
         if outcome.state is State.ABSENT:
@@ -345,10 +384,17 @@ class VmActor(AggregateActor):
         async def settle() -> JobResult:
             if command == Command.INSTALL.value:
                 hint = self.facts.node if self.facts else None
-                leftover = await jobs.remove_vm(self.svc, self.vmid, hint)
-                if leftover:
-                    return JobResult(False, State.FAILED, error=f"cleanup failed: {leftover}")
-                return JobResult(False, State.ABSENT, error="interrupted by a restart")
+                # Only a VM carrying this install's mark is removed (one created before cairn
+                # marked its VMs, or by someone else, is left and reported).
+                removal = await jobs.remove_vm(self.svc, self.vmid, hint, Claim(task))
+                if removal.leftover:
+                    return JobResult(
+                        False, State.FAILED, error=f"cleanup failed: {removal.leftover}"
+                    )
+                error = "interrupted by a restart"
+                if removal.foreign:
+                    error += f"; {removal.foreign}"
+                return JobResult(False, State.ABSENT, error=error)
             node, state = await jobs.observe(
                 self.svc, self.vmid, self.facts.node if self.facts else None
             )

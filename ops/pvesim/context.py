@@ -53,8 +53,9 @@ FAILURE_DEFAULTS: dict[str, tuple[str, int]] = {
     ),
     "qm start": ("start failed: QEMU exited with code 1", 255),
     "qm stop": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
-    "qm shutdown": ("VM quit/powerdown failed - got timeout", 255),
-    "qm reboot": ("VM quit/powerdown failed - got timeout", 255),
+    # A guest ignoring the power-down request is "guest powerdown", with the real wait.
+    "qm shutdown": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
+    "qm reboot": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
     "qm destroy": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
     "qm migrate": (
         "command 'dd of=/dev/pve/vm-{vmid}-disk-0 conv=sparse bs=64k' failed: exit code 1",

@@ -10,7 +10,10 @@ from tests.vm.conftest import Service
 from tests.vm.helpers import until
 
 VM_FIELDS = {"vmid", "name", "os", "running", "node", "cpu", "disk", "memory", "memory_used"}
-NODE_FIELDS = {"node", "max_cpu", "max_memory", "cpu", "memory", "memory_used", "disk", "running"}
+NODE_FIELDS = {
+    "node", "max_cpu", "max_memory", "cpu", "memory", "memory_used", "disk", "running",
+    "running_vms", "online",
+}  # fmt: skip
 
 
 async def test_twenty_concurrent_installs_get_distinct_ids_and_ips(service: Service) -> None:
@@ -28,9 +31,13 @@ async def test_twenty_concurrent_installs_get_distinct_ids_and_ips(service: Serv
     nodes = {n["node"]: n for n in listing["cluster"]}
     assert set(nodes) == {"pve1", "pve2", "pve3"}
     assert all(set(n) >= NODE_FIELDS for n in nodes.values())
-    assert (nodes["pve1"]["running"], nodes["pve1"]["cpu"], nodes["pve1"]["memory"]) == (
+    # `running` is the node's online state, as in the original; the count is `running_vms`.
+    assert (nodes["pve1"]["running_vms"], nodes["pve1"]["cpu"], nodes["pve1"]["memory"]) == (
         20, 40, 20 * 2048,
     )  # fmt: skip
+    assert all(n["running"] is True and n["online"] is True for n in nodes.values())
+    assert all(row["created_by_cairn"] is True for row in listing["list"])
+    assert listing["simulated"] is True
     assert nodes["pve1"]["max_cpu"] == 16 and nodes["pve1"]["max_memory"] == 64 * 1024
 
 
@@ -47,7 +54,9 @@ async def test_a_vm_the_cluster_still_reports_as_unknown_lists_fine(start_servic
     }  # fmt: skip
 
 
-async def test_vms_made_outside_cairn_are_listed_and_managed(start_service: Any) -> None:
+async def test_vms_made_outside_cairn_are_listed_but_never_destroyed_or_migrated(
+    start_service: Any,
+) -> None:
     service: Service = await start_service(VM_POLL_INTERVAL="0.1")
     qm = LocalTransport(service.sim.env())
     made = await qm.run(["qm", "create", "200", "--name", "outside", "--cores", "1"])
@@ -64,8 +73,24 @@ async def test_vms_made_outside_cairn_are_listed_and_managed(start_service: Any)
         return await service.get("/vm/200/status") == (200, "stopped") or None
 
     await until(adopted, timeout=10, what="VM 200 adopted")
-    assert await service.post("/vm/200/destroy") == (200, "ok")
-    assert service.sim.vm(200) is None
+    row = next(r for r in (await service.list())["list"] if r["vmid"] == 200)
+    assert row["created_by_cairn"] is False
+    # Listed and powered on request, but never destroyed or migrated by cairn.
+    before = service.sim.vm(200)
+    assert await service.post("/vm/200/destroy") == (
+        409,
+        "VM 200 was not created by cairn; cairn does not destroy it (do that in Proxmox if "
+        "you mean it)",
+    )
+    moved = await service.post_sse("/vm/200/set/node", {"node": "pve2"})
+    assert (moved.status, moved.text) == (
+        409,
+        "VM 200 was not created by cairn; cairn does not migrate it (do that in Proxmox if "
+        "you mean it)",
+    )
+    assert service.sim.vm(200) == before
+    assert not any(c.startswith(("pve1 qm destroy 200", "pve1 qm migrate 200"))
+                   for c in service.sim.commands())  # fmt: skip
 
 
 async def test_changes_made_behind_cairns_back_are_picked_up(start_service: Any) -> None:

@@ -16,13 +16,15 @@ CI = qm.CloudInit(
 def test_create_has_the_cloud_image_hardware_profile() -> None:
     argv = qm.create(
         120, name="web", cores=2, cpu_type="x86-64-v2-AES", memory=2048, balloon=None,
-        os_tag="debian",
+        os_tag="debian", description="created by cairn, install task 0f1e",
     )  # fmt: skip
     assert argv == [
         "qm", "create", "120", "--name", "web", "--cores", "2", "--cpu", "x86-64-v2-AES",
         "--memory", "2048", "--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1",
         "--net0", "virtio,bridge=vmbr0", "--serial0", "socket", "--vga", "serial0",
         "--tags", "debian",
+        # cairn's mark: what clean-up, destroy and migrate look for before they touch a VM.
+        "--description", "created by cairn, install task 0f1e",
     ]  # fmt: skip
 
 
@@ -41,6 +43,7 @@ def test_configure_attaches_disk_cloud_init_and_boot_order_at_once() -> None:
 def test_create_passes_the_balloon_minimum_when_given() -> None:
     argv = qm.create(
         120, name="120", cores=1, cpu_type="kvm64", memory=4096, balloon=1024, os_tag="ubuntu",
+        description="created by cairn, install task 0f1e",
     )  # fmt: skip
     assert argv[argv.index("--balloon") + 1] == "1024"
     assert argv.index("--balloon") == argv.index("--memory") + 2
@@ -72,6 +75,8 @@ def test_lifecycle_command_lines() -> None:
     ]  # fmt: skip
     assert qm.status(5) == ["qm", "status", "5"]
     assert qm.storage_status("local-lvm") == ["pvesm", "status", "--storage", "local-lvm"]
+    # Only storages that may hold VM disks (a stock `local` may not).
+    assert qm.image_storages() == ["pvesm", "status", "--content", "images"]
     assert qm.cluster_resources("vm") == [
         "pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json",
     ]  # fmt: skip

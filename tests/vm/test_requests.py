@@ -12,6 +12,7 @@ from actors.vm.requests import (
     clamp_cpu,
     clamp_disk,
     clamp_ram,
+    memory_balloon,
     parse_install,
     parse_set_cpu,
     parse_set_disk,
@@ -24,7 +25,8 @@ from tests.vm.helpers import PUBKEY, settings
 def test_defaults_are_applied() -> None:
     req = parse_install({"os": "debian", "version": "12"}, settings())
     got = (req.cpu, req.ram, req.disk_gb, req.user, req.passwd)
-    assert got == (2, 2048, 16, "debian", "passwd")
+    # No password given is None, never a default: the gateway makes a random one.
+    assert got == (2, 2048, 16, "debian", None)
     assert req.vmid is None and req.node is None and req.name is None and req.pubkey is None
     assert parse_install({"os": "rockylinux", "version": "9"}, settings()).user == "rocky"
     assert parse_install({"os": "ubuntu", "version": "24.04"}, settings()).user == "ubuntu"
@@ -72,7 +74,19 @@ BAD: list[tuple[Any, str]] = [
     ({"os": "debian", "version": "12", "pubkey": "garbage"}, "pubkey: is not a valid OpenSSH"),
     ({"os": "debian", "version": "12", "pubkey": PUBKEY + "\n" + PUBKEY}, "pubkey: must be one"),
     ({"os": "debian", "version": "12", "pubkey": 7}, "pubkey: must be a string"),
-]
+    # A field install does not take would silently build another VM: refused by name.
+    ({"os": "debian", "version": "12", "memory": 4096}, "memory: unknown field; did you mean ram?"),
+    ({"os": "debian", "version": "12", "vmid": 150}, "vmid: unknown field; did you mean id?"),
+    ({"os": "debian", "version": "12", "password": "x"}, "password: unknown field; did you mean "
+     "passwd?"),
+    ({"os": "debian", "version": "12", "cores": 4}, "cores: unknown field; did you mean cpu?"),
+    ({"os": "debian", "version": "12", "verison": "12"}, "verison: unknown field; did you mean "
+     "version?"),
+    ({"os": "debian", "version": "12", "colour": "blue"}, "colour: unknown field; install takes "
+     "os, version, name, id, node, cpu, ram, disk, user, passwd, pubkey"),
+    ({"os": "debian", "version": "12", "x" * 500: 1}, "'" + "x" * 40 + "'...: unknown field"),
+    ({"os": "debian", "version": "12", "a\nb": 1}, "'a\\nb': unknown field"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("body", "message"), BAD)
@@ -104,6 +118,18 @@ def test_clamping_to_limits_and_minimums() -> None:
     assert clamp_disk(100, limited).value == 64
     assert clamp_disk(100, settings()).value == 100
     assert clamp_disk(16, limited).note is None
+
+
+def test_set_memory_brings_a_balloon_above_it_down_with_it() -> None:
+    # Proxmox refuses a balloon minimum above the memory (balloon value too large).
+    with_min = settings(VM_BALLOON_MIN="1024")
+    assert memory_balloon(4096, with_min, {"balloon": "1024"}) == 1024  # as at install
+    assert memory_balloon(512, with_min, {"balloon": "1024"}) == 512  # down with the memory
+    assert memory_balloon(1024, with_min, {"balloon": "1024"}) is None  # equal is fine
+    assert memory_balloon(512, settings(), {"balloon": "2048"}) == 512  # set by someone else
+    assert memory_balloon(4096, settings(), {"balloon": "2048"}) is None  # theirs, left alone
+    assert memory_balloon(512, settings(), {}) is None  # no balloon minimum at all
+    assert memory_balloon(512, settings(), {"balloon": "0"}) is None  # device off
 
 
 def test_balloon_only_when_configured_and_ram_exceeds_it() -> None:
