@@ -74,6 +74,8 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
         async with session.get(f"http://127.0.0.1:{env['CAIRN_PORT']}/status") as resp:
             status = await resp.json()
     assert status["nats"] == f"nats://127.0.0.1:{nats_port}"
+    # No MAIN_NODE: the VM service drives the simulated cluster, and says so.
+    assert status["vm"] == {"cluster": "simulated"}
 
     proc.send_signal(sig)
     assert proc.stdout is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.vm.settings import SettingsError, load_settings
+from actors.vm.settings import SettingsError, load_settings, real_cluster_variables
 from actors.vm.shacrypt import sha512_crypt
 from tests.vm.helpers import BASE_ENV, settings
 
@@ -49,6 +49,15 @@ def test_values() -> None:
     assert s.nodes == {"pve1": "192.168.0.11", "pve2": "192.168.0.12"}
     with pytest.raises(SettingsError, match="must not exceed"):
         settings(ASSIGN_IP_START="200", ASSIGN_IP_END="150")
+
+
+def test_real_cluster_variables_and_the_simulated_flag() -> None:
+    env = {"GATEWAY": "10.0.0.1", "NODE_pve2": "10.0.0.2", "NODE_ENV": "production",
+           "NODE_x": "not-an-ip", "PVE_SSH_KEY": "/root/.ssh/id_ed25519"}  # fmt: skip
+    assert real_cluster_variables(env) == ["GATEWAY", "NODE_pve2", "PVE_SSH_KEY"]
+    assert real_cluster_variables({"NODE_OPTIONS": "--x"}) == []
+    assert settings().simulated is False
+    assert settings(PVESIM_ROOT="/tmp/pve").simulated is True
 
 
 def test_sha512_crypt_matches_the_reference_vectors() -> None:
