@@ -63,6 +63,11 @@ class Failure(Exception):
         self.message = message
 
 
+# Sources a read without parameters converts for a client that accepts AVIF/WebP. GIFs may be
+# animated (a variant keeps the first frame) and WebP/AVIF are compact already: as uploaded.
+NEGOTIATED_ORIGINALS = ("jpg", "png")
+
+
 @web.middleware
 async def not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Any route or method the spec does not list answers 404 ``Not Found``."""
@@ -132,12 +137,20 @@ class ImageService:
             "X-Content-Type-Options": "nosniff",
         }
 
-    def original(self, target: Path, kind: Kind) -> web.StreamResponse:
-        # FileResponse brings ETag, Last-Modified, 304, Range/206 and sendfile
-        return web.FileResponse(target, headers=self._original_headers(kind))
+    def _modern(self, accept: str, source: str) -> str | None:
+        """AVIF or WebP if the client lists one (and this Pillow writes it); None: the source's
+        own format is what the client gets."""
+        fmt = negotiate(accept, source, False, self.avif)
+        return None if fmt == source else fmt
 
-    def _original_headers(self, kind: Kind) -> dict[str, str]:
+    def original(self, target: Path, kind: Kind, *, vary: bool = False) -> web.StreamResponse:
+        # FileResponse brings ETag, Last-Modified, 304, Range/206 and sendfile
+        return web.FileResponse(target, headers=self._original_headers(kind, vary))
+
+    def _original_headers(self, kind: Kind, vary: bool = False) -> dict[str, str]:
         headers = self._cache_headers()
+        if vary:  # another Accept would have been given another format
+            headers["Vary"] = "Accept"
         headers["Content-Type"] = kind.mime
         if kind.name == "svg":
             headers["Content-Security-Policy"] = SVG_CSP
@@ -146,11 +159,18 @@ class ImageService:
         return headers
 
     async def small_original(
-        self, request: web.Request, rel: str, target: Path, st: os.stat_result, kind: Kind
+        self,
+        request: web.Request,
+        rel: str,
+        target: Path,
+        st: os.stat_result,
+        kind: Kind,
+        *,
+        vary: bool = False,
     ) -> web.StreamResponse:
         """A small original from memory: the same headers as :meth:`original` (and the same
         ETag), without the two thread hops and the sendfile that cost more than the bytes."""
-        headers = self._original_headers(kind)
+        headers = self._original_headers(kind, vary)
         stamp = source_stamp(st)
         headers["ETag"] = f'"{stamp}"'
         headers["Last-Modified"] = _http_date(st.st_mtime)
@@ -162,7 +182,7 @@ class ImageService:
         if data is None:
             data = await asyncio.to_thread(target.read_bytes)
             if len(data) != st.st_size:  # replaced while we read: let sendfile handle it
-                return self.original(target, kind)
+                return self.original(target, kind, vary=vary)
             self.reader.hot.put(rel, name, data)
         return web.Response(body=data, headers=headers)
 
@@ -180,16 +200,24 @@ class ImageService:
             probed = await self.reader.probe(rel, target, st)
         except (Undecodable, OSError):
             return self.placeholder(params)
+        accept = request.headers.get("Accept", "")
+        negotiated = not params.origin and probed.kind.name in NEGOTIATED_ORIGINALS
+        fmt: str | None = params.fmt
         if not params.transforms or not probed.kind.raster:
-            if st.st_size > HOT_ITEM_MAX or hdrs.RANGE in request.headers:
-                return self.original(target, probed.kind)
-            return await self.small_original(request, rel, target, st, probed.kind)
+            # No parameters: a JPEG or PNG goes out as AVIF/WebP to a client that lists them
+            # (DESIGN §4: without `t` the format follows Accept); `o` and other sources: as
+            # uploaded.
+            fmt = self._modern(accept, probed.kind.name) if negotiated else None
+            if fmt is None or probed.info is None:
+                if st.st_size > HOT_ITEM_MAX or hdrs.RANGE in request.headers:
+                    return self.original(target, probed.kind, vary=negotiated)
+                return await self.small_original(
+                    request, rel, target, st, probed.kind, vary=negotiated
+                )
         info = probed.info
         if info is None:
             return self.placeholder(params)  # over the pixel limit: never decoded
-        fmt = params.fmt or negotiate(
-            request.headers.get("Accept", ""), info.kind.name, info.has_alpha, self.avif
-        )
+        fmt = fmt or negotiate(accept, info.kind.name, info.has_alpha, self.avif)
         if fmt == "avif" and not self.avif:
             fmt = "webp"
         variant = plan_variant(params, info.width, info.height, fmt)
@@ -211,8 +239,11 @@ class ImageService:
     async def upload(self, request: web.Request) -> web.StreamResponse:
         tmp: Path | None = None
         try:
+            raw_path = request.match_info.get("path", "")
+            if not raw_path.strip("/"):
+                raise Failure(400, "please assign a path first")  # as the original answers
             try:
-                directory = clean_relpath(request.match_info["path"], allow_empty=True)
+                directory = clean_relpath(raw_path, allow_empty=True)
             except UnsafePath:
                 raise Failure(400, "invalid path") from None
             limit = self.settings.max_upload
@@ -419,6 +450,7 @@ async def build(runtime: Runtime) -> web.Application:
     app[IMAGES] = service
     app.router.add_get(READ_PREFIX + "{path:.*}", service.timed(service.read))
     app.router.add_post("/upload/{path:.*}", service.timed(service.upload))
+    app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
     app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
 

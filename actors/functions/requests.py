@@ -19,6 +19,7 @@ UNSUPPORTED_LANGUAGE = "unsupported language"
 CODE_REQUIRED = "code is required"
 INPUT_NOT_JSON = "input is not valid JSON"
 FAILED_TO_RUN = "failed to run: "
+EMPTY_BODY = "bad request: EOF"  # the original's JSON decoder on an empty body
 
 _INT64 = re.compile(r"^[+-]?[0-9]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -61,9 +62,7 @@ def normalize_path(raw: str) -> str:
     return raw.lstrip("/")
 
 
-def parse_object(body: bytes, *, empty_is: dict[str, Any] | None = None) -> dict[str, Any]:
-    if not body.strip() and empty_is is not None:
-        return dict(empty_is)
+def parse_object(body: bytes) -> dict[str, Any]:
     try:
         value = loads_strict(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -119,8 +118,11 @@ def stream_flag(fields: dict[str, Any]) -> bool:
 
 def parse_run(body: bytes) -> RunOptions:
     """The body of ``/run/*``; ``code`` and ``language`` in it are ignored (the stored
-    function's own win)."""
-    fields = parse_object(body, empty_is={})
+    function's own win). The body must be JSON (the spec: the client sends ``{}`` when it has
+    no input); an empty one is refused as the original refuses it."""
+    if not body.strip():
+        raise BadRequest(EMPTY_BODY)
+    fields = parse_object(body)
     return RunOptions(input_json(fields), stream_flag(fields))
 
 

@@ -183,9 +183,13 @@ async def test_unknown_script(service: Service, path: str) -> None:
 
 async def test_run_body_rules(service: Service) -> None:
     await service.upload("echo", "python", "return input")
-    # No body at all: {} is sent.
-    async with service.session.post("/run/echo") as response:
-        assert await response.json() == {"data": {}, "type": "json"}
+    # The body must be JSON ({} when there is no input): an empty one is refused as the
+    # original refuses it.
+    for empty in (b"", b"  \n"):
+        async with service.session.post("/run/echo", data=empty) as response:
+            assert (response.status, await response.text()) == (400, "bad request: EOF")
+            assert response.content_type == "text/plain"
+    assert (await service.post("/run/echo", {})).json() == {"data": {}, "type": "json"}
     # code and language in the body are overwritten by the stored function's.
     reply = await service.post(
         "/run/echo", {"code": "return 'evil'", "language": "javascript", "input": "[1]"}

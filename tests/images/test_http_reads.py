@@ -39,14 +39,66 @@ async def test_unknown_routes_are_not_found(images: Images, method: str, path: s
 async def test_original_is_served_unchanged(images: Images) -> None:
     data = encoded("JPEG", (64, 48))
     images.put("photos/cat.jpg", data)
-    async with images.http.get("/c/img/photos/cat.jpg", headers={"Accept": WEBP_AVIF}) as resp:
+    for query in ("o=1", "origin=true", "o"):
+        async with images.http.get(
+            f"/c/img/photos/cat.jpg?{query}", headers={"Accept": WEBP_AVIF}
+        ) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "image/jpeg"
+            assert "Vary" not in resp.headers
+            assert resp.headers["ETag"]
+            assert resp.headers["Last-Modified"]
+            assert "max-age=" in resp.headers["Cache-Control"]
+            assert await resp.read() == data
+
+
+@pytest.mark.parametrize(
+    ("accept", "mime", "pil"),
+    [
+        (WEBP_AVIF, "image/avif", "AVIF"),
+        ("image/webp,*/*;q=0.8", "image/webp", "WEBP"),
+        ("image/avif;q=0,image/webp", "image/webp", "WEBP"),
+    ],
+)
+async def test_without_parameters_the_format_follows_accept(
+    images: Images, accept: str, mime: str, pil: str
+) -> None:
+    """DESIGN §4: without `t` the format follows Accept, a read without parameters too."""
+    images.put("photos/cat.jpg", encoded("JPEG", (64, 48)))
+    async with images.http.get("/c/img/photos/cat.jpg", headers={"Accept": accept}) as resp:
         assert resp.status == 200
-        assert resp.headers["Content-Type"] == "image/jpeg"
-        assert "Vary" not in resp.headers
-        assert resp.headers["ETag"]
-        assert resp.headers["Last-Modified"]
-        assert "max-age=" in resp.headers["Cache-Control"]
+        assert resp.headers["Content-Type"] == mime
+        assert resp.headers["Vary"] == "Accept"
+        etag = resp.headers["ETag"]
+        image = decode(await resp.read())
+        assert (image.format, image.size) == (pil, (64, 48))  # the full size, converted
+    async with images.http.get(
+        "/c/img/photos/cat.jpg", headers={"Accept": accept, "If-None-Match": etag}
+    ) as resp:
+        assert resp.status == 304
+
+
+@pytest.mark.parametrize("accept", ["", "*/*", "image/jpeg,image/png"])
+async def test_without_parameters_a_client_listing_no_modern_format_gets_the_original(
+    images: Images, accept: str
+) -> None:
+    data = encoded("PNG", (32, 32))
+    images.put("logo.png", data)
+    async with images.http.get("/c/img/logo.png", headers={"Accept": accept}) as resp:
+        assert resp.headers["Content-Type"] == "image/png"
+        assert resp.headers["Vary"] == "Accept"  # another client may get another format
         assert await resp.read() == data
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("a.gif", "GIF"), ("a.webp", "WEBP")])
+async def test_without_parameters_gif_and_webp_stay_as_uploaded(
+    images: Images, name: str, fmt: str
+) -> None:
+    data = encoded(fmt, (16, 16))
+    images.put(name, data)
+    async with images.http.get(f"/c/img/{name}", headers={"Accept": WEBP_AVIF}) as resp:
+        assert await resp.read() == data  # a GIF may be animated; a variant keeps one frame
+        assert "Vary" not in resp.headers
 
 
 async def test_content_type_comes_from_the_bytes_not_the_name(images: Images) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 
+import aiohttp
 import pytest
 from yarl import URL
 
@@ -38,13 +39,24 @@ async def test_upload_stores_and_answers_201(images: Images, runtime: Runtime) -
     assert (event.path, event.type, event.size) == ("photos/2026/cat.jpg", "image/jpeg", len(data))
 
 
-async def test_upload_to_the_root_and_src_is_url_encoded(images: Images) -> None:
-    async with await images.upload("", "a b#?.png", encoded("PNG", (4, 4))) as resp:
+async def test_src_is_url_encoded(images: Images) -> None:
+    async with await images.upload("x", "a b#?.png", encoded("PNG", (4, 4))) as resp:
         assert resp.status == 201
         body = await resp.json()
-    assert body["src"] == "/c/img/a%20b%23%3F.png"
+    assert body["src"] == "/c/img/x/a%20b%23%3F.png"
     async with images.http.get(URL(body["src"], encoded=True)) as resp:
         assert resp.status == 200
+
+
+@pytest.mark.parametrize("target", ["/upload/", "/upload", "/upload//", "/upload/%2F"])
+async def test_an_upload_without_a_path_is_refused_as_the_original_does(
+    images: Images, target: str
+) -> None:
+    form = aiohttp.FormData(quote_fields=False)
+    form.add_field("filepath", encoded("PNG", (4, 4)), filename="a.png")
+    async with images.http.post(URL(target, encoded=True), data=form) as resp:
+        assert (resp.status, await resp.text()) == (400, "please assign a path first")
+    assert list(images.layout.store.iterdir()) == []
 
 
 @pytest.mark.parametrize(
