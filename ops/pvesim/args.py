@@ -123,7 +123,10 @@ def parse(spec: CommandSpec, argv: Sequence[str]) -> Parsed:
         value: str | None = None
         if "=" in name:
             name, value = name.split("=", 1)
-        name = _resolve(name, spec.options)
+        try:
+            name = _resolve(name, spec.options)
+        except CliError as exc:  # every 400 carries the usage line (RESTHandler, Exception.pm)
+            raise CliError(exc.text + spec.usage + "\n") from None
         opt = spec.options[name]
         if value is None:
             nxt = argv[i + 1] if i + 1 < len(argv) else None
@@ -138,6 +141,7 @@ def parse(spec: CommandSpec, argv: Sequence[str]) -> Parsed:
                 if nxt is None:
                     raise CliError(
                         f"Option {name} requires an argument\n400 unable to parse option\n"
+                        f"{spec.usage}\n"
                     )
                 value = nxt
                 i += 1

@@ -101,7 +101,7 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
             if wanted is not None:
                 if wanted in taken:
                     raise param_error({"vmid": f"VM {wanted} already exists"}, USAGE)
-                return wanted
+                return str(wanted)  # the parameter itself, a string (PM8 Cluster.pm nextid)
             for vmid in range(100, 1000000):
                 if vmid not in taken:
                     return vmid

@@ -647,6 +647,16 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
         opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
     if not opts:
         raise CliError("no options specified")
+    deletes = [k.strip() for k in re.split(r"[,; ]", str(opts.pop("delete", ""))) if k.strip()]
+    settable = SPECS["set"].options
+    for key in deletes:  # checked before any work (API2/Qemu.pm update_vm_api)
+        if key in opts:
+            raise param_error(
+                {"delete": f"you can't use '-{key}' and -delete {key}' at the same time"},
+                SPECS["set"].usage,
+            )
+        if key not in settable or key in ("delete", "revert", "skiplock", "digest", "force"):
+            raise param_error({"delete": f"unknown option '{key}'"}, SPECS["set"].usage)
     ctx.delay("set")
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
@@ -664,10 +674,12 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
         new_balloon = opts.get("balloon", view.get("balloon"))
         if new_balloon is not None and int(new_balloon) > new_memory:
             raise CliError("balloon value too large (must be smaller than assigned memory)")
-        ctx.out(format_update_line(vmid, opts))
-        for key in [
-            k.strip() for k in re.split(r"[,; ]", str(opts.pop("delete", ""))) if k.strip()
-        ]:
+        ctx.out(format_update_line(vmid, {**opts, **({"delete": ",".join(deletes)} if deletes
+                                                    else {})}))  # fmt: skip
+        for key in deletes:
+            if key not in conf and key not in rec.get("pending", {}):
+                ctx.err(f"cannot delete '{key}' - not set in current configuration!\n")
+                continue
             hot = key in HOT_OPTIONS or vc.DRIVE_RE.match(key) or vc.NET_RE.match(key)
             if running and not hot:
                 rec.setdefault("pending_delete", []).append(key)
@@ -987,7 +999,8 @@ def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None:
-            ctx.err(no_config_on_node(ctx.node, vmid) + "\n")
+            # vm_is_paused warns first (with a blank line), then the task fails.
+            ctx.err(no_config_on_node(ctx.node, vmid) + "\n\n")
             raise CliError(no_config_on_node(ctx.node, vmid))
         if rec["status"] != "running":
             ctx.err(f"VM {vmid} not running\n\n")
@@ -1003,7 +1016,8 @@ def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None:
-            raise CliError(no_config_on_node(ctx.node, vmid))
+            missing = no_config_on_node(ctx.node, vmid)
+            raise CliError(f"{missing}\n\n{missing}")  # vm_is_paused's warning, then the die
         if rec["status"] != "running":
             raise CliError(f"VM {vmid} not running\n\nVM {vmid} not running")
         check_lock(rec)

@@ -33,9 +33,15 @@ def vm_resource(
     entry: dict[str, Any] = {"id": f"qemu/{vmid}", "node": node, "type": "qemu", "vmid": vmid}
     status = _status_seen(rec, now, lag)
     entry["status"] = status
+    conf = rec["config"]
+    # `lock` and `tags` come from the config, so they show even before pvestatd has data
+    # (PM8 API2/Cluster.pm resources).
+    if conf.get("tags"):
+        entry["tags"] = str(conf["tags"])
+    if conf.get("lock"):
+        entry["lock"] = str(conf["lock"])
     if status == "unknown":
         return entry
-    conf = rec["config"]
     maxmem = vc.memory_bytes(conf)
     running = status == "running"
     uptime = int(now - float(rec["started_at"])) if running and rec.get("started_at") else 0
@@ -54,10 +60,6 @@ def vm_resource(
         diskread=uptime * 4096 if running else 0,
         diskwrite=uptime * 1024 if running else 0,
     )
-    if conf.get("tags"):
-        entry["tags"] = str(conf["tags"])
-    if conf.get("lock"):
-        entry["lock"] = str(conf["lock"])
     return entry
 
 

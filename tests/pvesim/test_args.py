@@ -45,7 +45,8 @@ def test_options_before_positionals_and_bool_forms() -> None:
 def test_unknown_and_ambiguous_options() -> None:
     with pytest.raises(CliError) as exc:
         parse(SPEC, ["120", "--bogus", "1"])
-    assert exc.value.text == "Unknown option: bogus\n400 unable to parse option\n"
+    # Like every 400, followed by the usage line.
+    assert exc.value.text == (f"Unknown option: bogus\n400 unable to parse option\n{SPEC.usage}\n")
     assert exc.value.code == 255
     with pytest.raises(CliError) as exc:
         parse(SPEC, ["120", "--net", "virtio"])

@@ -42,6 +42,11 @@ def test_fresh_vm_is_unknown_until_statd_cycle(tmp_path: Path) -> None:
     entries = get_json(store, "/cluster/resources", "--type", "vm")
     assert entries == [{"id": "qemu/120", "node": "pve1", "status": "unknown", "type": "qemu",
                         "vmid": 120}]  # fmt: skip
+    # tags and lock come from the config, data or not.
+    run(store, "qm", "create", "121", "--tags", "debian")
+    entries = get_json(store, "/cluster/resources", "--type", "vm")
+    assert entries[1] == {"id": "qemu/121", "node": "pve1", "status": "unknown", "tags": "debian",
+                          "type": "qemu", "vmid": 121}  # fmt: skip
 
 
 def test_status_change_lags_behind(tmp_path: Path) -> None:
@@ -104,7 +109,10 @@ def test_pvesh_errors_and_text_output(store: Store) -> None:
     r = run(store, "pvesh", "get", "/nope")
     assert (r.code, r.err) == (255, "No 'get' handler defined for '/nope'\n")
     r = run(store, "pvesh", "get", "/nodes", "--type", "vm")
-    assert r.err == "Unknown option: type\n400 unable to parse option\n"
+    assert r.err == (
+        "Unknown option: type\n400 unable to parse option\n"
+        "pvesh get <api_path> [OPTIONS] [FORMAT_OPTIONS]\n"
+    )
     r = run(store, "pvesh", "get", "/cluster/resources", "--type", "disk")
     assert (
         "type: value 'disk' does not have a value in the enumeration 'vm, storage, node, sdn'"
@@ -113,6 +121,8 @@ def test_pvesh_errors_and_text_output(store: Store) -> None:
     r = run(store, "pvesh", "get", "/nodes")
     assert r.code == 0 and r.out.startswith("┌") and "│ pve2 " in r.out
     assert run(store, "pvesh", "get", "/cluster/nextid").out == "100\n"
+    # With --vmid the parameter itself comes back, a string.
+    assert get_json(store, "/cluster/nextid", "--vmid", "150") == "150"
     r = run(
         store,
         "pvesh",

@@ -160,3 +160,21 @@ def test_shared_storage_migrates_the_config_only(tmp_path: Path) -> None:
     for node in ("pve1", "pve3"):  # one copy, seen from every node
         status = run(store, "pvesm", "status", "--storage", "nfs-vm", node=node).out
         assert int(status.splitlines()[1].split()[4]) == (2 * 1024**3 + 4 * 1024**2) // 1024
+
+
+def test_set_delete_is_checked_like_qemu_server(store: Store) -> None:
+    assert run(store, "qm", "create", "120", "--name", "web", "--numa", "1").code == 0
+    usage = "qm set <vmid> [OPTIONS]\n"
+    r = run(store, "qm", "set", "120", "--delete", "bogus")
+    assert (r.code, r.err) == (
+        255, f"400 Parameter verification failed.\ndelete: unknown option 'bogus'\n{usage}",
+    )  # fmt: skip
+    r = run(store, "qm", "set", "120", "--delete", "numa", "--numa", "0")
+    assert r.err == (
+        "400 Parameter verification failed.\n"
+        f"delete: you can't use '-numa' and -delete numa' at the same time\n{usage}"
+    )
+    r = run(store, "qm", "set", "120", "--delete", "numa,tags")
+    assert (r.code, r.out) == (0, "update VM 120: -delete numa,tags\n")
+    assert r.err == "cannot delete 'tags' - not set in current configuration!\n"
+    assert "numa" not in run(store, "qm", "config", "120").out

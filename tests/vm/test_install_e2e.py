@@ -53,11 +53,13 @@ async def test_install_streams_every_stage_and_leaves_a_running_vm(
         "vm_id": vmid,
         "ip": ip,
     }
-    tail = [r["message"] for r in sse.records[-4:]]
+    tail = [r["message"] for r in sse.records[-5:]]
     assert tail[0].startswith("[+] VM installation completed in ")
     assert tail[1].startswith(f"[*] VMID: {vmid} (")
     assert tail[2].startswith(f"[*] IP: {ip} (")
-    assert tail[3].startswith(f"[*] User: {user} (")
+    # No passwd in the request: the generated one, shown once, before the final record.
+    assert tail[3].startswith("[*] Password: ")
+    assert tail[4].startswith(f"[*] User: {user} (")
     vm = service.sim.vm(vmid)
     assert vm is not None and vm.status == "running" and vm.node == "pve1"
     assert vm.config["ciuser"] == user
