@@ -253,7 +253,9 @@ def make_ipconfig_check(key: str) -> Check:
             try:
                 if "/" not in ip:
                     raise ValueError(ip)
-                ipaddress.IPv4Interface(ip)
+                # pve-ipv4-config: a prefix of 8 to 32 (PC JSONSchema pve_verify_ipv4_config)
+                if not 8 <= ipaddress.IPv4Interface(ip).network.prefixlen <= 32:
+                    raise ValueError(ip)
             except ValueError:
                 errors["ip"] = "value does not look like a valid ipv4 network configuration"
         gw = props.get("gw")

@@ -280,7 +280,7 @@ def validate_ssh_keys(text: str) -> bool:
              "sk-ecdsa-sha2-nistp256@openssh.com"}  # fmt: skip
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line:  # a `# comment` line fails `ssh-keygen -l` like any other non-key
             continue
         fields = line.split()
         # An options prefix (authorized_keys style) is allowed before the key type.

@@ -10,7 +10,7 @@ import pytest
 from pvesim.context import Ctx
 from pvesim.state import Store, default_cluster, storage_info
 
-from .helpers import NODES, installed_vm, new_store, run
+from .helpers import ED25519_PUB, NODES, installed_vm, new_store, run
 
 
 @pytest.fixture
@@ -178,3 +178,13 @@ def test_set_delete_is_checked_like_qemu_server(store: Store) -> None:
     assert (r.code, r.out) == (0, "update VM 120: -delete numa,tags\n")
     assert r.err == "cannot delete 'tags' - not set in current configuration!\n"
     assert "numa" not in run(store, "qm", "config", "120").out
+
+
+def test_validation_qemu_server_makes(store: Store) -> None:
+    assert run(store, "qm", "create", "120").code == 0
+    r = run(store, "qm", "set", "120", "--ipconfig0", "ip=10.1.2.3/4")
+    assert "ipconfig0.ip: invalid format - value does not look like a valid ipv4 network" in r.err
+    assert run(store, "qm", "set", "120", "--ipconfig0", "ip=10.1.2.3/8").code == 0
+    r = run(store, "qm", "set", "120", "--sshkeys", "/dev/stdin",
+            stdin="# my keys\n" + ED25519_PUB + "\n")  # fmt: skip
+    assert (r.code, r.err) == (255, "SSH public key validation error\n")
