@@ -7,7 +7,7 @@ import asyncio
 import faulthandler
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,26 @@ class Service:
 
     async def install(self, **body: Any) -> Sse:
         return await self.post_sse("/vm/install", {"os": "debian", "version": "12", **body})
+
+    async def installed(self, **body: Any) -> int:
+        """Install, assert it worked; the new VM's id."""
+        sse = await self.install(**body)
+        assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
+        vmid: int = sse.last["vm_id"]
+        return vmid
+
+    async def install_until(
+        self, vmid: int, step: str, then: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Start an install of `vmid`; once its stage `step` has begun, await `then()` (e.g.
+        stop the service) with the stream still open."""
+        async with self.session.post(
+            self.api + "/vm/install", json={"os": "debian", "version": "12", "id": vmid}
+        ) as resp:
+            seen: list[dict[str, Any]] = []
+            while not any(r["step"] == step for r in seen):
+                seen += (await read_sse(resp, stop_after=1)).records
+            await then()
 
 
 @pytest.fixture

@@ -82,15 +82,8 @@ def sim_vm(service: Service, vmid: int) -> VmView:
     return vm
 
 
-async def installed(service: Service, **body: Any) -> int:
-    sse = await service.install(**body)
-    assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
-    vmid: int = sse.last["vm_id"]
-    return vmid
-
-
 async def test_wrong_state_unknown_vm_and_bad_ids(service: Service) -> None:
-    vmid = await installed(service)
+    vmid = await service.installed()
     for action in ("destroy", "set/cpu", "set/memory", "set/disk"):
         body = {"set/cpu": {"cpu": 2}, "set/memory": {"memory": 1024}, "set/disk": {"disk": "1G"}}
         assert await service.post(f"/vm/{vmid}/{action}", body.get(action)) == (
@@ -126,7 +119,7 @@ async def test_wrong_state_unknown_vm_and_bad_ids(service: Service) -> None:
 
 async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
     service: Service = await start_service(VM_SSH_WAIT="1.5")
-    vmid = await installed(service)
+    vmid = await service.installed()
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     service.sim.inject_failure("guest boot", vmid=vmid)
     async with service.session.post(f"{service.api}/vm/{vmid}/start") as resp:

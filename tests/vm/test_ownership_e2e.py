@@ -158,13 +158,8 @@ async def test_a_restart_leaves_a_vm_that_replaced_the_half_built_one(
     start_service: Any,
 ) -> None:
     service: Service = await start_service()
-    async with service.session.post(
-        service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 142}
-    ) as resp:
-        seen: list[dict[str, Any]] = []
-        while not any(r["step"] == "VM initialization > initializing configuration" for r in seen):
-            seen += (await read_sse(resp, stop_after=1)).records
-        await start_service.stop_last()  # the service dies mid-install
+    step = "VM initialization > initializing configuration"
+    await service.install_until(142, step, then=start_service.stop_last)  # dies mid-install
     sim = service.sim
     qm = LocalTransport(sim.env())
     assert (await qm.run(["qm", "destroy", "142", "--purge", "--skiplock"])).ok

@@ -54,14 +54,9 @@ async def test_reattach_refuses_foreign_or_unknown_ids(service: Service) -> None
 
 async def test_restart_during_an_install_cleans_up_and_frees_the_id(start_service: Any) -> None:
     service: Service = await start_service()
-    async with service.session.post(
-        service.api + "/vm/install", json={"os": "debian", "version": "12", "id": 140}
-    ) as resp:
-        seen: list[dict[str, Any]] = []
-        while not any(r["step"] == "VM initialization > initializing configuration" for r in seen):
-            seen += (await read_sse(resp, stop_after=1)).records
-        # The service dies between two stages, with a half-built VM in the cluster.
-        await start_service.stop_last()
+    # The service dies between two stages, with a half-built VM in the cluster.
+    step = "VM initialization > initializing configuration"
+    await service.install_until(140, step, then=start_service.stop_last)
     assert service.sim.vm(140) is not None
 
     again: Service = await start_service()

@@ -12,13 +12,6 @@ from events.store import EventStore, default_store_url
 from tests.vm.conftest import Service, read_sse
 
 
-async def installed(service: Service, **body: Any) -> int:
-    sse = await service.install(**body)
-    assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
-    vmid: int = sse.last["vm_id"]
-    return vmid
-
-
 async def test_more_vcpus_than_the_node_has_is_a_400_naming_the_node(service: Service) -> None:
     # pve1 has 16 CPUs, pve2 and pve3 8: real `qm start` refuses more (MAX 8 vcpus ...).
     body = {"os": "debian", "version": "12", "node": "pve2", "cpu": 12}
@@ -31,8 +24,8 @@ async def test_more_vcpus_than_the_node_has_is_a_400_naming_the_node(service: Se
     assert (status, text.split(",")[0]) == (400, "cpu: node pve1 has 16 CPUs")
     assert not any(" qm create " in c for c in service.sim.commands())
 
-    big = await installed(service, cpu=12)  # fits pve1
-    small = await installed(service, node="pve2")
+    big = await service.installed(cpu=12)  # fits pve1
+    small = await service.installed(node="pve2")
     for vmid in (big, small):
         assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     assert await service.post(f"/vm/{small}/set/cpu", {"cpu": 12}) == (
@@ -52,7 +45,7 @@ async def test_more_vcpus_than_the_node_has_is_a_400_naming_the_node(service: Se
 
 async def test_the_simulated_node_refuses_to_start_too_many_vcpus(service: Service) -> None:
     """Raised behind cairn's back, the VM no longer starts: the real node's message."""
-    vmid = await installed(service)
+    vmid = await service.installed()
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     qm = LocalTransport(service.sim.env())
     assert (await qm.run(["qm", "set", str(vmid), "--cores", "10", "--sockets", "2"])).ok
@@ -89,7 +82,7 @@ async def test_the_storage_pool_must_hold_vm_disks(start_service: Any) -> None:
 
 async def test_set_memory_below_the_balloon_minimum_works(start_service: Any) -> None:
     service: Service = await start_service(VM_BALLOON_MIN="1024")
-    vmid = await installed(service, ram=4096)
+    vmid = await service.installed(ram=4096)
     assert service.sim.vm(vmid).config["balloon"] == 1024  # type: ignore[union-attr]
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     assert await service.post(f"/vm/{vmid}/set/memory", {"memory": 512}) == (200, "ok")
