@@ -5,6 +5,9 @@ memory so the usual path costs no extra read; after an outage, or whenever the i
 has a gap, the relay reads from the store from its cursor. It publishes only while connected and
 advances the cursor only after a flush proved the server has the messages, so a NATS outage
 delays events and loses none (a subscriber may see a message twice: dedupe by stream version).
+A stored row that cannot be decoded is stepped over with a log line naming it (its stream is
+quarantined by the actor host; ``cairn store check`` lists it), so one bad row never stalls
+every event after it.
 """
 
 from __future__ import annotations
@@ -133,15 +136,20 @@ class OutboxRelay:
                 continue
             batch = self._take_fresh()
             from_memory = bool(batch)
+            last = batch[-1].position if batch else self.cursor
             if not batch:
-                batch = await self._store.read_all(self.cursor, self._batch_size)
+                page = await self._store.read_page(self.cursor, self._batch_size)
                 self._fresh.clear()
-            if not batch:
+                for damaged in page.damaged:
+                    log.error("relay: not publishing a damaged event: %s", damaged.message)
+                batch, last = page.records, page.last_position
+            if last == self.cursor:
                 return
             for record in batch:
                 await self._nc.publish(subject_for(record.stream), wire_payload(record))
-            await self._nc.flush(timeout=2)
-            self.cursor = batch[-1].position
+            if batch:
+                await self._nc.flush(timeout=2)
+            self.cursor = last
             await self._maybe_save_cursor()
             if from_memory and not self._fresh:
                 # Every append of this store passes through the listener, so an empty

@@ -4,34 +4,57 @@ Each stream (``"<aggregate>:<id>"``) is a sequence of versions 1, 2, 3, …; ``a
 version the writer last saw and fails with :class:`ConcurrencyConflict` if someone else wrote in
 between (a unique ``(stream, version)`` key makes that true across processes and databases too).
 Every row also gets a global ``position``: the outbox relay publishes in that order.
+
+Faults, as the interface promises them (another implementation must keep the same promises):
+
+* A write that fails for a passing reason (another client holds SQLite's write lock, an I/O
+  error, a full disk) is retried with growing pauses for ``retry.budget`` seconds, counted from
+  the call; then it raises :class:`~events.errors.StoreWriteFailed` (503, or 507 for a full
+  disk) with a plain reason. :meth:`EventStore.probe_writable` tells when writes work again.
+* A row that cannot be decoded raises :class:`~events.errors.DamagedEvent` naming its stream,
+  position and error from :meth:`read_stream`; :meth:`read_page` steps over it and reports it,
+  and :meth:`check` lists every such row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+import cattrs
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from events.codec import decode, encode
+from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
 from events.model import Event
+from events.retry import RetryPolicy, retry_within
 from events.subjects import stream_name
 
 __all__ = [
     "ConcurrencyConflict",
+    "DamagedEvent",
     "EventStore",
     "EventStoreError",
+    "Page",
     "Recorded",
+    "RetryPolicy",
+    "StoreWriteFailed",
     "default_store_url",
     "stream_name",
 ]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class EventStoreError(Exception):
@@ -96,9 +119,41 @@ def default_store_url(data_dir: Path) -> str:
     return f"sqlite+aiosqlite:///{data_dir / 'events.sqlite3'}"
 
 
+@attrs.frozen(slots=True)
+class Page:
+    """A run of the global order: the events that decode, the rows that do not, and the last
+    position looked at (where the next page starts, even when every row of this one was bad)."""
+
+    records: list[Recorded]
+    damaged: list[DamagedEvent]
+    last_position: int
+
+
 def _row_to_recorded(row: Any) -> Recorded:
     position, stream, version, type_name, data, recorded_at = tuple(row)
-    return Recorded(position, stream, version, decode(type_name, data), recorded_at)
+    try:
+        event = decode(type_name, data)
+    except Exception as exc:
+        raise DamagedEvent(stream, position, version, type_name, _decode_error(exc)) from exc
+    return Recorded(position, stream, version, event, recorded_at)
+
+
+def _decode_error(exc: Exception) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc)) or str(exc)
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: the database is locked or busy, the disk had an error or is full,
+    the connection broke. A conflict or a bug is not."""
+    if isinstance(exc, IntegrityError | ConcurrencyConflict):
+        return False
+    if isinstance(exc, OSError | OperationalError):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
 _SELECT = sa.select(
@@ -114,8 +169,9 @@ _SELECT = sa.select(
 class EventStore:
     """Append, read a stream, read everything in global order; notify listeners of appends."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, retry: RetryPolicy | None = None) -> None:
         self._engine = engine
+        self.retry = retry or RetryPolicy()
         # SQLite has one writer at a time; queueing appends here instead of in SQLite's busy
         # loop keeps latency flat. Other databases are still protected by the unique key.
         self._write_lock = asyncio.Lock()
@@ -133,7 +189,7 @@ class EventStore:
         self._versions[stream] = version
 
     @classmethod
-    async def open(cls, url: str) -> EventStore:
+    async def open(cls, url: str, retry: RetryPolicy | None = None) -> EventStore:
         engine = create_async_engine(url)
         if engine.dialect.name == "sqlite":
             sa_event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -142,7 +198,7 @@ class EventStore:
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
         async with engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
-        return cls(engine)
+        return cls(engine, retry)
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -155,6 +211,59 @@ class EventStore:
         if self._writer is None or self._writer.closed or self._writer.invalidated:
             self._writer = await self._engine.connect()
         return self._writer
+
+    async def _discard_writer(self) -> None:
+        """After a failed write: the next try starts from a fresh connection."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await writer.close()
+
+    async def _write(
+        self,
+        what: str,
+        body: Callable[[AsyncConnection], Awaitable[T]],
+        on_conflict: Callable[[AsyncConnection], Awaitable[T]] | None = None,
+    ) -> T:
+        """Run ``body`` in a write transaction under the write lock, retried within the
+        budget (counted from now, the lock's queue included); a refusal that outlasts it is
+        a :class:`StoreWriteFailed`. A unique-key violation goes to ``on_conflict``, after
+        the rollback (PostgreSQL refuses any statement in a failed transaction)."""
+        started = time.monotonic()
+
+        async def attempt() -> T:
+            conn = await self._write_connection()
+            try:
+                async with conn.begin():
+                    return await body(conn)
+            except IntegrityError:
+                if on_conflict is None:
+                    raise
+                return await on_conflict(conn)
+            except Exception as exc:
+                if _transient(exc):
+                    await self._discard_writer()
+                raise
+
+        async with self._write_lock:
+            try:
+                return await retry_within(
+                    attempt, transient=_transient, policy=self.retry, what=what, started=started
+                )
+            except (DBAPIError, OSError) as exc:
+                raise _refused(exc, time.monotonic() - started) from exc
+
+    async def probe_writable(self) -> None:
+        """One small real write, no retry: raises :class:`StoreWriteFailed` if the store
+        still refuses writes (a held lock, a full disk)."""
+        async with self._write_lock:
+            try:
+                conn = await self._write_connection()
+                async with conn.begin():
+                    await self._save_cursor(conn, "~probe", int(time.time()))
+            except (DBAPIError, OSError) as exc:
+                await self._discard_writer()
+                raise _refused(exc, 0.0) from exc
 
     def add_listener(self, listener: AppendListener) -> None:
         """Call ``listener(records)`` on the event loop after each committed append."""
@@ -180,23 +289,24 @@ class EventStore:
             }
             for i, ev in enumerate(events, start=1)
         ]
-        async with self._write_lock:
-            conn = await self._write_connection()
-            try:
-                async with conn.begin():
-                    # A version this process wrote itself needs no re-read: if another writer
-                    # got there since, the unique (stream, version) key refuses the insert.
-                    if self._versions.get(stream) != expected_version:
-                        current = await self._current_version(conn, stream)
-                        if current != expected_version:
-                            raise ConcurrencyConflict(stream, expected_version, current)
-                    positions = await self._insert(conn, rows)
-            except IntegrityError:
-                self._versions.pop(stream, None)
-                actual = await self._current_version(conn, stream)
-                await conn.rollback()
-                raise ConcurrencyConflict(stream, expected_version, actual) from None
-            self._remember(stream, rows[-1]["version"])  # type: ignore[arg-type]
+
+        async def insert(conn: AsyncConnection) -> list[int]:
+            # A version this process wrote itself needs no re-read: if another writer got
+            # there since, the unique (stream, version) key refuses the insert.
+            if self._versions.get(stream) != expected_version:
+                current = await self._current_version(conn, stream)
+                if current != expected_version:
+                    raise ConcurrencyConflict(stream, expected_version, current)
+            return await self._insert(conn, rows)
+
+        async def conflict(conn: AsyncConnection) -> list[int]:
+            self._versions.pop(stream, None)
+            actual = await self._current_version(conn, stream)
+            await conn.rollback()
+            raise ConcurrencyConflict(stream, expected_version, actual)
+
+        positions = await self._write(f"append to {stream}", insert, conflict)
+        self._remember(stream, rows[-1]["version"])  # type: ignore[arg-type]
         recorded = [
             Recorded(pos, stream, row["version"], ev, now)  # type: ignore[arg-type]
             for pos, row, ev in zip(positions, rows, events, strict=True)
@@ -237,6 +347,7 @@ class EventStore:
             return [_row_to_recorded(row) for row in result]
 
     async def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Recorded]:
+        """Events in global order; a damaged row raises :class:`DamagedEvent`."""
         query = (
             _SELECT.where(events_table.c.position > after_position)
             .order_by(events_table.c.position)
@@ -245,6 +356,37 @@ class EventStore:
         async with self._engine.connect() as conn:
             result = await conn.execute(query)
             return [_row_to_recorded(row) for row in result]
+
+    async def read_page(self, after_position: int = 0, limit: int = 1000) -> Page:
+        """Like :meth:`read_all`, stepping over damaged rows and reporting them."""
+        query = (
+            _SELECT.where(events_table.c.position > after_position)
+            .order_by(events_table.c.position)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            rows = list(await conn.execute(query))
+        records: list[Recorded] = []
+        damaged: list[DamagedEvent] = []
+        for row in rows:
+            try:
+                records.append(_row_to_recorded(row))
+            except DamagedEvent as exc:
+                damaged.append(exc)
+        last = int(rows[-1][0]) if rows else after_position
+        return Page(records, damaged, last)
+
+    async def check(self, page_size: int = 5000) -> tuple[int, list[DamagedEvent]]:
+        """Every row read back: how many there are, and the ones that cannot be decoded."""
+        after, count = 0, 0
+        damaged: list[DamagedEvent] = []
+        while True:
+            page = await self.read_page(after, page_size)
+            if page.last_position == after:
+                return count, damaged
+            count += len(page.records) + len(page.damaged)
+            damaged += page.damaged
+            after = page.last_position
 
     async def last_position(self) -> int:
         async with self._engine.connect() as conn:
@@ -272,10 +414,10 @@ class EventStore:
             return int(result.scalar() or 0)
 
     async def save_cursor(self, name: str, position: int) -> None:
-        async with self._write_lock:
-            conn = await self._write_connection()
-            async with conn.begin():
-                await self._save_cursor(conn, name, position)
+        async def save(conn: AsyncConnection) -> None:
+            await self._save_cursor(conn, name, position)
+
+        await self._write(f"save cursor {name}", save)
 
     @staticmethod
     async def _save_cursor(conn: AsyncConnection, name: str, position: int) -> None:
@@ -286,9 +428,22 @@ class EventStore:
             await conn.execute(cursors_table.insert().values(name=name, position=position))
 
 
+def _refused(exc: BaseException, spent: float) -> StoreWriteFailed:
+    if disk_full(exc):
+        return StoreWriteFailed(
+            "the disk holding the event store is full: nothing can be recorded until space "
+            "is freed",
+            full=True,
+        )
+    tried = f" (retried for {spent:.0f} s)" if spent >= 1 else ""
+    return StoreWriteFailed(f"the event store refuses writes: {reason(exc)}{tried}", full=False)
+
+
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    # Short: a write that waits longer is retried by the store's own loop, which logs it and
+    # keeps to the retry budget.
+    cursor.execute("PRAGMA busy_timeout=1000")
     cursor.close()
