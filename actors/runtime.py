@@ -21,6 +21,18 @@ Errors:
   state can no longer be trusted: the caller's ``ask`` raises it, the actor stops (pykka's
   ``on_failure``), and the :class:`ActorHost` starts a new one from the stored stream. Messages
   still queued for the dead actor are handed to the new one.
+
+Faults:
+
+* An append the store still refuses after its retries (:class:`StoreWriteFailed`: a lock held
+  too long, a full disk) stops the actor with one log line and cancels its jobs. While the
+  store refuses writes, asks to it fail at once with that error; once a probe write succeeds,
+  it is started again from its stream and handed :meth:`AggregateActor.recovery`, so a task
+  whose job was cancelled is settled (failed, cleaned up) exactly as after a crash.
+* A stream that cannot be replayed (:class:`DamagedEvent`: a row that does not decode or
+  apply) is quarantined: logged once with its stream, position and error; asks to the actor
+  raise that error (503 naming the problem), tells are dropped; every other actor starts.
+* :meth:`ActorHost.drain` waits, bounded, for running jobs at a graceful stop and says which.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
@@ -36,7 +49,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 import pykka
 
-from events.bus import CommandFailed
+from events.errors import CommandFailed, DamagedEvent, StoreWriteFailed
 from events.model import Event
 from events.store import EventStore, Recorded
 from events.subjects import stream_name
@@ -73,6 +86,13 @@ class _AppendFailed:
 
 
 @attrs.frozen(slots=True)
+class _Recover:
+    """First message of an actor restarted after a failure."""
+
+    reason: str
+
+
+@attrs.frozen(slots=True)
 class ActorContext:
     loop: asyncio.AbstractEventLoop
     store: EventStore
@@ -96,9 +116,19 @@ class AggregateActor(pykka.ThreadingActor):
         self.version = 0
         self._jobs: set[concurrent.futures.Future[Any]] = set()
         self._appends: list[concurrent.futures.Future[Any]] = []
+        self._append_failed = False
         self.setup(**kwargs)
         for record in history:
-            self.apply(record.event)
+            try:
+                self.apply(record.event)
+            except Exception as exc:
+                raise DamagedEvent(
+                    self.stream,
+                    record.position,
+                    record.version,
+                    record.event.type_name,
+                    f"cannot be applied: {type(exc).__name__}: {exc}",
+                ) from exc
             self.version = record.version
 
     # -- for subclasses ----------------------------------------------------------------------
@@ -115,6 +145,12 @@ class AggregateActor(pykka.ThreadingActor):
     def handle(self, message: Any) -> Any:
         """Decide on a command or a job's outcome; return the reply."""
         raise NotImplementedError
+
+    def recovery(self, reason: str) -> Any:
+        """The message to handle first after a restart caused by a failure (``reason``
+        says which), or None. Jobs of the failed actor were cancelled: this is where work
+        they left unfinished is settled."""
+        return None
 
     def record(self, *events: Event) -> None:
         """Apply ``events`` now and append them to this actor's stream (in call order)."""
@@ -136,6 +172,7 @@ class AggregateActor(pykka.ThreadingActor):
         nothing to handle)."""
         future = asyncio.run_coroutine_threadsafe(coro, self.ctx.loop)
         self._jobs.add(future)
+        self.ctx.host.job_started(future, self.stream)
 
         def finished(f: concurrent.futures.Future[Any]) -> None:
             self._jobs.discard(f)
@@ -161,8 +198,19 @@ class AggregateActor(pykka.ThreadingActor):
             follow_up = message.done(outcome)
             if follow_up is not None:
                 self._dispatch(follow_up, None)
+        elif isinstance(message, _Recover):
+            follow_up = self.recovery(message.reason)
+            if follow_up is not None:
+                self._dispatch(follow_up, None)
         elif isinstance(message, _AppendFailed):
-            raise message.error
+            if not isinstance(message.error, StoreWriteFailed):
+                raise message.error
+            # Expected under a fault, not a bug: one line, no traceback, then stop as pykka
+            # does for a failure.
+            log.error("%s: stopping: %s", self.stream, message.error.message)
+            pykka.ActorRegistry.unregister(self.actor_ref)
+            self.actor_stopped.set()
+            self._failed(message.error)
         return None
 
     def _dispatch(self, message: Any, reply: ReplyCallback | None) -> None:
@@ -198,7 +246,13 @@ class AggregateActor(pykka.ThreadingActor):
     def _check_append(self, future: concurrent.futures.Future[Any]) -> None:
         exc = None if future.cancelled() else future.exception()
         if exc is not None:
-            log.error("%s: append failed, restarting from the store: %s", self.stream, exc)
+            # Appends queued behind one that failed fail too (the stream is behind them):
+            # the first failure alone is news. (Runs on the loop thread, as every append.)
+            if self._append_failed:
+                return
+            self._append_failed = True
+            if not isinstance(exc, StoreWriteFailed):
+                log.error("%s: append failed, restarting from the store: %s", self.stream, exc)
             with contextlib.suppress(pykka.ActorDeadError):
                 self.actor_ref.tell(_AppendFailed(exc))
 
@@ -211,13 +265,16 @@ class AggregateActor(pykka.ThreadingActor):
         exception_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._failed(exception_value)
+
+    def _failed(self, error: BaseException | None) -> None:
         self._cancel_jobs()
         queued: list[_Envelope] = []
         while not self.actor_inbox.empty():
             envelope = self.actor_inbox.get()
             if isinstance(envelope.message, _Envelope):
                 queued.append(envelope.message)
-        self.ctx.host.crashed(type(self), self.ident, queued)
+        self.ctx.host.crashed(type(self), self.ident, queued, error)
 
     def _cancel_jobs(self) -> None:
         for job in list(self._jobs):
@@ -244,6 +301,9 @@ class ActorHandle:
         self.ref: pykka.ActorRef[Any] | None = None
         self.ready = asyncio.Event()
         self.restarts = 0
+        # Why the actor cannot take messages now (its stream is damaged, or the store refuses
+        # writes until it restarts); None while it runs.
+        self.unavailable: CommandFailed | None = None
 
     async def ask(self, message: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -267,11 +327,20 @@ class ActorHandle:
         return await future
 
     async def tell(self, message: Any) -> None:
-        await self._deliver(_Envelope(message, None))
+        """Queue ``message``; dropped (with a debug line) while the actor is unavailable:
+        nobody waits for an answer, and its recovery re-reads what it may have missed."""
+        try:
+            await self._deliver(_Envelope(message, None))
+        except CommandFailed as exc:
+            if exc is not self.unavailable:
+                raise
+            log.debug("%s:%s: dropped %r: %s", self.cls.aggregate, self.ident, message, exc)
 
     async def _deliver(self, envelope: _Envelope) -> None:
         while True:
             await self.ready.wait()
+            if self.unavailable is not None:
+                raise self.unavailable
             ref = self.ref
             if ref is None:
                 raise ActorUnavailable(f"{self.cls.aggregate}:{self.ident} is stopped")
@@ -297,6 +366,13 @@ class ActorHost:
         self._handles: dict[tuple[type[AggregateActor], str], ActorHandle] = {}
         self._kwargs: dict[tuple[type[AggregateActor], str], dict[str, Any]] = {}
         self.stopping = False
+        # Running jobs and the stream of the actor that started each (for drain); written
+        # from actor threads, hence the lock.
+        self._jobs: dict[concurrent.futures.Future[Any], str] = {}
+        self._jobs_lock = threading.Lock()
+        self._writable: asyncio.Task[None] | None = None
+        # Why the store refuses writes, while actors wait for it to accept them again.
+        self.store_refusal: str | None = None
 
     async def spawn(self, cls: type[A], ident: str | int, **kwargs: Any) -> ActorHandle:
         key = (cls, str(ident))
@@ -315,40 +391,141 @@ class ActorHost:
     def handles(self, cls: type[AggregateActor]) -> list[ActorHandle]:
         return [h for (c, _), h in self._handles.items() if c is cls]
 
-    async def _start(self, handle: ActorHandle, queued: list[_Envelope]) -> None:
+    def quarantined(self) -> dict[str, str]:
+        """Streams that could not be replayed, and why."""
+        return {
+            f"{h.cls.aggregate}:{h.ident}": h.unavailable.message
+            for h in self._handles.values()
+            if isinstance(h.unavailable, DamagedEvent)
+        }
+
+    async def _start(
+        self, handle: ActorHandle, queued: list[_Envelope], recovery: str | None = None
+    ) -> None:
         key = (handle.cls, handle.ident)
-        history = await self.store.read_stream(stream_name(handle.cls.aggregate, handle.ident))
-        if self.stopping:
-            # A restart that lost the race with stop_all: starting now would leave a thread
-            # nobody stops.
-            for envelope in queued:
-                if envelope.reply is not None:
-                    envelope.reply(
-                        None, ActorUnavailable(f"{handle.cls.aggregate}:{handle.ident} stopped")
-                    )
+        stream = stream_name(handle.cls.aggregate, handle.ident)
+        try:
+            history = await self.store.read_stream(stream)
+            if self.stopping:
+                # A restart that lost the race with stop_all: starting now would leave a
+                # thread nobody stops.
+                _refuse(queued, ActorUnavailable(f"{stream} stopped"))
+                return
+            actor = handle.cls.start(self.ctx, handle.ident, history, self._kwargs[key])
+        except DamagedEvent as exc:
+            log.error("quarantined %s at position %d: %s", stream, exc.position, exc.message)
+            handle.unavailable = exc
+            _refuse(queued, exc)
+            handle.ready.set()
             return
-        handle.ref = handle.cls.start(self.ctx, handle.ident, history, self._kwargs[key])
+        handle.ref = actor
+        handle.unavailable = None
+        if recovery is not None:
+            actor.tell(_Recover(recovery))
         for envelope in queued:
-            handle.ref.tell(envelope)
+            actor.tell(envelope)
         handle.ready.set()
 
-    def crashed(self, cls: type[AggregateActor], ident: str, queued: list[_Envelope]) -> None:
+    def crashed(
+        self,
+        cls: type[AggregateActor],
+        ident: str,
+        queued: list[_Envelope],
+        error: BaseException | None = None,
+    ) -> None:
         """Called from a dying actor's thread (its ``on_failure``)."""
-        self.loop.call_soon_threadsafe(self._schedule_restart, cls, ident, queued)
+        self.loop.call_soon_threadsafe(self._schedule_restart, cls, ident, queued, error)
 
     def _schedule_restart(
-        self, cls: type[AggregateActor], ident: str, queued: list[_Envelope]
+        self,
+        cls: type[AggregateActor],
+        ident: str,
+        queued: list[_Envelope],
+        error: BaseException | None,
     ) -> None:
         handle = self._handles.get((cls, ident))
         if handle is None or self.stopping:
-            for envelope in queued:
-                if envelope.reply is not None:
-                    envelope.reply(None, ActorUnavailable(f"{cls.aggregate}:{ident} stopped"))
+            _refuse(queued, ActorUnavailable(f"{cls.aggregate}:{ident} stopped"))
+            return
+        handle.restarts += 1
+        reason = f"{type(error).__name__}: {error}" if error is not None else "a failure"
+        if isinstance(error, StoreWriteFailed):
+            # Nothing it records can be stored yet: refuse its callers at once rather than
+            # let them wait, and start it again when the store accepts writes.
+            reason = error.message
+            handle.unavailable = error
+            _refuse(queued, error)
+            queued = []
+            self.loop.create_task(self._restart_when_writable(handle, reason))
             return
         handle.ready.clear()
-        handle.restarts += 1
         log.warning("restarting %s:%s from its stored events", cls.aggregate, ident)
-        self.loop.create_task(self._start(handle, queued))
+        self.loop.create_task(self._start(handle, queued, recovery=reason))
+
+    async def _restart_when_writable(self, handle: ActorHandle, reason: str) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = self.loop.create_task(self._until_writable())
+        await asyncio.shield(self._writable)
+        if self.stopping or self._handles.get((handle.cls, handle.ident)) is not handle:
+            return
+        handle.ready.clear()
+        log.warning("restarting %s:%s from its stored events", handle.cls.aggregate, handle.ident)
+        await self._start(handle, [], recovery=reason)
+
+    async def _until_writable(self) -> None:
+        pause, refused = 0.1, False
+        while not self.stopping:
+            try:
+                await self.store.probe_writable()
+            except StoreWriteFailed as exc:
+                if not refused:
+                    log.error("%s; actors restart once it accepts writes again", exc.message)
+                refused = True
+                self.store_refusal = exc.message
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            if refused:
+                log.warning("the event store accepts writes again")
+            self.store_refusal = None
+            return
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def job_started(self, future: concurrent.futures.Future[Any], stream: str) -> None:
+        """Called from an actor's thread for each job it starts."""
+        with self._jobs_lock:
+            self._jobs[future] = stream
+        future.add_done_callback(self._job_done)
+
+    def _job_done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._jobs_lock:
+            self._jobs.pop(future, None)
+
+    def running_jobs(self) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+        with self._jobs_lock:
+            return [(stream, f) for f, stream in self._jobs.items() if not f.done()]
+
+    async def drain(self, grace: float, *, report_every: float = 2.0) -> list[str]:
+        """Wait up to ``grace`` seconds for running jobs (and the jobs they lead to) to end,
+        logging what is still running; returns the streams whose jobs are still running."""
+        deadline = self.loop.time() + grace
+        while True:
+            running = self.running_jobs()
+            if not running:
+                return []
+            streams = sorted({stream for stream, _ in running})
+            left = deadline - self.loop.time()
+            if left <= 0:
+                return streams
+            log.warning(
+                "stopping: waiting up to %.0f s for %d running job(s): %s",
+                left,
+                len(running),
+                ", ".join(streams),
+            )
+            waiting = [asyncio.wrap_future(f) for _, f in running]
+            await asyncio.wait(waiting, timeout=min(left, report_every))
 
     async def stop(self, cls: type[AggregateActor], ident: str | int) -> None:
         handle = self._handles.pop((cls, str(ident)), None)
@@ -371,6 +548,14 @@ class ActorHost:
                 _stop_ref(ref)
 
         await asyncio.to_thread(stop_refs)
+        if self._writable is not None:
+            self._writable.cancel()
+
+
+def _refuse(queued: list[_Envelope], error: BaseException) -> None:
+    for envelope in queued:
+        if envelope.reply is not None:
+            envelope.reply(None, error)
 
 
 def _stop_ref(ref: pykka.ActorRef[Any]) -> None:

@@ -23,7 +23,7 @@ from nats.aio.subscription import Subscription
 
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import qm
-from actors.vm.allocator import AllocatorActor, Reserve
+from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
@@ -40,6 +40,7 @@ from actors.vm.requests import InstallRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
 from events.bus import serve_json
+from events.errors import CommandFailed
 from events.store import Recorded
 from gateway.runtime import Runtime
 
@@ -191,7 +192,10 @@ class VmService:
             if ident.isdigit():
                 handle = await self._vm(int(ident))
                 await handle.tell(Recover())
-                self.inventory.infos[int(ident)] = await handle.ask(Query())
+                # A quarantined VM (logged by the host) has no info; its commands answer 503.
+                with contextlib.suppress(CommandFailed):
+                    self.inventory.infos[int(ident)] = await handle.ask(Query())
+        await self._release_unowned()
         nc = self.runtime.nc
         self._subs = [
             await serve_json(nc, SUBJECT_INSTALL, self._on_install, concurrent=True),
@@ -204,6 +208,26 @@ class VmService:
             asyncio.create_task(self._poller(), name="vm-inventory-poll"),
             asyncio.create_task(self._refresher(), name="vm-inventory-refresh"),
         ]
+
+    async def _release_unowned(self) -> None:
+        """Free ids reserved for a task that never started: a stop between the allocator's
+        reservation and the VM's first record leaves one (nothing is in flight yet here)."""
+        assert self.allocator is not None
+        try:
+            held: dict[int, str] = await self.allocator.ask(Holdings())
+        except CommandFailed:
+            return  # the allocator is quarantined: every install answers 503 anyway
+        for vmid, task in sorted(held.items()):
+            handle = self.runtime.actors.get(VmActor, vmid)
+            if handle is not None and handle.unavailable is not None:
+                continue  # a quarantined VM keeps its id
+            info = self.inventory.infos.get(vmid)
+            if info is None or (info.state is State.ABSENT and info.task is None):
+                log.warning("releasing VMID %d: task %s reserved it but never started", vmid, task)
+                try:
+                    await self.allocator.ask(Release(vmid, "reserved by a task that never started"))
+                except CommandFailed as exc:
+                    log.error("VMID %d stays reserved: %s", vmid, exc.message)
 
     async def stop(self) -> None:
         for sub in self._subs:
@@ -245,7 +269,7 @@ class VmService:
             for vmid in dirty:
                 handle = self.runtime.actors.get(VmActor, vmid)
                 if handle is not None:
-                    with contextlib.suppress(ActorUnavailable):
+                    with contextlib.suppress(ActorUnavailable, CommandFailed):
                         info = await handle.ask(Query())
                         self.inventory.infos[vmid] = info
                         if info.state is State.ABSENT:
@@ -353,11 +377,13 @@ class VmService:
         handle = await self._vm(vmid)
         try:
             info: VmInfo = await handle.ask(Install(task, request, time.monotonic() - began))
-        except Rejected as exc:
-            from actors.vm.allocator import Release
-
-            await self.allocator.tell(Release(vmid, f"install refused: {exc.message}"))
-            return _error(exc.status, exc.message)
+        except Exception as exc:
+            # Refused, or its first record could not be stored: no task owns the id.
+            why = exc.message if isinstance(exc, CommandFailed) else repr(exc)
+            await self.allocator.tell(Release(vmid, f"install did not start: {why}"))
+            if isinstance(exc, CommandFailed):
+                return _error(exc.status, exc.message)
+            raise
         return {"vmid": vmid, "task": task, "version": info.task_version}
 
     def _too_many_vcpus(self, cpu: int, node: str) -> str | None:

@@ -118,7 +118,10 @@ class _Released:
 
 @attrs.frozen
 class Recover:
-    """Sent once at start-up: settle a task that a previous process left unfinished."""
+    """Sent once at start-up, or first after a restart: settle a task whose job is gone
+    (the process stopped, or the actor failed and its job was cancelled)."""
+
+    reason: str = "interrupted by a restart"
 
 
 @attrs.frozen
@@ -247,13 +250,16 @@ class VmActor(AggregateActor):
                 return self._finished(message)
             case _Released():
                 return self._released(message)
-            case Recover():
-                return self._recover()
+            case Recover(reason=reason):
+                return self._recover(reason)
             case Observe():
                 return self._observe(message)
             case Query():
                 return self.info()
         raise TypeError(f"vm: unknown message {message!r}")
+
+    def recovery(self, reason: str) -> Recover:
+        return Recover(f"interrupted by a restart ({reason})")
 
     def info(self) -> VmInfo:
         return VmInfo(self.vmid, self.state, self.task, self.task_version, self.facts, self.claim)
@@ -376,7 +382,7 @@ class VmActor(AggregateActor):
     def _release(self, reason: str) -> None:
         self.start_job(self.allocator.tell(Release(self.vmid, reason)))
 
-    def _recover(self) -> None:
+    def _recover(self, reason: str) -> None:
         if self.state not in WORKING or self.task is None:
             return None
         task, command = self.task, self.task_command
@@ -391,7 +397,7 @@ class VmActor(AggregateActor):
                     return JobResult(
                         False, State.FAILED, error=f"cleanup failed: {removal.leftover}"
                     )
-                error = "interrupted by a restart"
+                error = reason
                 if removal.foreign:
                     error += f"; {removal.foreign}"
                 return JobResult(False, State.ABSENT, error=error)
@@ -399,7 +405,7 @@ class VmActor(AggregateActor):
                 self.svc, self.vmid, self.facts.node if self.facts else None
             )
             changes = {"node": node} if node and self.facts and node != self.facts.node else {}
-            return JobResult(False, state, error="interrupted by a restart", changes=changes)
+            return JobResult(False, state, error=reason, changes=changes)
 
         def done(outcome: Any) -> Any:
             if isinstance(outcome, JobResult):
