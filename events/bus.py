@@ -1,40 +1,60 @@
-"""NATS helpers: connecting with endless reconnects, and JSON request/reply."""
+"""NATS helpers: connecting with endless reconnects, and JSON request/reply with deadlines.
+
+A command is refused at once (503) while the client is not connected, instead of waiting in
+nats-py's reconnect buffer for a time-out; and it carries its caller's deadline in a header,
+so one that reaches its handler after the caller gave up (delayed by an outage, or queued
+behind slow work) is dropped with a log line, never executed unseen.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from events.errors import CommandFailed
+
+__all__ = [
+    "DEADLINE_HEADER",
+    "BusUnavailable",
+    "CommandFailed",
+    "CommandTimeout",
+    "NoResponders",
+    "command",
+    "connect",
+    "deadline_headers",
+    "expired",
+    "request_json",
+    "serve_json",
+]
+
 log = logging.getLogger(__name__)
 
 JsonHandler = Callable[[Any], Awaitable[Any]]
 
+# Unix time (seconds) after which the caller no longer waits for the answer.
+DEADLINE_HEADER = "Cairn-Deadline"
+# Pings find a server that hangs without closing the connection (a stopped process, a lost
+# network): declared stale after PING_INTERVAL * MAX_OUTSTANDING_PINGS seconds of silence.
+PING_INTERVAL = 1
+MAX_OUTSTANDING_PINGS = 3
+BUS_DOWN = "the message bus (NATS) is unavailable; cairn is reconnecting, try again shortly"
 
-class CommandFailed(Exception):
-    """A command was refused or failed; ``status`` is the HTTP status it maps to.
 
-    The exception tree, in one place:
+class BusUnavailable(CommandFailed):
+    """The client is not connected to NATS: nothing can be sent until it reconnects."""
 
-    * ``CommandFailed(status, message)`` — the handler said no (``actors.runtime.Rejected``
-      is one) or raised; travels back over NATS as ``{"error": {"status", "message"}}``.
-    * ``NoResponders`` (503) — nothing subscribes to the subject: the service is not running.
-    * ``CommandTimeout`` (504) — nobody answered in time.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    def __init__(self, message: str = BUS_DOWN) -> None:
+        super().__init__(503, message)
 
 
 class CommandTimeout(CommandFailed):
@@ -52,24 +72,63 @@ class NoResponders(CommandFailed):
 
 
 async def connect(url: str, *, name: str = "cairn") -> Client:
-    """A client that never gives up reconnecting: a NATS restart delays work, never ends it."""
+    """A client that never gives up reconnecting: a NATS restart delays work, never ends it.
+    Losing and regaining the server is logged once each way."""
 
     async def on_error(exc: Exception) -> None:
         log.debug("nats: %s", exc)
 
-    return await nats.connect(
+    nc = Client()
+
+    async def on_disconnected() -> None:
+        if not nc.is_closed:  # nats-py calls this on close() too
+            log.warning("nats: connection to %s lost; reconnecting", url)
+
+    async def on_reconnected() -> None:
+        log.warning("nats: reconnected to %s", url)
+
+    await nc.connect(
         url,
         name=name,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.1,
+        reconnect_time_wait=0.1,  # type: ignore[arg-type]  # seconds; a float works
+        ping_interval=PING_INTERVAL,
+        max_outstanding_pings=MAX_OUTSTANDING_PINGS,
         error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
     )
+    return nc
+
+
+def deadline_headers(timeout: float) -> dict[str, str]:
+    """The header that tells a handler when this caller stops waiting."""
+    return {DEADLINE_HEADER: f"{time.time() + timeout:.3f}"}
+
+
+def expired(msg: Msg) -> bool:
+    """Whether ``msg`` arrived after its caller's deadline; if so, says so in the log."""
+    raw = (msg.headers or {}).get(DEADLINE_HEADER)
+    if raw is None:
+        return False
+    try:
+        late = time.time() - float(raw)
+    except ValueError:
+        return False
+    if late <= 0:
+        return False
+    log.warning(
+        "dropped an expired command on %s: its caller stopped waiting %.1f s ago", msg.subject, late
+    )
+    return True
 
 
 async def request_json(nc: Client, subject: str, payload: Any, timeout: float = 5.0) -> Any:
+    if not nc.is_connected:
+        raise BusUnavailable()
     data = json.dumps(payload, separators=(",", ":")).encode()
     try:
-        msg = await nc.request(subject, data, timeout=timeout)
+        msg = await nc.request(subject, data, timeout=timeout, headers=deadline_headers(timeout))
     except NoRespondersError:
         raise NoResponders(f"no service answers on {subject}") from None
     except NatsTimeout:
@@ -97,13 +156,16 @@ async def serve_json(
 ) -> Subscription:
     """Answer requests on ``subject`` with ``handler(payload)``. A :class:`CommandFailed`
     (``Rejected``) becomes ``{"error": {"status", "message"}}``; any other error becomes
-    status 500 and is logged, so the caller never waits for a time-out.
+    status 500 and is logged, so the caller never waits for a time-out. A request past its
+    caller's deadline is dropped unanswered (:func:`expired`).
 
     nats-py runs one subscription's callbacks one after another; with ``concurrent=True``
     each request is answered in its own task, so a slow one does not queue the rest (use it
     when the handler does not rely on arrival order)."""
 
     async def answer(msg: Msg) -> None:
+        if expired(msg):
+            return
         try:
             reply = await handler(json.loads(msg.data))
         except CommandFailed as exc:

