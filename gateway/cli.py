@@ -13,11 +13,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from events.nats_server import NatsServerError, free_port
 from gateway import services as catalogue
-from gateway.config import ConfigError, env_int, env_str, load_env
+from gateway.config import ConfigError, env_float, env_int, env_str, load_env
+from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
+from gateway.logs import configure as configure_logging
 from gateway.runtime import Runtime, open_runtime
 from gateway.services import ServiceDef
 
@@ -49,9 +52,36 @@ def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool)
     return host, port if port is not None else free_port(host)
 
 
+@attrs.frozen
+class ServerSettings:
+    """How every listener behaves and how a stop ends (README: Configuration)."""
+
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    stop_grace: float
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], listeners: int) -> ServerSettings:
+        cap = env_int(env, "CAIRN_MAX_CONNECTIONS", None, min=1)
+        return cls(
+            header_timeout=env_float(env, "CAIRN_HEADER_TIMEOUT", 15.0, min=0.1),
+            body_timeout=env_float(env, "CAIRN_BODY_TIMEOUT", 30.0, min=0.1),
+            max_connections=cap if cap is not None else default_cap(listeners),
+            stop_grace=env_float(env, "CAIRN_STOP_GRACE", 10.0, min=0),
+        )
+
+
+@attrs.define
+class Listening:
+    runner: web.AppRunner
+    site: GuardedSite
+
+
 async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[str]) -> int:
     single = len(names) == 1
     chosen = [catalogue.load(name) for name in names]
+    settings = ServerSettings.from_env(env, len(chosen))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -62,23 +92,58 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         print(f"cairn: nats {runtime.nats_url} ({where})", flush=True)
         for service in chosen:
             runtime.listen[service.name] = listen_address(env, service, single=single)
-        for service in chosen:
-            await _start_service(runtime, service, stack)
+        listening = [await _start_service(runtime, s, stack, settings) for s in chosen]
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
         print("cairn: stopping", flush=True)
+        await _wind_down(runtime, listening, settings.stop_grace)
     return 0
 
 
+async def _wind_down(runtime: Runtime, listening: list[Listening], grace: float) -> None:
+    """Stop taking connections, give running jobs and open requests the grace period, then
+    interrupt what is left: its tasks are settled at the next start, as after a crash."""
+    deadline = asyncio.get_running_loop().time() + grace
+    for one in listening:
+        await one.site.stop()
+    left = await runtime.actors.drain(grace)
+    if left:
+        log.warning(
+            "stopping: the grace period (%g s) is over; interrupting the jobs of %s: their "
+            "tasks will be settled at the next start",
+            grace, ", ".join(left),
+        )  # fmt: skip
+    remaining = max(0.5, deadline - asyncio.get_running_loop().time())
+    servers = [one.runner.server for one in listening if one.runner.server is not None]
+    for server in servers:
+        server.pre_shutdown()  # idle keep-alive connections close now
+    open_now = sum(len(server.connections) for server in servers)
+    if open_now:
+        log.info(
+            "stopping: closing %d connection(s); requests in progress get %.1f s",
+            open_now,
+            remaining,
+        )
+    await asyncio.gather(*(server.shutdown(remaining) for server in servers))
+
+
 async def _start_service(
-    runtime: Runtime, service: ServiceDef, stack: contextlib.AsyncExitStack
-) -> None:
+    runtime: Runtime,
+    service: ServiceDef,
+    stack: contextlib.AsyncExitStack,
+    settings: ServerSettings,
+) -> Listening:
     host, port = runtime.listen[service.name]
     app = await service.build(runtime)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    app.middlewares.insert(0, body_guard(settings.body_timeout))
+    # keepalive_timeout is also how long a new connection may take to send its headers
+    # (aiohttp arms it at connect): the slowloris time-out.
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, keepalive_timeout=settings.header_timeout
+    )
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, host, port)
+    site = GuardedSite(runner, host, port, cap=settings.max_connections, name=service.name)
     try:
         await site.start()
     except OSError as exc:
@@ -87,6 +152,7 @@ async def _start_service(
     print(f"cairn: {service.name} on http://{host}:{port}", flush=True)
     for line in route_lines(app):
         print(f"    {line}", flush=True)
+    return Listening(runner, site)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -111,11 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(run_sim(argv[1:]) or 0)
     args = _build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.verbose)
+    if args.command in ("up", "serve"):
+        raise_open_files_limit()
     try:
         return _dispatch(args)
     except ConfigError as exc:

@@ -16,9 +16,9 @@ from actors.runtime import ActorHost
 from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
-from events.store import EventStore, default_store_url
+from events.store import EventStore, RetryPolicy, default_store_url
 from gateway.config import data_dir as resolve_data_dir
-from gateway.config import env_str
+from gateway.config import env_float, env_str
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ async def open_runtime(
             log.info("embedded nats-server on %s (store %s)", nats_url, root / "nats")
         nc = await connect(nats_url)
         stack.push_async_callback(nc.close)
-        store = await EventStore.open(env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root))
+        retry = RetryPolicy(budget=env_float(env, "CAIRN_STORE_RETRY", 10.0, min=0))
+        url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root)
+        store = await EventStore.open(url, retry)
         stack.push_async_callback(store.close)
         relay = OutboxRelay(store, nc)
         await relay.start()
