@@ -18,6 +18,7 @@ from aiohttp import web
 
 from events.nats_server import NatsServerError, free_port
 from gateway import services as catalogue
+from gateway import store_cli
 from gateway.config import ConfigError, env_float, env_int, env_str, load_env
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import configure as configure_logging
@@ -166,6 +167,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sim", help="the simulated Proxmox cluster alone (cairn sim --help)")
     if importlib.util.find_spec("gateway.search_cli"):
         importlib.import_module("gateway.search_cli").register(sub)
+    store_cli.register(sub)
     return parser
 
 

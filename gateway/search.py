@@ -38,6 +38,10 @@ class BadRequest(Exception):
     pass
 
 
+class Unavailable(Exception):
+    """The database is loaded but cannot be used now (503): its stream is quarantined."""
+
+
 def parse_limit(raw: str | None) -> int:
     """1-100; missing, non-numeric, non-positive or above 100 falls back to 10 (spec)."""
     try:
@@ -91,9 +95,15 @@ async def rebinding_guard(
 class SearchService:
     """Loaded databases and the two search branches; shared by HTTP and MCP."""
 
-    def __init__(self, registry: Registry, engines: dict[str, Engine]) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        engines: dict[str, Engine],
+        quarantined: dict[str, str] | None = None,
+    ) -> None:
         self.registry = registry
         self.engines = engines
+        self.quarantined = quarantined or {}
 
     def listing(self) -> dict[str, Any]:
         return {
@@ -104,6 +114,8 @@ class SearchService:
     def engine(self, db: str | None) -> Engine:
         if not db:
             raise BadRequest("db is required")
+        if db in self.quarantined:
+            raise Unavailable(f"database {quoted(db)} is unavailable: {self.quarantined[db]}")
         engine = self.engines.get(db)
         if engine is None:
             raise BadRequest(f"{quoted(db)} not exist")
@@ -147,6 +159,8 @@ def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.
             )
         except BadRequest as exc:
             return _error(400, str(exc))
+        except Unavailable as exc:
+            return _error(503, str(exc))
         except Exception as exc:
             log.exception("search failed")
             return _error(500, str(exc) or type(exc).__name__)
@@ -182,8 +196,14 @@ def build_app(service: SearchService, *, remote: bool = False) -> web.Applicatio
 
 
 async def open_databases(
-    runtime: Runtime, registry: Registry, provider: Provider | None, cache: QueryCache | None
+    runtime: Runtime,
+    registry: Registry,
+    provider: Provider | None,
+    cache: QueryCache | None,
+    quarantined: dict[str, str],
 ) -> tuple[dict[str, Engine], list[asyncio.Task[None]], asyncio.Event]:
+    """Load every registered database; one whose indexer stream is quarantined goes into
+    ``quarantined`` (db -> the problem) and answers 503 instead of starting."""
     env = runtime.env
     engines: dict[str, Engine] = {}
     watchers: list[asyncio.Task[None]] = []
@@ -200,6 +220,9 @@ async def open_databases(
             continue
         engines[entry.db] = engine
         handle = await runtime.actors.spawn(SearchIndexer, entry.db, engine=engine)
+        if handle.unavailable is not None:
+            quarantined[entry.db] = handle.unavailable.message
+            continue
         watchers.append(asyncio.create_task(watch(inbox, handle, stop, engine)))
         todo = await asyncio.to_thread(engine.reconcile)
         await handle.ask(Reconciled(len(todo)))
@@ -246,8 +269,9 @@ async def build(runtime: Runtime) -> web.Application:
     cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
     root.mkdir(parents=True, exist_ok=True)
     cache = QueryCache(root / "query_cache.sqlite", cache_size)
-    engines, tasks, stop = await open_databases(runtime, registry, provider, cache)
-    service = SearchService(registry, engines)
+    quarantined: dict[str, str] = {}
+    engines, tasks, stop = await open_databases(runtime, registry, provider, cache, quarantined)
+    service = SearchService(registry, engines, quarantined)
     app = build_app(service, remote=env.get("SEARCH_REMOTE") == "1")
     listen = runtime.listen.get("search")
     base_url = endpoint_url(*listen) if listen is not None else None
