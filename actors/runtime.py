@@ -165,14 +165,20 @@ class AggregateActor(pykka.ThreadingActor):
         future.add_done_callback(self._check_append)
 
     def start_job(
-        self, coro: Coroutine[Any, Any, Any], *, done: Callable[[Any], Any] | None = None
+        self,
+        coro: Coroutine[Any, Any, Any],
+        *,
+        done: Callable[[Any], Any] | None = None,
+        timer: bool = False,
     ) -> concurrent.futures.Future[Any]:
         """Run ``coro`` on the event loop. When it ends, ``done(result or exception)`` is
         called in this actor's thread and what it returns is handled as a message (``None``:
-        nothing to handle)."""
+        nothing to handle). ``timer=True`` for a job that only waits (a retry's pause): a
+        graceful stop does not wait for it."""
         future = asyncio.run_coroutine_threadsafe(coro, self.ctx.loop)
         self._jobs.add(future)
-        self.ctx.host.job_started(future, self.stream)
+        if not timer:
+            self.ctx.host.job_started(future, self.stream)
 
         def finished(f: concurrent.futures.Future[Any]) -> None:
             self._jobs.discard(f)
@@ -413,7 +419,7 @@ class ActorHost:
                 return
             actor = handle.cls.start(self.ctx, handle.ident, history, self._kwargs[key])
         except DamagedEvent as exc:
-            log.error("quarantined %s at position %d: %s", stream, exc.position, exc.message)
+            log.error("%s", exc.message)  # names the stream, the row's position and why
             handle.unavailable = exc
             _refuse(queued, exc)
             handle.ready.set()

@@ -37,6 +37,7 @@ from actors.images.settings import ImageSettings
 from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
+from events.errors import disk_full, reason
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
@@ -257,7 +258,12 @@ class ImageService:
                 rel = clean_relpath(f"{directory}/{filename}" if directory else filename)
             except UnsafePath:
                 raise Failure(400, "invalid file name") from None
-            tmp, kind, size = await self._receive(part)
+            try:
+                tmp, kind, size = await self._receive(part)
+            except OSError as exc:
+                if disk_full(exc):
+                    raise Failure(507, "disk full: no space left to store the upload") from None
+                raise Failure(500, f"cannot store the upload: {reason(exc)}") from None
             reply = await self._command(
                 STORE_SUBJECT,
                 {

@@ -10,6 +10,8 @@ the same file system) and never travel through the mailbox.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import secrets
 import time
@@ -21,9 +23,12 @@ import attrs
 from actors.images.events import ImageDeleted, ImageStored, deleted, stored
 from actors.images.layout import StoreLayout
 from actors.images.paths import UnsafePath, clean_filename, clean_relpath, entry_path
-from actors.images.sniff import KINDS
+from actors.images.sniff import KINDS, SNIFF_BYTES, sniff
 from actors.runtime import AggregateActor, Rejected
+from events.errors import disk_full, reason
 from events.model import Event
+
+log = logging.getLogger(__name__)
 
 SINGLETON = "store"
 
@@ -54,6 +59,33 @@ class Entry:
     size: int
 
 
+@attrs.frozen
+class _Reconcile:
+    """After a failure: the files may have changed without their events being stored."""
+
+
+@attrs.frozen
+class _Found:
+    files: Any  # dict[str, Entry], or the exception the scan died of
+
+
+def scan(store: Path) -> dict[str, Entry]:
+    """What the store tree holds: each file's path, sniffed type and size."""
+    found: dict[str, Entry] = {}
+    for folder, _, names in os.walk(store):
+        for name in names:
+            path = Path(folder) / name
+            try:
+                with path.open("rb") as fh:
+                    kind = sniff(fh.read(SNIFF_BYTES))
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if kind is not None:
+                found[path.relative_to(store).as_posix()] = Entry(kind.mime, size)
+    return found
+
+
 class ImageStoreActor(AggregateActor):
     aggregate = "images"
 
@@ -78,7 +110,32 @@ class ImageStoreActor(AggregateActor):
             return self._delete(message)
         if isinstance(message, GetCatalogue):
             return dict(self.catalogue)
+        if isinstance(message, _Reconcile):
+            self.start_job(asyncio.to_thread(scan, self.layout.store), done=_Found)
+            return None
+        if isinstance(message, _Found):
+            return self._reconciled(message.files)
         raise TypeError(f"unknown command {type(message).__name__}")
+
+    def recovery(self, reason: str) -> _Reconcile:
+        return _Reconcile()
+
+    def _reconciled(self, files: Any) -> None:
+        """Record what changed on disk without an event (an upload or delete whose event the
+        store refused), so the catalogue and the other hosts' caches catch up."""
+        if not isinstance(files, dict):
+            log.error("image store: the store tree could not be read: %r", files)
+            return None
+        changes: list[Event] = [
+            stored(rel, entry.type, entry.size)
+            for rel, entry in sorted(files.items())
+            if self.catalogue.get(rel) != entry
+        ]
+        changes += [deleted(rel, "") for rel in sorted(set(self.catalogue) - set(files))]
+        if changes:
+            log.warning("image store: recording %d change(s) found on disk", len(changes))
+            self.record(*changes)
+        return None
 
     def _target(self, raw: str) -> tuple[str, Path]:
         """The directory entry ``raw`` names, its parent resolved: a final symlink is itself
@@ -110,6 +167,8 @@ class ImageStoreActor(AggregateActor):
             raise Rejected(400, "invalid path") from exc
         except (FileExistsError, NotADirectoryError) as exc:
             raise Rejected(409, "a file is in the way of this path") from exc
+        except OSError as exc:
+            raise _write_failed("store the upload", exc) from exc
         self.record(stored(rel, cmd.type, cmd.size))
         return {"path": rel, "type": cmd.type, "size": cmd.size}
 
@@ -120,7 +179,16 @@ class ImageStoreActor(AggregateActor):
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         trashed_as = f"{stamp}-{secrets.token_hex(4)}/{rel}"
         dest = self.layout.trash / trashed_as
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(target, dest)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(target, dest)
+        except OSError as exc:
+            raise _write_failed("move the file to the trash", exc) from exc
         self.record(deleted(rel, trashed_as))
         return {"path": rel}
+
+
+def _write_failed(what: str, exc: OSError) -> Rejected:
+    if disk_full(exc):
+        return Rejected(507, f"disk full: cannot {what}")
+    return Rejected(500, f"cannot {what}: {reason(exc)}")

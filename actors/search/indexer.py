@@ -19,6 +19,7 @@ from actors.runtime import AggregateActor
 from actors.search import engine as eng
 from actors.search import events
 from actors.search.parsers import is_ignored
+from events.errors import disk_full
 from events.model import Event
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,15 @@ class _Embedded:
     count: Any
 
 
+@attrs.frozen
+class _Rescan:
+    """After a failure: find what changed while the actor was down (its queue is gone)."""
+
+
+# A source whose indexing met a full disk is tried again after these pauses (then every 30 s).
+FULL_DISK_PAUSES = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
 class SearchIndexer(AggregateActor):
     aggregate = "search"
 
@@ -53,6 +63,7 @@ class SearchIndexer(AggregateActor):
         self.queue: dict[str, None] = {}
         self.busy = False
         self.documents = 0
+        self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
 
     def apply(self, event: Event) -> None:
         if isinstance(event, events.DocumentIndexed):
@@ -69,12 +80,37 @@ class SearchIndexer(AggregateActor):
             return None
         if isinstance(message, _Done):
             self.busy = False
-            event = self._event_for(message.source, message.outcome)
-            if event is not None:
-                self.record(event)
+            if isinstance(message.outcome, BaseException) and disk_full(message.outcome):
+                self._retry_when_space(message.source)
+            else:
+                self.waiting_for_space.pop(message.source, None)
+                event = self._event_for(message.source, message.outcome)
+                if event is not None:
+                    self.record(event)
             self._next()
             return None
+        if isinstance(message, _Rescan):
+            self.start_job(
+                asyncio.to_thread(self.engine.reconcile),
+                done=lambda todo: SourcesChanged(tuple(todo)) if isinstance(todo, list) else None,
+            )
+            return None
         return None
+
+    def recovery(self, reason: str) -> _Rescan:
+        return _Rescan()
+
+    def _retry_when_space(self, source: str) -> None:
+        """The disk is full: not a verdict on the file. Try it again later, not dismissed."""
+        tries = self.waiting_for_space.get(source, 0)
+        self.waiting_for_space[source] = tries + 1
+        pause = FULL_DISK_PAUSES[min(tries, len(FULL_DISK_PAUSES) - 1)]
+        if tries == 0:
+            log.warning(
+                "search %s: the disk is full; %s will be indexed once there is space",
+                self.ident, source,
+            )  # fmt: skip
+        self.start_job(asyncio.sleep(pause), done=lambda _: SourcesChanged((source,)), timer=True)
 
     def _event_for(self, source: str, outcome: Any) -> Event | None:
         db = self.ident
