@@ -1,0 +1,216 @@
+"""cairn as an operator runs it: its own process, its own CAIRN_DATA and ports, the embedded
+nats-server as its child, a real SQLite file; the Proxmox simulator and the image mirror run in
+the test so the test can read the cluster's state. Every test ends by checking that nothing
+cairn started is still running."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import pytest
+from pvesim.cluster import SimCluster
+
+from events.nats_server import free_port
+from tests.conftest import wait_for
+from tests.vm.conftest import Sse, read_sse
+from tests.vm.mirror import Mirror, mirror_files, serve_mirror
+
+CAIRN = str(Path(sys.executable).parent / "cairn")
+SERVICES = ("status", "vm", "functions", "images", "search")
+
+
+@attrs.define
+class Cairn:
+    """One running cairn process."""
+
+    proc: asyncio.subprocess.Process
+    env: dict[str, str]
+    log_path: Path
+    ports: dict[str, int]
+    session: aiohttp.ClientSession
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    @property
+    def api(self) -> str:
+        return self.url("vm") + "/api"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def wait_log(self, pattern: str, *, timeout: float = 20.0) -> re.Match[str]:
+        regex = re.compile(pattern)
+        found: re.Match[str] | None = await wait_for(
+            lambda: regex.search(self.log()), timeout=timeout, what=f"log line {pattern!r}"
+        )
+        assert found is not None
+        return found
+
+    def nats_port(self) -> int:
+        match = re.search(r"cairn: nats nats://127\.0\.0\.1:(\d+)", self.log())
+        assert match, self.log()
+        return int(match.group(1))
+
+    async def request(self, method: str, url: str, **kw: Any) -> tuple[int, str]:
+        async with self.session.request(method, url, **kw) as resp:
+            return resp.status, await resp.text()
+
+    async def install(self, **body: Any) -> Sse:
+        payload = {"os": "debian", "version": "12", **body}
+        async with self.session.post(self.api + "/vm/install", json=payload) as resp:
+            return await read_sse(resp)
+
+    async def vm_list(self) -> dict[str, Any]:
+        async with self.session.get(self.api + "/vm/list") as resp:
+            assert resp.status == 200, await resp.text()
+            data: dict[str, Any] = await resp.json()
+            return data
+
+    async def health(self) -> tuple[int, str]:
+        return await self.request("GET", self.url("status") + "/health")
+
+    async def upload_image(self, path: str, data: bytes) -> tuple[int, str]:
+        form = aiohttp.FormData()
+        form.add_field("filepath", data, filename=path.rsplit("/", 1)[-1])
+        directory = path.rsplit("/", 1)[0] if "/" in path else ""
+        return await self.request("POST", f"{self.url('images')}/upload/{directory}", data=form)
+
+    async def upload_function(self, path: str, code: str) -> tuple[int, str]:
+        body = {"path": path, "language": "python", "code": code}
+        return await self.request("POST", self.url("functions") + "/upload", json=body)
+
+    async def run_function(self, path: str) -> tuple[int, str]:
+        return await self.request("POST", f"{self.url('functions')}/run/{path}", json={})
+
+    async def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        return await asyncio.wait_for(self.proc.wait(), timeout)
+
+
+def stray_processes(marker: str) -> list[str]:
+    """Processes whose command line names ``marker`` (a test's own directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(f"{entry.name}: {cmdline.strip()}")
+    return found
+
+
+def children_named(pid: int, name: str) -> list[int]:
+    """Direct children of ``pid`` whose executable is ``name``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and comm == name:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
+    async with SimCluster(tmp_path / "pve", delay_scale=0) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def mirror() -> AsyncIterator[Mirror]:
+    async with serve_mirror(mirror_files()) as m:
+        yield m
+
+
+StartCairn = Callable[..., Awaitable[Cairn]]
+
+
+@pytest.fixture
+async def start_cairn(tmp_path: Path, sim: SimCluster, mirror: Mirror) -> AsyncIterator[StartCairn]:
+    """``await start_cairn("up", **env)``: a cairn process, ready; ``wrapper`` prefixes its
+    command line (``prlimit …``, ``unshare …``). All are killed at the end, and the test fails
+    if anything started under its directory is still running."""
+    started: list[Cairn] = []
+    sessions: list[aiohttp.ClientSession] = []
+    ports = {name: free_port() for name in SERVICES}
+
+    async def start(*args: str, wrapper: tuple[str, ...] = (), **extra: str) -> Cairn:
+        env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+        env.update(sim.env())
+        env.update(
+            CAIRN_DATA=str(tmp_path / "data"),
+            XDG_CONFIG_HOME=str(tmp_path / "config"),
+            SEARCH_INBOX=str(tmp_path / "inbox"),
+            IMAGE_BASE_URL=mirror.base_url,
+            VM_SSH_POLL="0.02",
+            VM_SSH_WAIT="10",
+            VM_POLL_INTERVAL="30",
+            VM_CPU_TYPE="x86-64-v2-AES",
+            EMBEDDING_PROVIDER="none",
+            CAIRN_PORT=str(ports["status"]),
+            VM_PORT=str(ports["vm"]),
+            FUNCTIONS_PORT=str(ports["functions"]),
+            IMAGES_PORT=str(ports["images"]),
+            SEARCH_PORT=str(ports["search"]),
+        )
+        env.update(extra)
+        log_path = tmp_path / f"cairn-{len(started)}.log"
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *wrapper, CAIRN, *(args or ("up",)),
+                cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            )  # fmt: skip
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        sessions.append(session)
+        cairn = Cairn(proc, env, log_path, ports, session)
+        started.append(cairn)
+
+        def ready() -> bool:
+            if proc.returncode is not None:
+                raise AssertionError(f"cairn exited ({proc.returncode}):\n{cairn.log()}")
+            return "cairn: ready" in cairn.log()
+
+        await wait_for(ready, timeout=60, what="cairn to be ready")
+        return cairn
+
+    yield start
+    for session in sessions:
+        await session.close()
+    for cairn in started:
+        if cairn.proc.returncode is None:
+            cairn.proc.kill()
+            await cairn.proc.wait()
+    marker = str(tmp_path)
+
+    def nothing_left() -> bool:
+        return not stray_processes(marker)
+
+    with contextlib.suppress(AssertionError):
+        await wait_for(nothing_left, timeout=10, what="cairn's children to end")
+    left = stray_processes(marker)
+    if left:
+        for line in left:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+        pytest.fail("processes outlived cairn:\n" + "\n".join(left))
