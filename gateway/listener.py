@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import resource
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,10 +28,16 @@ log = logging.getLogger(__name__)
 # SSH sessions, sandboxes, search databases.
 RESERVED_FDS = 256
 MAX_DEFAULT_CAP = 4096
-# A refused connection is closed at once once its request arrived, else after this long: its
-# request must be read before the close, or the kernel resets the connection and the client
-# may never see the 503.
-REFUSAL_LINGER = 0.5
+# A refused connection is closed as soon as its request's headers are read, or after this
+# long: closing with the request unread makes the kernel reset the connection, and the client
+# may lose the 503; waiting longer would let a flood of silent connections hold descriptors.
+REFUSAL_LINGER = 0.05
+# Refusals allowed to linger at once per service; past it (a flood) they close at once.
+MAX_LINGERING = 16
+# Pending connections per listener. asyncio accepts up to this many in one go before any
+# protocol (and so the cap) sees them: small enough that five listeners' bursts fit in what
+# the cap leaves free, large enough for ordinary bursts of clients.
+BACKLOG = 64
 BUSY_BODY = b"too many connections to this service; try again shortly\n"
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -59,19 +64,18 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 def default_cap(listeners: int) -> int:
-    """Connections per service: half of what the open-file limit leaves after the reserve
-    (the other half absorbs refused connections while they are answered), at least 16."""
+    """Connections per service: a third of what the open-file limit leaves after the reserve
+    (the rest absorbs accept bursts and refused connections while they are answered)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     spare = max(0, soft - RESERVED_FDS)
-    return max(16, min(MAX_DEFAULT_CAP, spare // (2 * max(1, listeners))))
+    return max(16, min(MAX_DEFAULT_CAP, spare // (3 * max(1, listeners))))
 
 
 class _Refusal(asyncio.Protocol):
     """Answers 503 and closes: the whole life of a connection over the cap."""
 
-    def __init__(self, service: str, refused: Callable[[], None]) -> None:
-        self._service = service
-        self._refused = refused
+    def __init__(self, site: GuardedSite) -> None:
+        self._site = site
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._seen = b""
@@ -79,8 +83,12 @@ class _Refusal(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self._refused()
+        self._site.count_refusal()
         transport.write(BUSY_RESPONSE)
+        if self._site.lingering >= MAX_LINGERING:
+            transport.close()
+            return
+        self._site.lingering += 1
         self._timer = asyncio.get_running_loop().call_later(REFUSAL_LINGER, transport.close)
 
     def data_received(self, data: bytes) -> None:
@@ -96,6 +104,7 @@ class _Refusal(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._site.lingering -= 1
 
     def _close(self) -> None:
         if self._transport is not None:
@@ -106,13 +115,14 @@ class GuardedSite(web.TCPSite):
     """A TCP site that answers 503 to connections beyond ``cap``."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, cap: int, name: str):
-        super().__init__(runner, host, port, backlog=1024)
+        super().__init__(runner, host, port, backlog=BACKLOG)
         self.cap = cap
         self.service = name
         self.refused = 0
+        self.lingering = 0
         self._last_report = 0.0
 
-    def _count_refusal(self) -> None:
+    def count_refusal(self) -> None:
         self.refused += 1
         now = asyncio.get_running_loop().time()
         if now - self._last_report >= 10:
@@ -131,7 +141,7 @@ class GuardedSite(web.TCPSite):
 
         def factory() -> Any:
             if len(server.connections) >= self.cap:
-                return _Refusal(self.service, self._count_refusal)
+                return _Refusal(self)
             return server()
 
         loop = asyncio.get_running_loop()

@@ -36,7 +36,8 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < self.min_level:
             return True
-        key = (record.name, record.levelno, str(record.msg))
+        # The template's first line: asyncio puts the socket or task (which vary) after it.
+        key = (record.name, record.levelno, str(record.msg).split("\n", 1)[0])
         now = self.clock()
         start, passed, held = self._seen.get(key, (now, 0, 0))
         if now - start >= self.window:
