@@ -30,6 +30,15 @@ def nats_child(cairn: Cairn) -> int:
     return pids[0]
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan waits for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 async def healthy(cairn: Cairn) -> bool:
     return (await cairn.health())[0] == 200
 
@@ -126,7 +135,7 @@ async def test_nats_server_dies_with_cairn_and_a_stale_one_is_ended_at_start(
         await wait_for(
             lambda: not stray_processes(str(tmp_path)), what="nats-server to die with cairn"
         )
-        assert str(child) not in os.listdir("/proc")
+        await wait_for(lambda: not running(child), what=f"nats-server {child} to be gone")
         again = await start_cairn("serve", "images")  # the same store starts cleanly
         assert "ending a stale nats-server" not in again.log()
         assert await again.stop() == 0
