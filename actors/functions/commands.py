@@ -19,7 +19,7 @@ from actors.functions.registry import SINGLETON, FunctionRegistry, Resolve, Stor
 from actors.functions.requests import FAILED_TO_RUN, INVALID_PATH, INVALID_PAYLOAD, SAVE_FAILED
 from actors.runtime import ActorHandle, ActorHost
 from events.bus import CommandFailed, serve_json
-from events.errors import DamagedEvent, StoreWriteFailed, reason
+from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,12 @@ async def serve_registry(
         except DamagedEvent:
             raise  # the registry is quarantined: 503 naming the damaged row
         except (OSError, StoreWriteFailed) as exc:
-            # A storage write failed (the spec's 500): say which and why, plainly.
+            # A storage write failed: the spec's 500 and message, followed by why when it is
+            # something the operator must act on (a full disk, a store refusing writes).
             why = exc.message if isinstance(exc, StoreWriteFailed) else reason(exc)
             log.error("storing a version of %r failed: %s", path, why)
-            raise CommandFailed(500, f"{SAVE_FAILED}: {why}") from None
+            told = isinstance(exc, StoreWriteFailed) or disk_full(exc)
+            raise CommandFailed(500, f"{SAVE_FAILED}: {why}" if told else SAVE_FAILED) from None
         except Exception:
             log.exception("storing a version of %r failed", path)
             raise CommandFailed(500, SAVE_FAILED) from None

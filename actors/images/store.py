@@ -60,7 +60,7 @@ class Entry:
 
 
 @attrs.frozen
-class _Reconcile:
+class Reconcile:
     """After a failure: the files may have changed without their events being stored."""
 
 
@@ -110,15 +110,15 @@ class ImageStoreActor(AggregateActor):
             return self._delete(message)
         if isinstance(message, GetCatalogue):
             return dict(self.catalogue)
-        if isinstance(message, _Reconcile):
+        if isinstance(message, Reconcile):
             self.start_job(asyncio.to_thread(scan, self.layout.store), done=_Found)
             return None
         if isinstance(message, _Found):
             return self._reconciled(message.files)
         raise TypeError(f"unknown command {type(message).__name__}")
 
-    def recovery(self, reason: str) -> _Reconcile:
-        return _Reconcile()
+    def recovery(self, reason: str) -> Reconcile:
+        return Reconcile()
 
     def _reconciled(self, files: Any) -> None:
         """Record what changed on disk without an event (an upload or delete whose event the

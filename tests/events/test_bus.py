@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 from nats.aio.client import Client
 
 from actors.runtime import Rejected
-from events.bus import CommandFailed, CommandTimeout, NoResponders, command, serve_json
+from events.bus import (
+    DEADLINE_HEADER,
+    BusUnavailable,
+    CommandFailed,
+    CommandTimeout,
+    NoResponders,
+    command,
+    connect,
+    serve_json,
+)
+from events.nats_server import EmbeddedNats
+from tests.conftest import wait_for
 
 
 async def test_a_reply_comes_back_as_json(nc: Client) -> None:
@@ -93,3 +105,32 @@ async def test_concurrent_serving_lets_a_fast_command_pass_a_slow_one(nc: Client
     assert await command(nc, "cmd.conc", {"slow": False, "n": 2}, timeout=5) == 2
     release.set()
     assert await slow == 1
+
+
+async def test_a_command_past_its_deadline_is_dropped_with_a_log_line(
+    nc: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[Any] = []
+
+    async def handler(payload: Any) -> Any:
+        ran.append(payload)
+        return {}
+
+    await serve_json(nc, "cmd.late", handler)
+    late = {DEADLINE_HEADER: f"{time.time() - 3:.3f}"}
+    await nc.publish("cmd.late", b'{"n": 1}', reply="_INBOX.nobody", headers=late)
+    assert await command(nc, "cmd.late", {"n": 2}) == {}  # in time: answered
+    assert ran == [{"n": 2}]
+    assert "dropped an expired command on cmd.late: its caller stopped waiting 3." in caplog.text
+
+
+async def test_a_command_while_disconnected_is_a_503_at_once(nats_server: EmbeddedNats) -> None:
+    client = await connect(nats_server.url)
+    await nats_server.stop()
+    try:
+        await wait_for(lambda: not client.is_connected, what="the client to notice")
+        with pytest.raises(BusUnavailable) as info:
+            await asyncio.wait_for(command(client, "cmd.any", {}, timeout=60), 1)
+        assert info.value.status == 503 and "NATS" in info.value.message
+    finally:
+        await client.close()

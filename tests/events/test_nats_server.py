@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -9,8 +12,16 @@ from pathlib import Path
 import pytest
 
 from events.bus import connect
-from events.nats_server import EmbeddedNats, NatsServerError, find_binary
+from events.nats_server import (
+    EmbeddedNats,
+    NatsServerError,
+    end_stale_servers,
+    find_binary,
+    free_port,
+    servers_on,
+)
 from gateway.runtime import open_runtime
+from tests.conftest import wait_for
 
 
 async def test_starts_with_jetstream_and_stops(tmp_path: Path) -> None:
@@ -59,3 +70,41 @@ async def test_without_nats_url_the_runtime_embeds_one_under_cairn_data(tmp_path
     assert runtime.embedded_nats.port is not None
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", runtime.embedded_nats.port)) != 0
+
+
+async def test_a_server_that_dies_is_started_again_on_its_port_and_store(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "nats")
+    url = await server.start()
+    nc = await connect(url)
+    try:
+        first = server.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        await wait_for(lambda: server.restarts == 1, what="the restart")
+        assert server.url == url and server.pid != first
+        await wait_for(lambda: nc.is_connected, what="the client to reconnect")
+        assert await nc.jetstream().account_info() is not None
+    finally:
+        await nc.close()
+        await server.stop()
+    assert server.restarts == 1  # a stop is not a death: nothing was restarted after it
+
+
+async def test_servers_left_on_a_store_directory_are_found_and_ended(tmp_path: Path) -> None:
+    store = (tmp_path / "nats").resolve()
+    store.mkdir()
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    argv = [str(find_binary()), "-a", "127.0.0.1", "-js", "-sd"]
+    mine = await asyncio.create_subprocess_exec(*argv, str(store), "-p", str(free_port()))
+    theirs = await asyncio.create_subprocess_exec(*argv, str(other), "-p", str(free_port()))
+    try:
+        await wait_for(lambda: servers_on(store) == [mine.pid], what="the stale server")
+        assert await end_stale_servers(store) == []
+        assert await asyncio.wait_for(mine.wait(), 10) is not None
+        assert theirs.returncode is None and servers_on(other) == [theirs.pid]
+    finally:
+        for proc in (mine, theirs):
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from actors.images.commands import DELETE_SUBJECT, STORE_SUBJECT
-from actors.images.store import SINGLETON, Entry, GetCatalogue, ImageStoreActor
+from actors.images.store import SINGLETON, Entry, GetCatalogue, ImageStoreActor, Reconcile
 from events.bus import request_json
 from gateway.runtime import Runtime
+from tests.conftest import wait_for
 from tests.images.conftest import Images
 from tests.images.imagedata import encoded
 
@@ -60,3 +61,24 @@ async def test_catalogue_is_rebuilt_from_the_stream(images: Images, runtime: Run
     handle = await runtime.actors.spawn(ImageStoreActor, SINGLETON, layout=images.layout)
     catalogue = await handle.ask(GetCatalogue())
     assert catalogue == {"k/b.png": Entry("image/png", len(encoded("PNG", (4, 4))))}
+
+
+async def test_after_a_failure_the_catalogue_catches_up_with_the_files(
+    images: Images, runtime: Runtime
+) -> None:
+    async with await images.upload("k", "a.png", encoded("PNG", (4, 4))) as resp:
+        assert resp.status == 201
+    # Changes whose events never got stored: a file appeared, another went.
+    images.put("k/new.png", encoded("PNG", (6, 6)))
+    (images.layout.store / "k" / "a.png").unlink()
+    handle = runtime.actors.get(ImageStoreActor, SINGLETON)
+    assert handle is not None
+    await handle.ask(Reconcile())  # what the runtime sends first after a failure
+
+    async def caught_up() -> bool:
+        catalogue = await handle.ask(GetCatalogue())
+        return bool(catalogue == {"k/new.png": Entry("image/png", len(encoded("PNG", (6, 6))))})
+
+    await wait_for(caught_up, what="the catalogue to match the files")
+    stored = [r.event.type_name for r in await runtime.store.read_stream("images:store")]
+    assert stored[-2:] == ["images.stored", "images.deleted"]
