@@ -22,10 +22,14 @@ from pvesim.cluster import SimCluster
 
 from events.nats_server import free_port
 from tests.conftest import wait_for
+from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
-from tests.vm.mirror import Mirror, mirror_files, serve_mirror
+from tests.vm.mirror import Mirror
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
+# The VM tests' simulated cluster and image mirror, run in the test process.
+sim = vm_fixtures.sim
+mirror = vm_fixtures.mirror
 SERVICES = ("status", "vm", "functions", "images", "search")
 
 
@@ -129,18 +133,6 @@ def children_named(pid: int, name: str) -> list[int]:
         if ppid == pid and comm == name:
             found.append(int(entry.name))
     return found
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    async with SimCluster(tmp_path / "pve", delay_scale=0) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def mirror() -> AsyncIterator[Mirror]:
-    async with serve_mirror(mirror_files()) as m:
-        yield m
 
 
 StartCairn = Callable[..., Awaitable[Cairn]]
