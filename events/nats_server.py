@@ -28,12 +28,18 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# argv: <parent pid> <binary> <args…>. PR_SET_PDEATHSIG is 1; if the parent died before the
-# request took effect, the parent is no longer who it was and the wrapper exits instead.
+# argv: <parent pid> <binary> <args…>. PR_SET_PDEATHSIG is 1 (Linux); if the parent died
+# before the request took effect, the parent is no longer who it was and the wrapper exits
+# instead. Where there is no prctl (not Linux) the server starts untied, and says so.
 _TIED_TO_PARENT = (
     "import ctypes,os,sys\n"
-    "if ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0) != 0:\n"
-    "    sys.exit('prctl(PR_SET_PDEATHSIG) failed: errno %d' % ctypes.get_errno())\n"
+    "try:\n"
+    "    tied = ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0) == 0\n"
+    "except (AttributeError, OSError):\n"
+    "    tied = False\n"
+    "if not tied:\n"
+    "    print('cairn: nats-server is not tied to its parent (no PR_SET_PDEATHSIG)',"
+    " file=sys.stderr)\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    sys.exit(0)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"

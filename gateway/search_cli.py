@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
+from events.errors import reason
 
 
 def _registry(env: Mapping[str, str]) -> Registry:
@@ -26,6 +27,9 @@ def cmd_add(args: Any, env: Mapping[str, str]) -> int:
     except RegistryError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
+        return 1
     inbox = inbox_root(env) / entry.db
     inbox.mkdir(parents=True, exist_ok=True)
     print(f"registered {entry.db}; drop files into {inbox} (loaded at the next start)")
@@ -37,6 +41,9 @@ def cmd_remove(args: Any, env: Mapping[str, str]) -> int:
         _registry(env).remove(args.name)
     except RegistryError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
         return 1
     print(f"removed {args.name} from the registry (its index and inbox are left in place)")
     return 0
