@@ -460,8 +460,8 @@ class ActorHost:
             # let them wait, and start it again when the store accepts writes.
             reason = error.message
             handle.unavailable = error
+            handle.ready.set()  # a caller that met the dead actor is waiting: it gets the error
             _refuse(queued, error)
-            queued = []
             self.loop.create_task(self._restart_when_writable(handle, reason))
             return
         handle.ready.clear()
