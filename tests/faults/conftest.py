@@ -85,9 +85,10 @@ class Cairn:
         return await self.request("GET", self.url("status") + "/health")
 
     async def upload_image(self, path: str, data: bytes) -> tuple[int, str]:
+        """Upload ``data`` as ``<directory>/<name>`` (an upload needs a directory)."""
+        directory, name = path.rsplit("/", 1)
         form = aiohttp.FormData()
-        form.add_field("filepath", data, filename=path.rsplit("/", 1)[-1])
-        directory = path.rsplit("/", 1)[0] if "/" in path else ""
+        form.add_field("filepath", data, filename=name)
         return await self.request("POST", f"{self.url('images')}/upload/{directory}", data=form)
 
     async def upload_function(self, path: str, code: str) -> tuple[int, str]:

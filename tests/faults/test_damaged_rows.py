@@ -109,7 +109,7 @@ async def test_damaged_rows_quarantine_their_streams_and_nothing_else(
     status, text = await search(cairn, "notes")
     assert status == 503 and "stream search:notes is quarantined" in json.loads(text)["error"]
 
-    assert (await cairn.upload_image("still.png", PNG))[0] == 201  # the image store is whole
+    assert (await cairn.upload_image("t/still.png", PNG))[0] == 201  # the image store is whole
     async with cairn.session.get(cairn.url("status") + "/status") as resp:
         assert set((await resp.json())["quarantined"]) == set(positions)
     assert await cairn.stop() == 0

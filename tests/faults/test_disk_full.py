@@ -83,10 +83,10 @@ async def test_a_full_disk_gives_clear_errors_and_everything_heals_when_space_is
     cairn = await start_cairn("up", wrapper=namespace_wrapper(mountpoint, "24m"), **env)
     inside = Path(f"/proc/{cairn.proc.pid}/root") / mountpoint.relative_to("/")
     assert (await cairn.install(id=161)).records[-1]["status"] == "success"
-    assert (await cairn.upload_image("before.png", PNG))[0] == 201
+    assert (await cairn.upload_image("t/before.png", PNG))[0] == 201
 
     ballast = await asyncio.to_thread(fill, inside)
-    status, text = await cairn.upload_image("full.png", PNG)
+    status, text = await cairn.upload_image("t/full.png", PNG)
     assert (status, text) == (507, "disk full: no space left to store the upload")
     status, text = await cairn.upload_function("hello", "def main(x):\n    return 1\n")
     assert status == 500 and text.startswith("Failed to save function: "), text
@@ -112,7 +112,7 @@ async def test_a_full_disk_gives_clear_errors_and_everything_heals_when_space_is
 
     await asyncio.to_thread(ballast.unlink)
     await wait_for(lambda: healthy(cairn), timeout=20, what="health once space is back")
-    assert (await cairn.upload_image("after.png", PNG))[0] == 201
+    assert (await cairn.upload_image("t/after.png", PNG))[0] == 201
     assert (await cairn.upload_function("hello", "def main(x):\n    return 1\n"))[0] == 200
     again = await cairn.install(id=162)
     assert again.records[-1]["status"] == "success", again.records[-2:]

@@ -55,7 +55,7 @@ async def test_a_dead_or_hung_nats_server_is_restarted_and_meanwhile_services_an
     os.kill(nats_child(cairn), signal.SIGKILL)
     await cairn.wait_log(rf"nats-server restarted on nats://127\.0\.0\.1:{port} with store ")
     await wait_for(lambda: healthy(cairn), what="health to come back after the restart")
-    assert (await cairn.upload_image("after-kill.png", PNG))[0] == 201
+    assert (await cairn.upload_image("t/after-kill.png", PNG))[0] == 201
 
     # Hung (stopped, its port still open): the client notices within seconds, and until the
     # supervisor has replaced the server every request that needs the bus gets 503 at once.
@@ -72,12 +72,12 @@ async def test_a_dead_or_hung_nats_server_is_restarted_and_meanwhile_services_an
             listing = await cairn.request("GET", cairn.api + "/vm/list")
             upload = await cairn.upload_function("hello", "def main(x):\n    return 2\n")
             run = await cairn.run_function("hello")
-            image = await cairn.upload_image("during.png", PNG)
-            delete = await cairn.request("DELETE", cairn.url("images") + "/del/after-kill.png")
+            image = await cairn.upload_image("t/during.png", PNG)
+            delete = await cairn.request("DELETE", cairn.url("images") + "/del/t/after-kill.png")
         for status, text in (install, listing, upload, run, image, delete):
             assert status == 503 and BUS_DOWN in text, (status, text)
         # Reads that need no bus go on.
-        async with cairn.session.get(cairn.url("images") + "/c/img/after-kill.png") as resp:
+        async with cairn.session.get(cairn.url("images") + "/c/img/t/after-kill.png") as resp:
             assert resp.status == 200 and await resp.read() == PNG
         await cairn.wait_log(rf"nats-server \(pid {hung}\) has not answered for \d+ s; killing it")
     finally:
@@ -85,7 +85,7 @@ async def test_a_dead_or_hung_nats_server_is_restarted_and_meanwhile_services_an
             os.kill(hung, signal.SIGCONT)
     await cairn.wait_log(r"restart 2\)")
     await wait_for(lambda: healthy(cairn), timeout=15, what="health after the hung server")
-    assert (await cairn.upload_image("after-hang.png", PNG))[0] == 201
+    assert (await cairn.upload_image("t/after-hang.png", PNG))[0] == 201
     async with cairn.session.get(cairn.url("status") + "/status") as resp:
         bus = (await resp.json())["bus"]
     assert bus["connected"] and bus["restarts"] == 2 and bus["url"].endswith(f":{port}")
