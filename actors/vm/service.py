@@ -168,6 +168,7 @@ class VmService:
         self.allocator: ActorHandle | None = None
         self.services: Services | None = None
         self._vms_read: asyncio.Future[list[VmResource] | None] | None = None
+        self._stopping = False
 
     @property
     def data(self) -> Path:
@@ -230,6 +231,7 @@ class VmService:
                     log.error("VMID %d stays reserved: %s", vmid, exc.message)
 
     async def stop(self) -> None:
+        self._stopping = True
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -276,7 +278,9 @@ class VmService:
                             self.inventory.vms.pop(vmid, None)
 
     async def _poller(self) -> None:
-        while True:
+        # Not only cancelled: on Python 3.11 a wait_for whose inner wait completes as the
+        # task is cancelled returns normally and the cancellation is lost (a stop then hung).
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poll_now.wait(), self.poll_interval)
             self._poll_now.clear()
