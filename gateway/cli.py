@@ -1,4 +1,6 @@
-"""The ``cairn`` command: ``up``, ``serve <service>``, ``sim`` and ``search …``."""
+"""cairn: VMs on Proxmox VE, sandboxed functions, document search and images, over HTTP.
+
+Run `cairn up` for everything on one machine, `cairn serve SERVICE` for one service."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import asyncio
 import contextlib
 import importlib
 import importlib.util
+import importlib.metadata
 import logging
+import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,16 +32,37 @@ from gateway.services import ServiceDef
 log = logging.getLogger("cairn")
 
 
+# A placeholder whose pattern is one literal word, as in ``{action:start}``.
+_LITERAL_GROUP = re.compile(r"\(\?P<(\w+)>([\w-]+)\)")
+
+
+def route_path(info: Mapping[str, Any]) -> str:
+    """A route's path as a reader wants it: ``/vm/{id}/start`` for a placeholder pinned to one
+    word (aiohttp's formatter would print ``/vm/{id}/{action}`` for every action)."""
+    path = info.get("path") or info.get("formatter") or info.get("prefix") or "?"
+    pattern = info.get("pattern")
+    if pattern is not None and "formatter" in info:
+        for name, word in _LITERAL_GROUP.findall(pattern.pattern):
+            path = path.replace("{" + name + "}", word)
+    return str(path)
+
+
 def route_lines(app: web.Application) -> list[str]:
     """Every registered route as ``METHOD path``, sub-apps included (the spec asks for them)."""
     lines = []
     for route in app.router.routes():
-        info = route.resource.get_info() if route.resource is not None else {}
-        path = info.get("path") or info.get("formatter") or info.get("prefix") or "?"
         if route.method == "HEAD":
             continue
-        lines.append(f"{route.method:<7} {path}")
+        info = route.resource.get_info() if route.resource is not None else {}
+        lines.append(f"{route.method:<7} {route_path(info)}")
     return lines
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("cairn")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
 
 
 def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool) -> tuple[str, int]:
@@ -158,6 +183,7 @@ async def _start_service(
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"cairn {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="embedded NATS and every service")
