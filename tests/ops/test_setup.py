@@ -1,0 +1,57 @@
+"""`ops/setup` on a fresh clone installs what the product runs and nothing that only tests need;
+`ops/setup --dev` (what `ops/test` runs) adds the test tools."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lines(path: Path) -> set[str]:
+    return {
+        line.strip()
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    }
+
+
+def test_the_product_list_holds_no_test_only_debian_package() -> None:
+    product = _lines(ROOT / "ops" / "apt-packages.txt")
+    dev = _lines(ROOT / "ops" / "apt-packages-dev.txt")
+    assert "bubblewrap" in product
+    # nginx would start on port 80 of a Proxmox node the moment it is installed.
+    assert "nginx-light" in dev
+    assert not product & dev
+
+
+@pytest.mark.slow
+def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Path) -> None:
+    clone = tmp_path / "cairn"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
+    done = subprocess.run(
+        [str(clone / "ops" / "setup")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    version = subprocess.run(
+        [str(clone / "ops" / "run"), "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert version.stdout.startswith("cairn "), version.stderr
+    bin_dir = clone / ".venv" / "bin"
+    assert (bin_dir / "cairn").exists()
+    assert not (bin_dir / "pytest").exists()
+    assert not (bin_dir / "ruff").exists()
+    modules = clone / "ops" / "node_modules"
+    assert (modules / "esbuild").is_dir()
+    assert not (modules / "tsx").exists()
+    # A second run finds nothing missing and installs nothing.
+    again = subprocess.run(
+        [str(clone / "ops" / "setup")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0
+    assert "installing" not in again.stderr
