@@ -8,8 +8,8 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import importlib.util
 import importlib.metadata
+import importlib.util
 import logging
 import re
 import signal
