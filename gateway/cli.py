@@ -25,6 +25,7 @@ from gateway import services as catalogue
 from gateway import store_cli
 from gateway.config import ConfigError, env_float, env_int, env_str, load_env
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
+from gateway.logs import ACCESS_LOG, access_logger_for
 from gateway.logs import configure as configure_logging
 from gateway.runtime import Runtime, open_runtime
 from gateway.services import ServiceDef
@@ -165,7 +166,11 @@ async def _start_service(
     # keepalive_timeout is also how long a new connection may take to send its headers
     # (aiohttp arms it at connect): the slowloris time-out.
     runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, keepalive_timeout=settings.header_timeout
+        app,
+        handle_signals=False,
+        access_log=ACCESS_LOG,
+        access_log_class=access_logger_for(service.name),
+        keepalive_timeout=settings.header_timeout,
     )
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
@@ -205,10 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(run_sim(argv[1:]) or 0)
     args = _build_parser().parse_args(argv)
-    configure_logging(args.verbose)
     if args.command in ("up", "serve"):
         raise_open_files_limit()
     try:
+        configure_logging(load_env(), verbose=args.verbose)
         return _dispatch(args)
     except ConfigError as exc:
         print(f"cairn: configuration error: {exc}", file=sys.stderr)

@@ -124,6 +124,16 @@ def env_bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raise ConfigError(name, "must be one of 1/0, true/false, yes/no, on/off", value)
 
 
+def env_choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of ``choices`` (compared case-insensitively)."""
+    value = _raw(env, name)
+    if value is None:
+        return default
+    if value.lower() not in choices:
+        raise ConfigError(name, f"must be one of {', '.join(choices)}", value)
+    return value.lower()
+
+
 def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     """A comma-separated list; entries are trimmed and empty ones dropped."""
     value = _raw(env, name)

@@ -1,10 +1,17 @@
-"""Logging for a long-running process: one format, and repeated lines rate-limited.
+"""What a cairn process writes to its log, and how.
+
+One line per HTTP request (``cairn.access``), one line per meaningful change (``cairn.journal``,
+see ``gateway/journal.py``), warnings and errors; nothing else unless ``LOG_LEVEL=debug`` asks
+for it. Third-party libraries speak at WARNING and above: asyncssh alone logs every channel at
+INFO, which buried everything else.
+
+``LOG_FORMAT=json`` writes one JSON object per line (for journald, Loki and friends) with the
+structured fields of the line (an access line's ``service``, ``method``, ``path`` ...).
 
 A fault that repeats (no file descriptors left, a store that refuses writes, a peer that keeps
-failing) must not grow the log by megabytes a second and bury the first line that explains it.
-The same message template from the same logger at the same level passes ``burst`` times per
-``window`` seconds; the rest are counted, and the next one that passes says how many were held
-back.
+failing) must not grow the log by megabytes a second and bury the first line that explains it:
+the same warning or error template from the same logger passes ``burst`` times per ``window``
+seconds; the rest are counted, and the next one that passes says how many were held back.
 """
 
 from __future__ import annotations
@@ -12,9 +19,36 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from pythonjsonlogger.json import JsonFormatter
+
+from gateway.config import env_choice
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+FORMATS = ("text", "json")
+# Loggers of libraries that are chatty at INFO; at LOG_LEVEL=debug they speak as freely as ours.
+THIRD_PARTY = (
+    "aiohttp",
+    "asyncio",
+    "asyncssh",
+    "httpx",
+    "mcp",
+    "nats",
+    "PIL",
+    "pykka",
+    "sqlalchemy",
+    "watchfiles",
+)
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RepeatFilter(logging.Filter):
@@ -53,9 +87,74 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def configure(verbose: bool = False) -> None:
-    """cairn's logging: stderr, one format, repeats rate-limited."""
+def configure(env: Mapping[str, str], *, verbose: bool = False) -> None:
+    """Set the root logger from ``LOG_LEVEL`` (default info; ``-v`` means debug) and
+    ``LOG_FORMAT`` (text or json), writing to standard error."""
+    level_name = env_choice(env, "LOG_LEVEL", tuple(LEVELS), "debug" if verbose else "info")
+    form = env_choice(env, "LOG_FORMAT", FORMATS, "text")
+    level = LEVELS[level_name]
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    if form == "json":
+        handler.setFormatter(
+            JsonFormatter(
+                "%(levelname)s %(name)s %(message)s",
+                rename_fields={"levelname": "level", "name": "logger"},
+                timestamp="time",  # ISO 8601, UTC
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     handler.addFilter(RepeatFilter())
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else logging.WARNING)
+
+
+class AccessLogger(AbstractAccessLogger):
+    """``<service> <METHOD> <path> <status> <ms>ms <client>`` once a response is finished.
+
+    The path is logged without its query string: queries carry what users search for. A 5xx
+    is a WARNING (something of ours failed); every other answer, 4xx included, is INFO: a
+    refused request is the service doing its job."""
+
+    service = "?"
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        ms = time * 1000.0
+        status = response.status
+        fields: dict[str, Any] = {
+            "service": self.service,
+            "method": request.method,
+            "path": request.path,
+            "status": status,
+            "ms": round(ms, 2),
+            "client": request.remote or "-",
+        }
+        level = logging.WARNING if status >= 500 else logging.INFO
+        self.logger.log(
+            level,
+            "%s %s %s %d %.1fms %s",
+            self.service,
+            request.method,
+            request.path,
+            status,
+            ms,
+            fields["client"],
+            extra=fields,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
+def access_logger_for(service: str) -> type[AccessLogger]:
+    """An access logger class that names ``service`` (aiohttp takes a class, not an object)."""
+    return type(f"AccessLogger_{service}", (AccessLogger,), {"service": service})
+
+
+ACCESS_LOG = logging.getLogger("cairn.access")

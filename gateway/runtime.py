@@ -19,6 +19,7 @@ from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
 from gateway.config import data_dir as resolve_data_dir
 from gateway.config import env_float, env_str
+from gateway.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ async def open_runtime(
         url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root)
         store = await EventStore.open(url, retry)
         stack.push_async_callback(store.close)
+        Journal().attach(store)
         relay = OutboxRelay(store, nc)
         await relay.start()
         stack.push_async_callback(relay.stop)

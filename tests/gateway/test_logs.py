@@ -1,10 +1,105 @@
-"""Repeated log lines are held back, and the next one that passes says how many."""
+"""What a cairn process logs: a line per request, quiet libraries, LOG_LEVEL and LOG_FORMAT,
+and repeated lines held back (the next one that passes says how many)."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
+from collections.abc import Iterator
 
-from gateway.logs import RepeatFilter
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gateway.config import ConfigError
+from gateway.logs import ACCESS_LOG, RepeatFilter, access_logger_for, configure
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in ("asyncssh", "nats")}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, old in levels.items():
+        logging.getLogger(name).setLevel(old)
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=ACCESS_LOG, access_log_class=access_logger_for("demo"))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def test_one_access_line_per_request_without_the_query(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def refused(_: web.Request) -> web.Response:
+        return web.Response(status=403, text="no")
+
+    async def broken(_: web.Request) -> web.Response:
+        return web.Response(status=500, text="oops")
+
+    app = web.Application()
+    app.router.add_get("/ok", ok)
+    app.router.add_post("/refused", refused)
+    app.router.add_get("/broken", broken)
+    runner, url = await _serve(app)
+    caplog.set_level(logging.INFO, logger="cairn.access")
+    try:
+        async with aiohttp.ClientSession() as session:
+            for method, path in (("GET", "/ok?q=private+words"), ("POST", "/refused"),
+                                 ("GET", "/broken"), ("GET", "/missing")):  # fmt: skip
+                async with session.request(method, url + path) as resp:
+                    await resp.read()
+    finally:
+        await runner.cleanup()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "cairn.access"]
+    shapes = [(level, " ".join(message.split()[:4])) for level, message in lines]
+    assert shapes == [
+        ("INFO", "demo GET /ok 200"),
+        ("INFO", "demo POST /refused 403"),  # a refusal is the service doing its job
+        ("WARNING", "demo GET /broken 500"),
+        ("INFO", "demo GET /missing 404"),
+    ]
+    assert all(message.endswith("ms 127.0.0.1") for _, message in lines)
+    assert not any("private" in message for _, message in lines)
+
+
+def test_json_lines_carry_the_fields_and_libraries_stay_quiet(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure({"LOG_FORMAT": "json"})
+    logging.getLogger("asyncssh").info("channel opened")  # asyncssh's INFO chatter
+    logging.getLogger("cairn.access").info("line", extra={"service": "vm", "status": 200})
+    out = [json.loads(line) for line in io.StringIO(capsys.readouterr().err)]
+    assert len(out) == 1
+    assert out[0]["logger"] == "cairn.access"
+    assert out[0]["level"] == "INFO"
+    assert (out[0]["service"], out[0]["status"]) == ("vm", 200)
+    assert out[0]["time"].endswith("+00:00")
+
+
+def test_debug_lets_libraries_speak(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure({"LOG_LEVEL": "DEBUG"})
+    logging.getLogger("asyncssh").info("channel opened")
+    assert "channel opened" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "value"), [("LOG_LEVEL", "loud"), ("LOG_FORMAT", "xml")])
+def test_a_bad_setting_names_the_variable(restore_logging: None, name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{name}: must be one of"):
+        configure({name: value})
 
 
 def record(msg: str, level: int = logging.ERROR, name: str = "asyncio") -> logging.LogRecord:

@@ -1,0 +1,56 @@
+"""The journal's lines, event by event (golden): what an operator reads in the log."""
+
+from __future__ import annotations
+
+from actors.functions.events import version_stored
+from actors.images.events import deleted, stored
+from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
+from actors.vm.events import IdReserved, Progress, TaskEnded, TaskStarted
+from events.model import Event
+from events.store import Recorded
+from gateway.journal import Journal
+
+
+def rec(stream: str, event: Event, at: float = 100.0) -> Recorded:
+    return Recorded(1, stream, 1, event, at)
+
+
+def test_a_failed_install_says_what_failed_and_after_how_long() -> None:
+    journal = Journal()
+    start = TaskStarted(task="t1", command="install", working="installing")
+    assert journal.line(rec("vm:120", start, 100.0)) is None
+    end = TaskEnded(task="t1", ok=False, state="absent", error="qm create failed: no space")
+    assert journal.line(rec("vm:120", end, 112.34)) == (
+        "vm 120: install failed after 12.3 s, left absent: qm create failed: no space"
+    )
+
+
+def test_bookkeeping_is_not_journalled() -> None:
+    journal = Journal()
+    progress = Progress(task="t", step="s", status="processing", message="m")
+    assert journal.line(rec("vm:120", progress)) is None
+    assert journal.line(rec("vmalloc:cluster", IdReserved(vmid=1, ip="x", task="t"))) is None
+
+
+def test_the_other_services_changes() -> None:
+    journal = Journal()
+    lines = [
+        journal.line(rec("functions:registry", version_stored("a/b", 17, "python", "00", 42))),
+        journal.line(rec("search:notes", DocumentIndexed("notes", "a.md", "00", 3, 3, 0, None))),
+        journal.line(
+            rec("search:notes", DocumentIndexed("notes", "b.md", "00", 2, 0, 0, "timeout"))
+        ),
+        journal.line(rec("search:notes", DocumentRemoved("notes", "a.md", 3))),
+        journal.line(rec("search:notes", DocumentDismissed("notes", "x.bin", "unsupported"))),
+        journal.line(rec("images:store", stored("cats/a.png", "image/png", 1234))),
+        journal.line(rec("images:store", deleted("cats/a.png", "1-a.png"))),
+    ]
+    assert lines == [
+        "function a/b: version 17 stored (python, 42 bytes)",
+        "search notes: indexed a.md (3 chunks, 3 embedded)",
+        "search notes: indexed b.md (2 chunks, 0 embedded); embedding failed: timeout",
+        "search notes: removed a.md",
+        "search notes: dismissed x.bin: unsupported",
+        "images: stored cats/a.png (image/png, 1234 bytes)",
+        "images: deleted cats/a.png",
+    ]
