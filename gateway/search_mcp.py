@@ -439,4 +439,15 @@ def mount_mcp(app: web.Application, service: SearchService) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return await serve_asgi(manager.handle_request, request)
 
+    async def no_stream(_: web.Request) -> web.Response:
+        # A GET asks for a stream of server-initiated messages. This server never sends any
+        # (stateless, JSON answers), and the SDK would hold the GET open forever, so answer
+        # as the transport spec allows for a server without that stream.
+        return web.Response(
+            status=405,
+            headers={"Allow": "POST"},
+            text="this MCP endpoint sends no server-initiated messages: POST JSON-RPC requests",
+        )
+
+    app.router.add_get("/mcp", no_stream)
     app.router.add_route("*", "/mcp", handler)

@@ -212,6 +212,20 @@ async def test_mcp_transport_rejections_come_from_the_sdk(harness: SearchHarness
         assert resp.status == 413
 
 
+async def test_a_get_without_a_session_is_answered_at_once(harness: SearchHarness) -> None:
+    # `curl :PORT/mcp` used to hang forever on a stream that never sends anything.
+    await start_remote(harness, EMBEDDING_PROVIDER="none")
+    assert harness.session is not None
+    async with harness.session.get(
+        harness.base + "/mcp",
+        headers={"Accept": "text/event-stream"},
+        timeout=aiohttp.ClientTimeout(total=10),
+    ) as resp:
+        assert resp.status == 405
+        assert resp.headers["Allow"] == "POST"
+        assert "POST" in await resp.text()
+
+
 # -- stdio ----------------------------------------------------------------------------------------
 
 
