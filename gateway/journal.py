@@ -18,7 +18,14 @@ from typing import Any
 from actors.functions.events import FunctionVersionStored
 from actors.images.events import ImageDeleted, ImageStored
 from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
-from actors.vm.events import Adopted, Installed, Reconfigured, TaskEnded, TaskStarted
+from actors.vm.events import (
+    Adopted,
+    Disowned,
+    Installed,
+    Reconfigured,
+    TaskEnded,
+    TaskStarted,
+)
 from events.model import Event
 from events.store import EventStore, Recorded
 
@@ -40,6 +47,7 @@ class Journal:
             Installed: _installed,
             Reconfigured: _reconfigured,
             Adopted: _adopted,
+            Disowned: _disowned,
             FunctionVersionStored: _function_stored,
             DocumentIndexed: _document_indexed,
             DocumentRemoved: _document_removed,
@@ -109,6 +117,10 @@ def _reconfigured(record: Recorded, event: Reconfigured) -> str:
 
 def _adopted(record: Recorded, event: Adopted) -> str:
     return f"{_vm(record)}: found {event.name!r} on {event.node} (not installed by this cairn)"
+
+
+def _disowned(record: Recorded, event: Disowned) -> str:
+    return f"{_vm(record)}: not cairn's VM, left untouched: {event.reason}"
 
 
 def _function_stored(_: Recorded, event: FunctionVersionStored) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from actors.functions.events import version_stored
 from actors.images.events import deleted, stored
 from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
-from actors.vm.events import IdReserved, Progress, TaskEnded, TaskStarted
+from actors.vm.events import Disowned, IdReserved, Progress, TaskEnded, TaskStarted
 from events.model import Event
 from events.store import Recorded
 from gateway.journal import Journal
@@ -54,3 +54,10 @@ def test_the_other_services_changes() -> None:
         "images: stored cats/a.png (image/png, 1234 bytes)",
         "images: deleted cats/a.png",
     ]
+
+
+def test_a_vm_found_without_cairns_mark_is_said_to_be_left_alone() -> None:
+    event = Disowned(task="t1", reason="its description has no cairn mark")
+    assert Journal().line(rec("vm:150", event)) == (
+        "vm 150: not cairn's VM, left untouched: its description has no cairn mark"
+    )
