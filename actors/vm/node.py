@@ -124,7 +124,7 @@ class Cluster:
         transports: list[Transport] = []
         for name, address in sorted(settings.nodes.items()):
             transport: Transport
-            if name == settings.main_node:
+            if name == settings.main_node and not settings.main_over_ssh:
                 transport = LocalTransport(env, timeout=settings.command_timeout)
             else:
                 transport = SshTransport(

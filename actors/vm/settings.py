@@ -41,6 +41,10 @@ class VmSettings:
     known_hosts: str | None = None
     node_ssh_key: str | None = None
     node_ssh_user: str = "root"
+    # Reach the main node over SSH like the others instead of running qm locally: cairn then
+    # runs beside the cluster, or on the node under a hardened unit whose restrictions qm's
+    # VMs would otherwise inherit.
+    main_over_ssh: bool = False
     ssh_wait_timeout: float = 300.0
     ssh_poll_interval: float = 2.0
     # How long after a task the cluster's word on power state is not trusted (pvestatd lags).
@@ -98,6 +102,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0, got {raw!r}")
+
+
 def _csv(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
@@ -147,7 +160,10 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         raise SettingsError(f"GATEWAY must be an IPv4 address, got {gateway!r}") from None
     main = env["MAIN_NODE"].strip()
     nodes = {key[len(_NODE_PREFIX) :]: ip for key, ip in _node_variables(env).items()}
+    main_over_ssh = _bool(env, "PVE_SSH_MAIN")
     if main not in nodes:
+        if main_over_ssh:
+            raise SettingsError(f"PVE_SSH_MAIN=1 needs the main node's address in NODE_{main}")
         # The main node runs qm locally and needs no address, but it is a cluster member.
         nodes[main] = "127.0.0.1"
     start = _int(env, "ASSIGN_IP_START", VMID_MIN, VMID_MAX) or VMID_MIN
@@ -179,6 +195,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         known_hosts=env.get("PVE_KNOWN_HOSTS", "").strip() or None,
         node_ssh_key=env.get("PVE_SSH_KEY", "").strip() or None,
         node_ssh_user=env.get("PVE_SSH_USER", "").strip() or "root",
+        main_over_ssh=main_over_ssh,
         ssh_wait_timeout=_float(env, "VM_SSH_WAIT", 300.0),
         ssh_poll_interval=_float(env, "VM_SSH_POLL", 2.0),
         observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),

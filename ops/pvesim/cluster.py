@@ -164,17 +164,18 @@ class SimCluster:
                 self.nodes, self.main_node, self.delay_scale, self.statd_lag, self.storage_layout
             )
         )
-        others = [ip for name, ip in self.nodes.items() if name != self.main_node]
+        # Every node answers SSH, the main one too (cairn may reach it that way: PVE_SSH_MAIN).
+        addresses = list(self.nodes.values())
         with self.store.locked() as txn:
             previous = dict(txn.cluster["settings"])
         # Reuse the ports of the last run when they are still free, so a restarted `cairn sim`
         # keeps the environment a VM service was started with.
         if self.node_ssh_port is None:
             old = previous.get("node_ssh_port")
-            if old and all(_port_free(h, int(old)) for h in others):
+            if old and all(_port_free(h, int(old)) for h in addresses):
                 self.node_ssh_port = int(old)
             else:
-                self.node_ssh_port = pick_port(others or ["127.0.0.1"])
+                self.node_ssh_port = pick_port(addresses)
         if self.vm_ssh_port is None:
             old = previous.get("vm_ssh_port")
             if old and _port_free("127.0.0.1", int(old)):
@@ -200,8 +201,6 @@ class SimCluster:
         self._control = await asyncio.start_unix_server(self._on_control, path=sock_path)
         lines = []
         for name, ip in self.nodes.items():
-            if name == self.main_node:
-                continue
             host_key = _load_or_make_key(self.ssh_dir / f"ssh_host_ed25519_key.{name}")
             server = NodeSSH(self.store, name, ip, self.node_ssh_port, host_key, [client_key],
                              self._executor)  # fmt: skip

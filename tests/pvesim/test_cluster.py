@@ -351,7 +351,7 @@ async def test_run_sim_prints_env_and_stops_on_sigterm(tmp_path: Path) -> None:
                 env[k] = v
     assert env["MAIN_NODE"] == "pve1" and env["NODE_pve3"] == "127.0.0.3"
     known = await asyncio.to_thread(Path(env["PVE_KNOWN_HOSTS"]).read_text)
-    assert known.count("ssh-ed25519") == 2
+    assert known.count("ssh-ed25519") == 3  # every node answers SSH, the main one too
     async with await asyncssh.connect(
         "127.0.0.3", int(env["PVE_SSH_PORT"]), username="root", client_keys=[env["PVE_SSH_KEY"]],
         known_hosts=env["PVE_KNOWN_HOSTS"],
