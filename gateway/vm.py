@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import json
 import logging
@@ -21,9 +22,10 @@ import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.initscripts import SCRIPTS_DIR
-from actors.vm.lifecycle import Command
+from actors.vm.lifecycle import Command, State
 from actors.vm.requests import (
     BadRequest,
     parse_install,
@@ -33,6 +35,7 @@ from actors.vm.requests import (
     parse_set_node,
 )
 from actors.vm.service import (
+    SUBJECT_DETAIL,
     SUBJECT_DO,
     SUBJECT_INSTALL,
     SUBJECT_LIST,
@@ -56,7 +59,7 @@ from events.bus import (
 )
 from events.codec import to_dict
 from events.store import EventStore, Recorded
-from events.subjects import subject_for
+from events.subjects import stream_name, subject_for
 from gateway.config import ConfigError, env_float
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
@@ -300,6 +303,15 @@ class VmGateway:
         reply = await self.command(SUBJECT_STATUS, {"vmid": vmid})
         return web.Response(text=reply["status"])
 
+    async def detail(self, request: web.Request) -> web.Response:
+        """`GET /api/vm/<id>`: the list's row and more, with the times read off its events."""
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        detail = await self.command(SUBJECT_DETAIL, {"vmid": vmid})
+        records = await self.runtime.store.read_stream(stream_name("vm", vmid))
+        return web.json_response({**detail, **event_times(records, detail.get("last_task"))})
+
     # -- install ----------------------------------------------------------------------------
 
     async def install(self, request: web.Request) -> web.StreamResponse:
@@ -470,6 +482,34 @@ def _password_record(final: dict[str, Any], password: str) -> dict[str, Any]:
     return {"step": final["step"], "status": "success", "message": message}
 
 
+def _iso(at: float | None) -> str | None:
+    if at is None:
+        return None
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
+
+
+def event_times(records: list[Recorded], last_task: dict[str, Any] | None) -> dict[str, Any]:
+    """When the VM came to be (its last install or adoption that nothing removed since) and
+    when its last task started and ended: facts of the store, not of the actor's state."""
+    created: float | None = None
+    started = ended = None
+    wanted = last_task["task"] if last_task else None
+    for record in records:
+        event = record.event
+        if isinstance(event, Installed | Adopted):
+            created = record.recorded_at
+        elif isinstance(event, TaskEnded | Observed) and event.state == State.ABSENT.value:
+            created = None
+        if isinstance(event, TaskStarted) and event.task == wanted:
+            started = record.recorded_at
+        elif isinstance(event, TaskEnded) and event.task == wanted:
+            ended = record.recorded_at
+    times: dict[str, Any] = {"created_at": _iso(created)}
+    if last_task is not None:
+        times["last_task"] = {**last_task, "started_at": _iso(started), "ended_at": _iso(ended)}
+    return times
+
+
 def _vmid(request: web.Request) -> int | None:
     raw = request.match_info["id"]
     if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 12:
@@ -579,6 +619,7 @@ async def build(runtime: Runtime) -> web.Application:
     api = web.Application(middlewares=[_refusals])
     api.router.add_get("/health", gw.health)
     api.router.add_get("/vm/list", gw.list)
+    api.router.add_get("/vm/{id}", gw.detail)
     api.router.add_get("/vm/{id}/status", gw.status)
     api.router.add_get("/vm/{id}/task", gw.reattach)
     api.router.add_post("/vm/install", gw.install)

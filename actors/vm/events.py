@@ -18,6 +18,21 @@ class TaskStarted(Event):
     working: str  # the lifecycle state while the task runs
 
 
+@domain_event("vm.install_planned")
+class InstallPlanned(Event):
+    """What an install is building, known at its start: the list and the VM's detail show
+    the name, address and user while it runs (sizes follow in `vm.installed`, once the
+    defaults and caps are applied)."""
+
+    task: str
+    node: str
+    name: str
+    os: str
+    version: str
+    user: str
+    ip: str
+
+
 @domain_event("vm.progress")
 class Progress(Event):
     """One SSE record of a task (spec: SSE event record)."""

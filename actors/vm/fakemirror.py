@@ -7,6 +7,7 @@ OS matrix in the `IMAGE_BASE_URL` layout, each with its distribution's checksum 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import struct
@@ -42,11 +43,17 @@ def mirror_files(payload: bytes = IMAGE_BYTES, *, corrupt: str | None = None) ->
     return files
 
 
+_IMAGE_SUFFIXES = (".qcow2", ".img", ".raw")
+_PIECE = 1 << 20
+
+
 @attrs.define
 class Mirror:
     base_url: str
     files: dict[str, bytes]
     hits: Counter[str] = attrs.field(factory=Counter)
+    # Set to an unset Event to hold image downloads (not checksum files) until it is set.
+    gate: asyncio.Event | None = None
 
 
 @contextlib.asynccontextmanager
@@ -54,13 +61,25 @@ async def serve_mirror(files: dict[str, bytes] | None = None) -> AsyncIterator[M
     """Serve `files` on a free loopback port; `Mirror.files` may be changed while it runs."""
     mirror = Mirror("", mirror_files() if files is None else files)
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.StreamResponse:
         path = request.match_info["path"]
         mirror.hits[f"{request.method} {path}"] += 1
         body = mirror.files.get(path)
         if body is None:
             return web.Response(status=404)
-        return web.Response(body=body, content_type="application/octet-stream")
+        if request.method != "GET" or not path.endswith(_IMAGE_SUFFIXES):
+            return web.Response(body=body, content_type="application/octet-stream")
+        if mirror.gate is not None:
+            await mirror.gate.wait()
+        # In pieces with a length, as a real mirror sends a large file: a client can tell
+        # how far it got.
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        for at in range(0, len(body), _PIECE):
+            await response.write(body[at : at + _PIECE])
+        await response.write_eof()
+        return response
 
     app = web.Application()
     app.router.add_route("*", "/mirror/{path:.*}", handle)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +19,9 @@ import aiohttp
 from actors.vm.osimages import OsImage, checksum_for
 
 _CHUNK = 1 << 20
+
+# (bytes so far, bytes in all or None when the server did not say)
+DownloadProgress = Callable[[int, int | None], None]
 
 
 class ImageError(Exception):
@@ -49,8 +53,9 @@ class ImageCache:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ImageError(f"{url} is not reachable: {exc}") from None
 
-    async def fetch(self, image: OsImage) -> Path:
-        """The verified local file, downloading it if it is not cached yet."""
+    async def fetch(self, image: OsImage, progress: DownloadProgress | None = None) -> Path:
+        """The verified local file, downloading it if it is not cached yet. ``progress`` hears
+        about every piece of a download this call makes (not of one it waits for)."""
         target = self.path_for(image)
         if target.is_file():
             return target
@@ -61,7 +66,7 @@ class ImageCache:
         future: asyncio.Future[Path] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            path = await self._download(image, target)
+            path = await self._download(image, target, progress)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters get it, nobody else must log it
@@ -88,7 +93,9 @@ class ImageCache:
             raise ImageError(f"{url} lists no checksum for {image.filename}")
         return digest
 
-    async def _download(self, image: OsImage, target: Path) -> Path:
+    async def _download(
+        self, image: OsImage, target: Path, progress: DownloadProgress | None
+    ) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         url = image.image_url(self.base_url)
         part = target.with_name(f"{target.name}.{os.getpid()}.part")
@@ -99,10 +106,14 @@ class ImageCache:
                 async with session.get(url) as resp:
                     if resp.status != 200:
                         raise ImageError(f"{url} answered HTTP {resp.status}")
+                    total, done = resp.content_length, 0
                     with part.open("wb") as fh:
                         async for chunk in resp.content.iter_chunked(_CHUNK):
                             hasher.update(chunk)
                             fh.write(chunk)
+                            done += len(chunk)
+                            if progress is not None:
+                                progress(done, total)
             if expected is not None and hasher.hexdigest() != expected:
                 raise ImageError(
                     f"{url}: {image.algorithm} checksum mismatch "

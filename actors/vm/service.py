@@ -5,6 +5,7 @@ Subjects (request/reply, JSON):
 - `cairn.cmd.vm.do` {task, vmid, command, args} -> {vmid, task, version} | {error}
 - `cairn.q.vm.status` {vmid}                     -> {status} | {error}
 - `cairn.q.vm.list` {}                           -> the list payload
+- `cairn.q.vm.detail` {vmid}                     -> one VM's detail | {error}
 Errors are `{"error": {"status": <http>, "message": ...}}`.
 """
 
@@ -29,6 +30,7 @@ from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
 from actors.vm.lifecycle import WORKING, Command, State
 from actors.vm.node import Cluster
+from actors.vm.ownership import mark_line
 from actors.vm.pve_output import (
     NodeResource,
     OutputError,
@@ -50,6 +52,7 @@ SUBJECT_INSTALL = "cairn.cmd.vm.install"
 SUBJECT_DO = "cairn.cmd.vm.do"
 SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
+SUBJECT_DETAIL = "cairn.q.vm.detail"
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
 
@@ -73,51 +76,79 @@ class Inventory:
         res = next((n for n in self.nodes if n.node == node), None)
         return res.maxcpu if res is not None and res.maxcpu else None
 
+    def row(self, vmid: int, info: VmInfo | None = None) -> dict[str, Any] | None:
+        """One VM as the list shows it (None: not there). ``info``: a fresher word from the
+        actor than the inventory's copy."""
+        info = info or self.infos.get(vmid)
+        res = self.vms.get(vmid)
+        if info is not None and info.state is State.ABSENT:
+            if res is None:
+                return None
+            info = None  # a VM the actor lost, seen again: the cluster's word
+        if info is None and res is None:
+            return None
+        facts = info.facts if info is not None else None
+        plan = info.plan if info is not None else None  # an install under way
+        running = (
+            info.power == "running" if info is not None else bool(res and res.status == "running")
+        )
+        used = (res.mem or 0) // _MIB if res and running else 0
+        return {
+            "vmid": vmid,
+            "name": (facts.name if facts else None)
+            or (plan.name if plan else None)
+            or (res.name if res else None)
+            or str(vmid),
+            "os": (facts.os if facts else None)
+            or (plan.os if plan else None)
+            or (res.tags if res else None)
+            or "",
+            "running": running,
+            "node": facts.node if facts else (plan.node if plan else (res.node if res else "")),
+            "cpu": facts.cpu if facts else (res.maxcpu or 0 if res else 0),
+            "disk": facts.disk_gb if facts else ((res.maxdisk or 0) // _GIB if res else 0),
+            "memory": facts.ram if facts else ((res.maxmem or 0) // _MIB if res else 0),
+            "memory_used": used,
+            "ip": (facts.ip if facts else None) or (plan.ip if plan else None) or "",
+            "user": (facts.user if facts else None) or (plan.user if plan else None) or "",
+            "state": info.state.value if info is not None else (res.status if res else ""),
+            "created_by_cairn": info is not None and info.claim is not None,
+        }
+
+    def detail(self, vmid: int, info: VmInfo | None) -> dict[str, Any] | None:
+        """The list's row and what only one VM's page needs: its OS version, cairn's mark,
+        the task running or last run."""
+        row = self.row(vmid, info)
+        if row is None:
+            return None
+        facts = info.facts if info is not None else None
+        plan = info.plan if info is not None else None
+        claim = info.claim if info is not None else None
+        last = info.last_task if info is not None else None
+        version = (facts.version if facts else None) or (plan.version if plan else None) or ""
+        return {
+            **row,
+            "version": version,
+            "mark": mark_line(claim.task) if claim is not None and claim.task else None,
+            "task": info.task if info is not None else None,
+            "last_task": attrs.asdict(last) if last is not None else None,
+        }
+
     def payload(self, node_names: list[str], *, simulated: bool = False) -> dict[str, Any]:
         rows = []
         per_node: dict[str, dict[str, int]] = {
             n: {"cpu": 0, "memory": 0, "disk": 0, "running": 0} for n in node_names
         }
         for vmid in sorted(set(self.infos) | set(self.vms)):
-            info = self.infos.get(vmid)
-            res = self.vms.get(vmid)
-            if info is not None and info.state is State.ABSENT:
-                if res is None:
-                    continue
-                info = None  # a VM the actor lost, seen again: the cluster's word
-            facts = info.facts if info is not None else None
-            node = facts.node if facts else (res.node if res else "")
-            running = (
-                info.power == "running"
-                if info is not None
-                else bool(res and res.status == "running")
-            )
-            cpu = facts.cpu if facts else (res.maxcpu or 0 if res else 0)
-            memory = facts.ram if facts else ((res.maxmem or 0) // _MIB if res else 0)
-            disk = facts.disk_gb if facts else ((res.maxdisk or 0) // _GIB if res else 0)
-            used = (res.mem or 0) // _MIB if res and running else 0
-            rows.append(
-                {
-                    "vmid": vmid,
-                    "name": (facts.name if facts else None)
-                    or (res.name if res else None)
-                    or str(vmid),
-                    "os": (facts.os if facts else None) or (res.tags if res else None) or "",
-                    "running": running,
-                    "node": node,
-                    "cpu": cpu,
-                    "disk": disk,
-                    "memory": memory,
-                    "memory_used": used,
-                    "state": info.state.value if info is not None else (res.status if res else ""),
-                    "created_by_cairn": info is not None and info.claim is not None,
-                }
-            )
-            agg = per_node.setdefault(node, {"cpu": 0, "memory": 0, "disk": 0, "running": 0})
-            agg["cpu"] += cpu
-            agg["memory"] += memory
-            agg["disk"] += disk
-            agg["running"] += int(running)
+            row = self.row(vmid)
+            if row is None:
+                continue
+            rows.append(row)
+            agg = per_node.setdefault(row["node"], {"cpu": 0, "memory": 0, "disk": 0, "running": 0})
+            agg["cpu"] += row["cpu"]
+            agg["memory"] += row["memory"]
+            agg["disk"] += row["disk"]
+            agg["running"] += int(row["running"])
         by_name = {n.node: n for n in self.nodes}
         cluster = []
         for name in sorted(per_node):
@@ -203,6 +234,7 @@ class VmService:
             await serve_json(nc, SUBJECT_DO, self._on_do, concurrent=True),
             await serve_json(nc, SUBJECT_STATUS, self._on_status, concurrent=True),
             await serve_json(nc, SUBJECT_LIST, self._on_list, concurrent=True),
+            await serve_json(nc, SUBJECT_DETAIL, self._on_detail, concurrent=True),
         ]
         await self.poll()
         self._tasks = [
@@ -434,6 +466,15 @@ class VmService:
         if info is None or info.state is State.ABSENT:
             return _error(404, f"VM {vmid} not found")
         return {"status": info.power, "state": info.state.value}
+
+    async def _on_detail(self, payload: dict[str, Any]) -> dict[str, Any]:
+        vmid = int(payload["vmid"])
+        handle = self.runtime.actors.get(VmActor, vmid)
+        info = await handle.ask(Query()) if handle is not None else None
+        detail = self.inventory.detail(vmid, info)
+        if detail is None:
+            return _error(404, f"VM {vmid} not found")
+        return detail
 
     async def _on_list(self, _: Any) -> Any:
         assert self.cluster is not None

@@ -51,6 +51,8 @@ class VmSettings:
     observe_grace: float = 12.0
     # Longest a single qm/pvesh/pvesm may run (a 16 GiB migration over 1 GbE takes ~150 s).
     command_timeout: float = 900.0
+    # At most one progress record per this many seconds during a long step (a download).
+    progress_interval: float = 1.0
     # Driving the simulated cluster (ops/pvesim), not a real one: said by /status and the list.
     simulated: bool = False
 
@@ -200,5 +202,6 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         ssh_poll_interval=_float(env, "VM_SSH_POLL", 2.0),
         observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),
         command_timeout=_float(env, "VM_COMMAND_TIMEOUT", 900.0),
+        progress_interval=_float(env, "VM_PROGRESS_INTERVAL", 1.0),
         simulated=bool(env.get("PVESIM_ROOT", "").strip()),
     )

@@ -23,6 +23,7 @@ from actors.vm.events import (
     Adopted,
     Disowned,
     Installed,
+    InstallPlanned,
     Observed,
     Progress,
     Reconfigured,
@@ -140,6 +141,16 @@ class Query:
 
 
 @attrs.frozen
+class LastTask:
+    """How the VM's most recent task went (the running one has no outcome yet)."""
+
+    task: str
+    command: str
+    ok: bool | None = None  # None: still running
+    error: str | None = None
+
+
+@attrs.frozen
 class VmInfo:
     vmid: int
     state: State
@@ -147,6 +158,8 @@ class VmInfo:
     task_version: int
     facts: Facts | None
     claim: Claim | None = None  # why cairn holds the VM for its own; None: not cairn's
+    plan: InstallPlanned | None = None  # what a running install builds
+    last_task: LastTask | None = None
 
     @property
     def power(self) -> str:
@@ -173,6 +186,8 @@ class VmActor(AggregateActor):
         self.task: str | None = None
         self.task_command: str | None = None
         self.task_version = 0  # stream version of the current (or last) task's start
+        self.plan: InstallPlanned | None = None
+        self.last_task: LastTask | None = None
         # When the last task settled (monotonic; not state: the cluster's lag is a runtime fact).
         self.settled_at = 0.0
 
@@ -184,6 +199,9 @@ class VmActor(AggregateActor):
                 self.task, self.task_command = task, command
                 self.task_version = self.version + 1
                 self.state = State(working)
+                self.last_task = LastTask(task, command)
+            case InstallPlanned():
+                self.plan = event
             case Installed():
                 self.facts = Facts(**{f.name: getattr(event, f.name) for f in attrs.fields(Facts)})
                 self.claim = Claim(event.task if event.marked else None)
@@ -207,7 +225,9 @@ class VmActor(AggregateActor):
                     # The install's clean-up failed: what is left carries its mark.
                     self.claim = Claim(task)
                 self.task = None
+                self.plan = None
                 self.state = State(state)
+                self.last_task = LastTask(task, self.task_command or "", event.ok, event.error)
                 if self.state is State.ABSENT:
                     self.facts = None
                     self.claim = None
@@ -262,7 +282,16 @@ class VmActor(AggregateActor):
         return Recover(f"interrupted by a restart ({reason})")
 
     def info(self) -> VmInfo:
-        return VmInfo(self.vmid, self.state, self.task, self.task_version, self.facts, self.claim)
+        return VmInfo(
+            self.vmid,
+            self.state,
+            self.task,
+            self.task_version,
+            self.facts,
+            self.claim,
+            self.plan,
+            self.last_task,
+        )
 
     def _refuse(self, verdict: Refusal) -> None:
         raise Rejected(verdict.status, verdict.message)
@@ -275,8 +304,18 @@ class VmActor(AggregateActor):
         step = "preparation > checking VMID"
         how = "using requested" if cmd.request.vmid is not None else "auto-assigned"
         secs = f"({cmd.reserved_in:.2f}s)"
+        req, settings = cmd.request, self.svc.settings
         self.record(
             TaskStarted(cmd.task, Command.INSTALL.value, verdict.working.value),
+            InstallPlanned(
+                cmd.task,
+                req.node or settings.main_node,
+                req.name or str(self.vmid),
+                req.os,
+                req.version,
+                req.user,
+                settings.ip_for(self.vmid),
+            ),
             Progress(cmd.task, step, "processing", f"[*] start VM installation {secs}"),
             Progress(cmd.task, step, "success", f"[+] {how} VMID: {self.vmid} {secs}"),
         )
