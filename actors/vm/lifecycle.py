@@ -101,7 +101,9 @@ def decide(state: State, command: Command, vmid: int) -> Transition | Refusal:
     if state is S.ABSENT:
         return Refusal(404, f"VM {vmid} not found")
     if state in WORKING:
-        return Refusal(409, f"VM {vmid} is busy")
+        return Refusal(
+            409, f"VM {vmid} is busy: a task is running; follow it at /api/vm/{vmid}/task"
+        )
     if state is S.FAILED:
         return Refusal(409, f"VM {vmid} is in a failed state; destroy it")
     if command in NEEDS_RUNNING:

@@ -42,7 +42,8 @@ def test_busy_vm_refuses_everything(working: State) -> None:
     for command in Command:
         if command is C.INSTALL:
             continue
-        assert decide(working, command, 7) == Refusal(409, "VM 7 is busy")
+        busy = "VM 7 is busy: a task is running; follow it at /api/vm/7/task"
+        assert decide(working, command, 7) == Refusal(409, busy)
 
 
 def test_wrong_state_messages() -> None:

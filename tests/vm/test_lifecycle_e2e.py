@@ -76,6 +76,10 @@ async def test_install_with_every_field_then_manage_the_vm(service: Service) -> 
     assert again.last["vm_id"] == 150, again.records[-2:]
 
 
+def busy(vmid: int) -> str:
+    return f"VM {vmid} is busy: a task is running; follow it at /api/vm/{vmid}/task"
+
+
 def sim_vm(service: Service, vmid: int) -> VmView:
     vm = service.sim.vm(vmid)
     assert vm is not None, f"VM {vmid} is not in the cluster"
@@ -127,8 +131,8 @@ async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
 
         first = await read_sse(resp, stop_after=1)
         assert first.records[0]["status"] == "processing"
-        assert await service.post(f"/vm/{vmid}/stop") == (409, f"VM {vmid} is busy")
-        assert await service.post(f"/vm/{vmid}/set/cpu", {"cpu": 1}) == (409, f"VM {vmid} is busy")
+        assert await service.post(f"/vm/{vmid}/stop") == (409, busy(vmid))
+        assert await service.post(f"/vm/{vmid}/set/cpu", {"cpu": 1}) == (409, busy(vmid))
         rest = await read_sse(resp)
     assert rest.closed and rest.last["status"] == "error"
     assert "not ready after 1.5s" in rest.last["message"]
