@@ -21,6 +21,7 @@ from nats.aio.subscription import Subscription
 
 from actors.functions import protocol
 from actors.functions.host import FunctionsHost
+from actors.functions.languages import Language
 from actors.functions.requests import (
     FAILED_TO_RUN,
     SAVE_FAILED,
@@ -42,6 +43,7 @@ from events.bus import (
     command,
     deadline_headers,
 )
+from gateway.health import add_health, quarantined
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
@@ -328,6 +330,13 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_post("/upload", service.upload)
     app.router.add_post("/run-now", service.run_now)
     app.router.add_post("/run/{target:.*}", service.run_stored)
+    add_health(
+        app,
+        "functions",
+        runtime,
+        warnings=quarantined(runtime, "functions"),
+        details=lambda: {"languages": [language.value for language in Language]},
+    )
 
     async def cleanup(_: web.Application) -> None:
         await client.stop()

@@ -38,6 +38,7 @@ from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
+from gateway.health import add_health, quarantined
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
@@ -459,6 +460,7 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
     app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
+    add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
 
     async def cleanup(_: web.Application) -> None:
         for sub in [event_sub, *command_subs]:

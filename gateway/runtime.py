@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,9 @@ class Runtime:
     flags: frozenset[str] = frozenset()
     # Where each service listens, (host, port), known before its app is built.
     listen: dict[str, tuple[str, int]] = attrs.field(factory=dict)
-    # What a service says about itself on /status (e.g. the VM service: real or simulated
-    # cluster). Shared by the copies a service makes of its runtime.
-    reports: dict[str, Any] = attrs.field(factory=dict)
+    # Each service's health report (gateway/health.py), gathered by /status. Shared by the
+    # copies a service makes of its runtime.
+    health: dict[str, Callable[[], dict[str, Any]]] = attrs.field(factory=dict)
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, wat
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry, config_dir, inbox_root
 from actors.search.store import ChunkRow
+from gateway.health import add_health
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
@@ -273,6 +274,13 @@ async def build(runtime: Runtime) -> web.Application:
     engines, tasks, stop = await open_databases(runtime, registry, provider, cache, quarantined)
     service = SearchService(registry, engines, quarantined)
     app = build_app(service, remote=env.get("SEARCH_REMOTE") == "1")
+    add_health(
+        app,
+        "search",
+        runtime,
+        warnings=lambda: [f"database {db}: {why}" for db, why in quarantined.items()],
+        details=lambda: {"databases": sorted(engines), "embedding": provider is not None},
+    )
     listen = runtime.listen.get("search")
     base_url = endpoint_url(*listen) if listen is not None else None
     if base_url is not None:

@@ -1,9 +1,9 @@
 """The gateway's own service: health and what runs where.
 
-``GET /health`` is 200 ``ok`` when the process can do its work, else 503 with one line per
-problem (NATS unreachable, the event store refusing writes), so a load balancer or an operator
-sees the cause. ``GET /status`` says what runs where, and the state of each dependency,
-including the streams quarantined at start-up.
+``GET /health`` is the one health shape (gateway/health.py) for the process itself: NATS and
+the event store. ``GET /status`` says what runs where and, per service, ``up`` or ``down`` and
+why, with the state of each dependency and the streams quarantined at start-up; it answers
+503 when anything is down.
 """
 
 from __future__ import annotations
@@ -12,47 +12,50 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.health import add_health, runtime_problems
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
 
-def problems(runtime: Runtime) -> list[str]:
-    found = []
-    if not runtime.nc.is_connected:
-        found.append(f"nats: not connected to {runtime.nats_url}; reconnecting")
-    if runtime.actors.store_refusal is not None:
-        found.append(f"event store: {runtime.actors.store_refusal}")
-    return found
+def status_of(runtime: Runtime) -> dict[str, Any]:
+    services: dict[str, Any] = {}
+    for name, (host, port) in runtime.listen.items():
+        if name == "status":
+            continue
+        entry: dict[str, Any] = {"url": f"http://{host}:{port}"}
+        current = runtime.health.get(name)
+        if current is None:
+            entry.update(status="down", problems=["not started"])
+        else:
+            body = current()
+            body.pop("service", None)
+            entry.update(body, status="down" if body["status"] == "down" else "up")
+        services[name] = entry
+    bus: dict[str, Any] = {"url": runtime.nats_url, "connected": runtime.nc.is_connected}
+    embedded = runtime.embedded_nats
+    if embedded is not None:
+        bus.update(embedded=True, pid=embedded.pid, restarts=embedded.restarts)
+    problems = runtime_problems(runtime)
+    down = bool(problems) or any(s["status"] == "down" for s in services.values())
+    return {
+        "status": "down" if down else "up",
+        "problems": problems,
+        "nats": runtime.nats_url,
+        "services": services,
+        "bus": bus,
+        "store": {"refusing_writes": runtime.actors.store_refusal},
+        "quarantined": runtime.actors.quarantined(),
+    }
 
 
 async def build(runtime: Runtime) -> web.Application:
     app = web.Application()
-
-    async def health(_: web.Request) -> web.Response:
-        found = problems(runtime)
-        if found:
-            return web.Response(status=503, text="\n".join(found))
-        return web.Response(text="ok")
+    add_health(app, "status", runtime)
 
     async def status(_: web.Request) -> web.Response:
-        services = {name: f"http://{host}:{port}" for name, (host, port) in runtime.listen.items()}
-        embedded = runtime.embedded_nats
-        nats: dict[str, Any] = {"url": runtime.nats_url, "connected": runtime.nc.is_connected}
-        if embedded is not None:
-            nats.update(embedded=True, pid=embedded.pid, restarts=embedded.restarts)
-        return web.json_response(
-            {
-                "nats": runtime.nats_url,
-                "services": services,
-                **runtime.reports,
-                "health": problems(runtime) or ["ok"],
-                "bus": nats,
-                "store": {"refusing_writes": runtime.actors.store_refusal},
-                "quarantined": runtime.actors.quarantined(),
-            }
-        )
+        body = status_of(runtime)
+        return web.json_response(body, status=503 if body["status"] == "down" else 200)
 
-    app.router.add_get("/health", health)
     app.router.add_get("/status", status)
     return app
 

@@ -61,6 +61,7 @@ from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.config import ConfigError, env_float
+from gateway.health import add_health, quarantined
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 from gateway.sse import EventStream, last_event_id
@@ -609,13 +610,31 @@ async def build(runtime: Runtime) -> web.Application:
     _check_exposure(runtime)
     runtime = await _maybe_simulate(runtime)
     settings = settings_from(runtime)
-    runtime.reports["vm"] = {"cluster": "simulated" if settings.simulated else "real"}
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
     service = VmService(runtime, settings, poll_interval=poll)
     await service.start(SCRIPTS_DIR)
     gw = VmGateway(runtime, settings)
 
     app = web.Application()
+
+    def problems() -> list[str]:
+        return [service.cluster_problem] if service.cluster_problem else []
+
+    def details() -> dict[str, Any]:
+        return {
+            "cluster": "simulated" if settings.simulated else "real",
+            "main_node": settings.main_node,
+            "nodes": sorted(settings.nodes),
+        }
+
+    add_health(
+        app,
+        "vm",
+        runtime,
+        problems=problems,
+        warnings=quarantined(runtime, "vm", "vmalloc", "vmnode"),
+        details=details,
+    )
     api = web.Application(middlewares=[_refusals])
     api.router.add_get("/health", gw.health)
     api.router.add_get("/vm/list", gw.list)

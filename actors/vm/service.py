@@ -189,6 +189,8 @@ class VmService:
         self.settings = settings
         self.poll_interval = poll_interval
         self.inventory = Inventory()
+        # Why the last read of the cluster failed (None: it worked, or none was made yet).
+        self.cluster_problem: str | None = None
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._dirty: set[int] = set()
@@ -344,9 +346,15 @@ class VmService:
         vms = await self.cluster_vms()
         result = await self.cluster.main(qm.cluster_resources("node"))
         if result.ok:
+            self.cluster_problem = None
             with contextlib.suppress(OutputError):
                 self.inventory.nodes = parse_node_resources(result.stdout)
                 await self.cluster.set_figures(self.inventory.nodes)
+        else:
+            self.cluster_problem = (
+                f"cluster: /cluster/resources on {self.settings.main_node} failed: "
+                f"{result.error_text()}"
+            )
         if vms is None:
             return
         seen = {v.vmid: v for v in vms}

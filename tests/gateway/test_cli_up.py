@@ -67,15 +67,34 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     assert f"cairn: status on http://127.0.0.1:{env['CAIRN_PORT']}" in output
     assert "GET     /health" in output
 
+    ports = {
+        "status": env["CAIRN_PORT"],
+        "vm": env["VM_PORT"],
+        "functions": env["FUNCTIONS_PORT"],
+        "images": env["IMAGES_PORT"],
+    }
     async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{env['CAIRN_PORT']}/health") as resp:
-            assert resp.status == 200
-            assert await resp.text() == "ok"
+        for name, port in ports.items():  # one health shape everywhere
+            async with session.get(f"http://127.0.0.1:{port}/health") as resp:
+                assert resp.status == 200, name
+                health = await resp.json()
+            assert {k: health[k] for k in ("service", "status", "problems", "warnings")} == {
+                "service": name,
+                "status": "ok",
+                "problems": [],
+                "warnings": [],
+            }
         async with session.get(f"http://127.0.0.1:{env['CAIRN_PORT']}/status") as resp:
+            assert resp.status == 200
             status = await resp.json()
     assert status["nats"] == f"nats://127.0.0.1:{nats_port}"
+    assert status["status"] == "up"
+    services = status["services"]
+    assert set(services) == {"vm", "functions", "search", "images"}
+    assert all(s["status"] == "up" and s["problems"] == [] for s in services.values())
+    assert services["functions"]["url"] == f"http://127.0.0.1:{env['FUNCTIONS_PORT']}"
     # No MAIN_NODE: the VM service drives the simulated cluster, and says so.
-    assert status["vm"] == {"cluster": "simulated"}
+    assert services["vm"]["cluster"] == "simulated"
 
     proc.send_signal(sig)
     assert proc.stdout is not None
