@@ -209,6 +209,7 @@ class FunctionsGateway:
             "code": found["code"],
             "input": options.input_json,
             "stream": options.stream,
+            "stored": True,  # its transpiled TypeScript is kept on disk (a /run-now body's not)
         }
         return await self._respond(request, run, options.stream)
 

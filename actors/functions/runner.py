@@ -15,12 +15,13 @@ import logging
 import marshal
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
 
-from actors.functions.cgroups import CgroupSlot
+from actors.functions import seccomp
+from actors.functions.cgroups import Cgroups, CgroupSlot
 from actors.functions.languages import Language
 from actors.functions.limits import SandboxLimits
 from actors.functions.results import (
@@ -32,7 +33,13 @@ from actors.functions.results import (
 )
 from actors.functions.sandbox import (
     LAUNCH_FAILED,
+    WRAPPER_DIR,
+    WRAPPER_FILE,
+    Descriptors,
+    HostUser,
+    Program,
     Runtimes,
+    program_for,
     runtime_of,
     sandbox_argv,
 )
@@ -70,6 +77,18 @@ def stdin_payload(job: RunJob, result_fd: int) -> bytes:
     ).encode()
 
 
+@attrs.frozen
+class ToolOutcome:
+    """How a program other than a runtime (esbuild) ended in its sandbox."""
+
+    returncode: int | None
+    stdout: bytes
+    stderr: str  # its last 4 KiB
+    timed_out: bool
+    output_exceeded: bool
+    oom_killed: bool
+
+
 class _Output:
     """Counts every byte the run produces against one cap."""
 
@@ -92,14 +111,30 @@ class Started:
     """A sandbox started ahead of its run: its runtime has booted and waits on stdin."""
 
     proc: asyncio.subprocess.Process
-    result_read: int  # our end of the result pipe
-    result_fd: int  # the number of its write end in the sandbox
+    pipes: _Pipes
     slot: CgroupSlot | None
     runtime: str
 
     @property
     def alive(self) -> bool:
         return self.proc.returncode is None
+
+
+@attrs.define
+class _Pipes:
+    """Our ends of a sandbox's stdout, stderr and result pipes, and the number the result
+    pipe's write end has inside (the wrapper learns it on stdin)."""
+
+    stdout: int
+    stderr: int
+    result: int | None
+    result_fd: int = -1
+
+    def close(self) -> None:
+        for fd in (self.stdout, self.stderr, self.result):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 class Sandbox:
@@ -109,53 +144,100 @@ class Sandbox:
     def __init__(
         self,
         limits: SandboxLimits,
+        user: HostUser | None,
         runtimes: Runtimes | None = None,
         wrappers: Path = WRAPPERS,
+        *,
+        sandboxes: int = 1,
     ) -> None:
+        """``sandboxes``: how many may exist at once (RLIMIT_NPROC, used without a pids
+        cgroup, counts the tasks of all of them together)."""
+        if user is None and os.geteuid() == 0:
+            raise ValueError("a sandbox never runs as root: give it the host user to run as")
         self.limits = limits
+        self.user = user
         self.runtimes = runtimes or Runtimes()
-        self.wrappers = wrappers
+        self.sandboxes = sandboxes
+        # Read once: every sandbox gets the wrappers and the filter by content.
+        self.files = {
+            f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
+            for name in WRAPPER_FILE.values()
+        }
+        self.seccomp = seccomp.program()
 
-    def argv(self, language: Language, slot: CgroupSlot | None) -> list[str]:
-        return sandbox_argv(
-            language,
-            self.runtimes,
-            self.limits,
-            wrappers_host_dir=str(self.wrappers),
-            cgroup_procs=slot.procs_files() if slot else [],
-            memory_cgroup=bool(slot and slot.memory),
-            pids_cgroup=bool(slot and slot.pids),
-        )
-
-    async def start(self, language: Language, slot: CgroupSlot | None = None) -> Started:
-        """Start a sandbox for ``language``'s runtime that waits for its run. Raises OSError
-        when it cannot."""
-        read_fd, write_fd = os.pipe()
+    async def _spawn(
+        self, program: Program, slot: CgroupSlot | None, *, result: bool
+    ) -> tuple[asyncio.subprocess.Process, _Pipes]:
+        """Start ``program`` in a sandbox with fresh pipes, every one of them owned by the
+        sandbox's user (so ``/dev/stdout`` and the like open inside). Raises OSError."""
+        ours: list[int] = []
+        theirs: list[int] = []
+        passed: list[int] = []
         try:
+            files = tuple(_data_fd(self.files[dest], passed) for dest in program.files)
+            executable = None
+            if program.executable is not None:
+                executable = os.open(program.executable, os.O_RDONLY | os.O_CLOEXEC)
+                passed.append(executable)
+            given = Descriptors(files, executable, _data_fd(self.seccomp, passed))
+            for _ in range(3 if result else 2):
+                read_fd, write_fd = os.pipe()
+                ours.append(read_fd)
+                theirs.append(write_fd)
+                if self.user is not None:
+                    os.fchown(read_fd, self.user.uid, self.user.gid)
+            argv = sandbox_argv(
+                program,
+                self.runtimes,
+                self.limits,
+                user=self.user,
+                given=given,
+                cgroup_procs=slot.procs_files() if slot else [],
+                memory_cgroup=bool(slot and slot.memory),
+                pids_cgroup=bool(slot and slot.pids),
+                user_processes=self.limits.processes * self.sandboxes,
+            )
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(language, slot),
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=(write_fd,),
+                stdout=theirs[0],
+                stderr=theirs[1],
+                pass_fds=(*theirs[2:], *passed),
                 # Its own process group: the sandbox's pid 1 (bwrap's reaper) stays in it, and
                 # when that dies the kernel ends everything in the pid namespace.
                 start_new_session=True,
                 cwd="/",
                 env={},  # bwrap's own reaper (pid 1 inside) shows its environment in /proc
             )
-        except OSError:
-            os.close(read_fd)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
             raise
         finally:
-            os.close(write_fd)
-        return Started(proc, read_fd, write_fd, slot, runtime_of(language))
+            for fd in (*theirs, *passed):
+                os.close(fd)
+        assert proc.stdin is not None
+        if self.user is not None:
+            # Before anything is written: the code only runs once its stdin has arrived.
+            stdin = proc.stdin.transport.get_extra_info("pipe")
+            os.fchown(stdin.fileno(), self.user.uid, self.user.gid)
+        pipes = _Pipes(ours[0], ours[1], ours[2] if result else None)
+        if result:
+            pipes.result_fd = theirs[2]
+        return proc, pipes
+
+    async def start(self, language: Language, slot: CgroupSlot | None = None) -> Started:
+        """Start a sandbox for ``language``'s runtime that waits for its run. Raises OSError
+        when it cannot."""
+        program = program_for(language, self.runtimes, self.limits)
+        proc, pipes = await self._spawn(program, slot, result=True)
+        return Started(proc, pipes, slot, runtime_of(language))
 
     async def discard(self, started: Started) -> None:
         """Kill a started sandbox that will not run anything."""
         _kill_tree(started.proc, started.slot)
         await started.proc.wait()
-        os.close(started.result_read)
+        started.pipes.close()
         if started.slot is not None:
             await started.slot.empty()
 
@@ -181,13 +263,13 @@ class Sandbox:
             except OSError as exc:
                 return RunFailure(f"sandbox failed to start: {exc}")
         try:
-            payload = stdin_payload(job, started.result_fd)
+            payload = stdin_payload(job, started.pipes.result_fd)
         except (ValueError, RecursionError):
             await self.discard(started)
             return RunFailure("input is not valid JSON")
         slot = started.slot
         oom_before = slot.oom_kills() if slot else 0
-        run = _Run(started.proc, started.result_read, payload, self.limits, on_line, slot)
+        run = _Run(started.proc, started.pipes, payload, self.limits, on_line, slot)
         try:
             await run.wait()
         finally:
@@ -198,6 +280,70 @@ class Sandbox:
                 await slot.empty()
         oom_killed = slot is not None and slot.oom_kills() > oom_before
         return run.outcome(oom_killed=oom_killed, limits=self.limits)
+
+    async def run_tool(
+        self, program: Program, stdin: bytes, *, slot: CgroupSlot | None, output_cap: int
+    ) -> ToolOutcome:
+        """Run a program other than a runtime under the same sandbox and limits as a run,
+        with its own cap on what it prints. Raises OSError when it cannot start."""
+        proc, pipes = await self._spawn(program, slot, result=False)
+        oom_before = slot.oom_kills() if slot else 0
+        limits = attrs.evolve(self.limits, output_bytes=output_cap)
+        run = _Run(proc, pipes, stdin, limits, None, slot)
+        try:
+            await run.wait()
+        finally:
+            if slot is not None:
+                await slot.empty()
+        return ToolOutcome(
+            returncode=proc.returncode,
+            stdout=b"".join(run.stdout),
+            stderr=run.stderr_tail.decode("utf-8", "replace"),
+            timed_out=run.timed_out,
+            output_exceeded=run.output.exceeded,
+            oom_killed=slot is not None and slot.oom_kills() > oom_before,
+        )
+
+
+# Runs a program in a sandbox of its own: (program, stdin, output cap) -> how it ended.
+ToolRunner = Callable[[Program, bytes, int], Awaitable[ToolOutcome]]
+
+
+def tool_runner(sandbox: Sandbox, cgroups: Callable[[], Cgroups | None]) -> ToolRunner:
+    """Runs programs in ``sandbox``, each in fresh groups of ``cgroups()`` (when there are
+    any), removed after it."""
+
+    async def run(program: Program, stdin: bytes, output_cap: int) -> ToolOutcome:
+        groups = cgroups()
+        slot = groups.new_slot() if groups is not None else None
+        try:
+            return await sandbox.run_tool(program, stdin, slot=slot, output_cap=output_cap)
+        finally:
+            if groups is not None and slot is not None:
+                groups.retire(slot)
+
+    return run
+
+
+async def _reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=CHUNK)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader, transport
+
+
+def _data_fd(data: bytes, opened: list[int]) -> int:
+    """A descriptor to read ``data`` from, once, from its start (bwrap reads it to its end);
+    added to ``opened``, which the caller closes."""
+    fd = os.memfd_create("cairn-data")
+    opened.append(fd)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _kill_tree(proc: asyncio.subprocess.Process, slot: CgroupSlot | None) -> None:
@@ -216,7 +362,7 @@ class _Run:
     def __init__(
         self,
         proc: asyncio.subprocess.Process,
-        result_fd: int,
+        pipes: _Pipes,
         payload: bytes,
         limits: SandboxLimits,
         on_line: LineSink | None,
@@ -224,7 +370,7 @@ class _Run:
     ) -> None:
         self.proc = proc
         self.slot = slot
-        self.result_fd = result_fd
+        self.pipes = pipes
         self.payload = payload
         self.limits = limits
         self.on_line = on_line
@@ -238,18 +384,28 @@ class _Run:
         _kill_tree(self.proc, self.slot)
 
     async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        result_reader = asyncio.StreamReader(limit=CHUNK)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(result_reader),
-            os.fdopen(self.result_fd, "rb", buffering=0),
-        )
+        # The readers own the pipes from here on (closing a transport closes its pipe).
+        fds = [self.pipes.stdout, self.pipes.stderr]
+        if self.pipes.result is not None:
+            fds.append(self.pipes.result)
+        readers: list[asyncio.StreamReader] = []
+        transports: list[asyncio.BaseTransport] = []
+        try:
+            for fd in fds:
+                reader, transport = await _reader(fd)
+                readers.append(reader)
+                transports.append(transport)
+        except BaseException:
+            for fd in fds[len(transports) :]:
+                os.close(fd)
+            for transport in transports:
+                transport.close()
+            raise
         feeder = asyncio.create_task(self._feed())
-        assert self.proc.stdout is not None and self.proc.stderr is not None
         work = [
-            asyncio.create_task(self._pump(self.proc.stdout, keep=True)),
-            asyncio.create_task(self._pump(self.proc.stderr, keep=False)),
-            asyncio.create_task(self._collect(result_reader)),
+            asyncio.create_task(self._pump(readers[0], keep=True)),
+            asyncio.create_task(self._pump(readers[1], keep=False)),
+            *[asyncio.create_task(self._collect(reader)) for reader in readers[2:]],
             asyncio.create_task(self.proc.wait()),
         ]
         try:
@@ -261,12 +417,13 @@ class _Run:
             feeder.cancel()
             if self.proc.returncode is None or not all(task.done() for task in work):
                 self.kill()
-                # Read the pipes to their end: asyncio only finishes a process (and closes
-                # its pipes) once every pipe is at EOF.
+                # Read the pipes to their end: what the tree printed before it died still
+                # counts, and a pipe whose writers are all dead ends at once.
                 await asyncio.wait(work, timeout=DRAIN_AFTER_KILL_S)
             for task in work:
                 task.cancel()
-            transport.close()
+            for transport in transports:
+                transport.close()
 
     async def _feed(self) -> None:
         stdin = self.proc.stdin

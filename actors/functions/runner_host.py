@@ -24,7 +24,7 @@ from nats.aio.subscription import Subscription
 from actors.functions import cgroups, protocol
 from actors.functions.languages import Language, parse_language
 from actors.functions.results import RunFailure, RunResult
-from actors.functions.runner import RunJob, Sandbox, Started
+from actors.functions.runner import RunJob, Sandbox, Started, tool_runner
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
@@ -47,6 +47,8 @@ class _Job:
     code: str
     input_json: str
     stream: bool
+    # A stored version (its transpiled TypeScript is worth keeping on disk), not a /run-now body.
+    stored: bool
 
 
 def parse_job(data: bytes, reply: str) -> _Job | None:
@@ -60,6 +62,7 @@ def parse_job(data: bytes, reply: str) -> _Job | None:
             fields["code"],
             fields.get("input") or "{}",
             bool(fields.get("stream")),
+            bool(fields.get("stored")),
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -72,8 +75,19 @@ class RunnerHost:
     def __init__(self, nc: Client, settings: FunctionsSettings, data_dir: Path) -> None:
         self.nc = nc
         self.settings = settings
-        self.sandbox = Sandbox(settings.limits, settings.runtimes)
-        self.transpiler = Transpiler(settings.esbuild, data_dir / "functions" / "ts-cache")
+        # At once: a sandbox per slot (see start), and an esbuild one per run transpiling.
+        sandboxes = 2 * settings.concurrency + settings.warm * len(RUNTIMES)
+        self.sandbox = Sandbox(
+            settings.limits, settings.user, settings.runtimes, sandboxes=sandboxes
+        )
+        # esbuild gets a sandbox and fresh groups of its own, with the limits of a run.
+        self.transpiler = Transpiler(
+            settings.esbuild,
+            data_dir / "functions" / "ts-cache",
+            tool_runner(self.sandbox, lambda: self.cgroups),
+            settings.limits,
+            max_bytes=settings.code_max_size,
+        )
         self.capacity = settings.concurrency + settings.queue
         self.queue: asyncio.Queue[_Job] = asyncio.Queue()
         self.pending = 0
@@ -355,7 +369,7 @@ class RunnerHost:
         code = job.code
         if job.language is Language.TYPESCRIPT:
             try:
-                code = await self.transpiler.transpile(code)
+                code = await self.transpiler.transpile(code, keep=job.stored)
             except TranspileError as exc:
                 if started is not None:
                     await self.sandbox.discard(started)

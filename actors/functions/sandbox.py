@@ -1,18 +1,23 @@
 """The sandbox command line, built by pure functions so golden tests pin every flag.
 
-A sandbox is ``dash -c <launcher> cairn-sandbox bwrap ... <runtime> <wrapper>``:
+A sandbox is ``dash -c <launcher> cairn-sandbox [setpriv ...] bwrap ... <program>``:
 
 * The launcher is what a ``preexec_fn`` would otherwise do (unsafe here: actors are threads):
-  it moves itself into the slot's cgroups, sets the rlimits, then ``exec``s bwrap, so bwrap and
-  everything below it start inside the limits.
-* bwrap builds the namespaces and mounts, then runs the runtime (python3 or node) on our
-  wrapper as uid 65534; the wrapper boots and then blocks reading stdin (code and input).
+  it moves itself into the slot's cgroups and sets the rlimits (both need the server's
+  rights), then ``exec``s the rest, so everything below it starts inside the limits.
+* setpriv drops to the sandbox's host user (``RUN_USER``) when cairn runs as root: no process
+  of a sandbox is ever host uid 0. bwrap then runs unprivileged, in a user namespace of its own.
+* bwrap builds the namespaces and mounts, loads the seccomp filter (see ``seccomp.py``) and
+  runs the program as uid 65534 inside. A runtime's wrapper boots and then blocks reading
+  stdin (code and input).
+
+Files the program needs (the wrappers) are given by content through descriptors
+(``--ro-bind-data``), so no host path appears in the sandbox's mounts or in the command line
+its pid 1 shows. Descriptors keep their numbers (dash cannot move descriptors above 9).
 
 All of that can happen before a run is asked for (entering a cgroup v1 alone waits for an RCU
 grace period, ≈20 ms on a busy machine; node takes ≈40 ms of CPU to boot here), so the runner
-host keeps sandboxes started and waiting, each used for exactly one run. The result pipe keeps
-its descriptor number (dash cannot move descriptors above 9); the wrapper learns the number on
-stdin.
+host keeps sandboxes started and waiting, each used for exactly one run.
 """
 
 from __future__ import annotations
@@ -23,13 +28,16 @@ from collections.abc import Sequence
 import attrs
 
 from actors.functions.languages import Language
-from actors.functions.limits import SandboxLimits
+from actors.functions.limits import MIB, SandboxLimits
 
 SANDBOX_UID = 65534
 HOME = "/home/sandbox"
 WRAPPER_DIR = "/cairn"
 # The launcher's own failure (a cgroup it could not enter): never a code the runtimes use.
 LAUNCH_FAILED = 125
+# Go reserves about 70 MiB of writable address space before it allocates anything: without a
+# memory cgroup, esbuild's RLIMIT_DATA is the run's memory plus this.
+GO_RUNTIME_DATA = 80 * MIB
 
 
 @attrs.frozen
@@ -38,14 +46,43 @@ class Runtimes:
     node: str = "/usr/bin/node"
     bwrap: str = "/usr/bin/bwrap"
     shell: str = "/bin/dash"
+    setpriv: str = "/usr/bin/setpriv"
+
+
+@attrs.frozen
+class HostUser:
+    """The host uid and gid every sandboxed process runs as (cairn switches to them when it
+    runs as root; otherwise sandboxes run as cairn's own user)."""
+
+    uid: int
+    gid: int
 
 
 @attrs.frozen
 class Rlimit:
-    """One ``ulimit`` line (dash flags and units)."""
+    """One ``ulimit`` line (dash flags and units); ``hard`` when it differs from the soft
+    limit."""
 
     flag: str
     value: int
+    hard: int | None = None
+
+
+@attrs.frozen
+class Program:
+    """What runs inside a sandbox."""
+
+    argv: tuple[str, ...]
+    # Files given by content, by where they appear inside (read-only); their descriptors are
+    # passed in the same order.
+    files: tuple[str, ...] = ()
+    # A host program given by descriptor and run as ``/proc/self/fd/N`` (then ``argv`` holds
+    # only its arguments): neither its path nor its directory need be visible, or reachable
+    # by the sandbox's user.
+    executable: str | None = None
+    # How memory is capped where no memory cgroup is usable: "-v" (RLIMIT_AS), "-d"
+    # (RLIMIT_DATA) or None (node: V8 fails under RLIMIT_AS; its heap flag caps it).
+    memory_rlimit: str | None = None
 
 
 def runtime_of(language: Language) -> str:
@@ -55,31 +92,56 @@ def runtime_of(language: Language) -> str:
 
 RUNTIMES = ("python", "node")
 LANGUAGE_OF_RUNTIME = {"python": Language.PYTHON, "node": Language.JAVASCRIPT}
+WRAPPER_FILE = {"python": "run.py", "node": "run.js"}
 
 
-def program_argv(language: Language, runtimes: Runtimes, limits: SandboxLimits) -> list[str]:
+def program_for(language: Language, runtimes: Runtimes, limits: SandboxLimits) -> Program:
     """The runtime and the wrapper it starts, as seen inside the sandbox."""
+    wrapper = f"{WRAPPER_DIR}/{WRAPPER_FILE[runtime_of(language)]}"
     if language is Language.PYTHON:
         # -I: no environment or user site; -S: no site import (≈10 ms per run; the standard
         # library is all a function gets); -B: /usr is read-only anyway.
-        return [runtimes.python, "-I", "-S", "-B", f"{WRAPPER_DIR}/run.py"]
+        return Program((runtimes.python, "-I", "-S", "-B", wrapper), (wrapper,), None, "-v")
     # V8 must fail cleanly ("heap out of memory") before the cgroup's OOM killer steps in;
     # RLIMIT_AS is never used for node (V8 reserves far more address space than it uses).
     heap_mib = max(16, limits.memory_mib * 3 // 4)
-    return [runtimes.node, f"--max-old-space-size={heap_mib}", f"{WRAPPER_DIR}/run.js"]
+    return Program((runtimes.node, f"--max-old-space-size={heap_mib}", wrapper), (wrapper,))
+
+
+def esbuild_program(esbuild: str, flags: Sequence[str]) -> Program:
+    """esbuild reading TypeScript on stdin (Go: RLIMIT_DATA caps it where RLIMIT_AS cannot)."""
+    return Program(tuple(flags), executable=esbuild, memory_rlimit="-d")
+
+
+@attrs.frozen
+class Descriptors:
+    """The numbers, in the sandbox's launcher, of what a sandbox is given by descriptor."""
+
+    files: tuple[int, ...] = ()  # one per ``Program.files``
+    executable: int | None = None
+    seccomp: int | None = None
 
 
 def bwrap_argv(
-    program: Sequence[str],
+    program: Program,
+    given: Descriptors,
     *,
-    wrappers_host_dir: str,
     limits: SandboxLimits,
     bwrap: str = "/usr/bin/bwrap",
 ) -> list[str]:
     """The bubblewrap command line: every namespace unshared (so no network at all), uid 65534
-    with no capabilities, an empty environment, read-only /usr, a fresh size-capped tmpfs for
-    /tmp and the home directory, and a read-only root and /dev (device nodes still work)."""
+    with no capabilities, an empty environment, read-only /usr, /proc read-only and no /sys, a
+    fresh size-capped tmpfs for /tmp and the home directory, a read-only root and /dev (device
+    nodes still work), the program's files by content and the seccomp filter."""
+    if len(given.files) != len(program.files) or (
+        (program.executable is None) != (given.executable is None)
+    ):
+        raise ValueError("one descriptor for each file and for the executable")
     tmpfs = str(limits.tmpfs_bytes)
+    files = [a for fd, dest in zip(given.files, program.files, strict=True)
+             for a in ("--ro-bind-data", str(fd), dest)]  # fmt: skip
+    seccomp = ["--seccomp", str(given.seccomp)] if given.seccomp is not None else []
+    command = [f"/proc/self/fd/{given.executable}"] if given.executable is not None else []
     return [
         bwrap,
         "--unshare-all",
@@ -96,10 +158,12 @@ def bwrap_argv(
         "--symlink", "usr/lib64", "/lib64",
         "--symlink", "usr/bin", "/bin",
         "--proc", "/proc",
+        # All of /proc, sysctls included: nothing in it is the code's to write.
+        "--remount-ro", "/proc",
         "--dev", "/dev",
         "--perms", "1777", "--size", tmpfs, "--tmpfs", "/tmp",
         "--perms", "0700", "--size", tmpfs, "--tmpfs", HOME,
-        "--ro-bind", wrappers_host_dir, WRAPPER_DIR,
+        *files,
         "--remount-ro", "/",
         "--remount-ro", "/dev",
         "--chdir", HOME,
@@ -107,27 +171,55 @@ def bwrap_argv(
         "--setenv", "PATH", "/usr/bin:/bin",
         "--setenv", "HOME", HOME,
         "--setenv", "LANG", "C.UTF-8",
+        *seccomp,
         "--",
-        *program,
+        *command,
+        *program.argv,
     ]  # fmt: skip
 
 
+def drop_argv(user: HostUser | None, setpriv: str) -> list[str]:
+    """The switch to the sandbox's host user (nothing when cairn cannot switch: it is then not
+    root, and the sandbox runs as cairn's own user). No supplementary groups, and no way back
+    up through a set-uid program."""
+    if user is None:
+        return []
+    return [
+        setpriv,
+        f"--reuid={user.uid}",
+        f"--regid={user.gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+    ]
+
+
 def rlimits(
-    language: Language, limits: SandboxLimits, *, memory_cgroup: bool, pids_cgroup: bool
+    program: Program,
+    limits: SandboxLimits,
+    *,
+    memory_cgroup: bool,
+    pids_cgroup: bool,
+    user_processes: int,
 ) -> list[Rlimit]:
     """The rlimits of every process of a run. Memory and process caps come from the cgroup when
-    there is one; without, Python gets RLIMIT_AS (node never: V8 fails under it) and every run
-    RLIMIT_NPROC (which the kernel does not enforce for root: the docs say so)."""
+    there is one; without, the program's memory rlimit, and RLIMIT_NPROC at
+    ``user_processes``: the kernel counts every task of the sandbox's host user against it, so
+    it must hold every sandbox that may exist at once (a fork bomb is then contained in
+    aggregate, not per run: the docs say so). The CPU limit is soft: SIGXCPU ends the process
+    with "CPU time limit exceeded"; the hard limit a second later kills one that ignores it."""
     out = [
         Rlimit("-c", 0),
-        Rlimit("-t", limits.cpu_seconds),
+        Rlimit("-t", limits.cpu_seconds, limits.cpu_seconds + 1),
         Rlimit("-f", max(1, limits.tmpfs_bytes // 512)),  # dash counts 512-byte blocks
         Rlimit("-n", limits.open_files),
     ]
-    if not memory_cgroup and language is Language.PYTHON:
+    if not memory_cgroup and program.memory_rlimit == "-v":
         out.append(Rlimit("-v", limits.memory_bytes // 1024))  # KiB
+    elif not memory_cgroup and program.memory_rlimit == "-d":
+        out.append(Rlimit("-d", (limits.memory_bytes + GO_RUNTIME_DATA) // 1024))
     if not pids_cgroup:
-        out.append(Rlimit("-p", limits.processes))
+        out.append(Rlimit("-p", user_processes))
     return out
 
 
@@ -135,7 +227,13 @@ def launcher_script(cgroup_procs: Sequence[str], limits: Sequence[Rlimit]) -> st
     """The dash script that enters the cgroups, sets the rlimits and execs its arguments.
     Only our own paths and numbers go in; never user input."""
     lines = [f"echo $$ > {shlex.quote(path)} || exit {LAUNCH_FAILED}" for path in cgroup_procs]
-    lines += [f"ulimit {limit.flag} {limit.value} || exit {LAUNCH_FAILED}" for limit in limits]
+    for limit in limits:
+        if limit.hard is None:
+            lines.append(f"ulimit {limit.flag} {limit.value} || exit {LAUNCH_FAILED}")
+        else:
+            # The soft limit first: a hard limit below the current soft one is refused.
+            lines.append(f"ulimit -S {limit.flag} {limit.value} || exit {LAUNCH_FAILED}")
+            lines.append(f"ulimit -H {limit.flag} {limit.hard} || exit {LAUNCH_FAILED}")
     # dash exports PWD, which would show the server's working directory through /proc/1.
     lines.append("unset PWD OLDPWD")
     lines.append('exec "$@"')
@@ -143,22 +241,26 @@ def launcher_script(cgroup_procs: Sequence[str], limits: Sequence[Rlimit]) -> st
 
 
 def sandbox_argv(
-    language: Language,
+    program: Program,
     runtimes: Runtimes,
     limits: SandboxLimits,
     *,
-    wrappers_host_dir: str,
+    user: HostUser | None,
+    given: Descriptors,
     cgroup_procs: Sequence[str],
     memory_cgroup: bool,
     pids_cgroup: bool,
+    user_processes: int,
 ) -> list[str]:
-    """The whole command line of one sandbox for ``language``'s runtime."""
-    inner = bwrap_argv(
-        program_argv(language, runtimes, limits),
-        wrappers_host_dir=wrappers_host_dir,
-        limits=limits,
-        bwrap=runtimes.bwrap,
+    """The whole command line of one sandbox running ``program``."""
+    inner = bwrap_argv(program, given, limits=limits, bwrap=runtimes.bwrap)
+    limit_lines = rlimits(
+        program,
+        limits,
+        memory_cgroup=memory_cgroup,
+        pids_cgroup=pids_cgroup,
+        user_processes=user_processes,
     )
-    limit_lines = rlimits(language, limits, memory_cgroup=memory_cgroup, pids_cgroup=pids_cgroup)
     launcher = launcher_script(cgroup_procs, limit_lines)
-    return [runtimes.shell, "-c", launcher, "cairn-sandbox", *inner]
+    drop = drop_argv(user, runtimes.setpriv)
+    return [runtimes.shell, "-c", launcher, "cairn-sandbox", *drop, *inner]

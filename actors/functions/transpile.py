@@ -1,26 +1,34 @@
-"""TypeScript to JavaScript with esbuild, once per version: the output is cached on disk by
-the hash of the source, so every later run of that version starts node on ready JavaScript
-(what tsx does on each run, ≈150 ms, is paid once)."""
+"""TypeScript to JavaScript with esbuild, in a sandbox of its own under the same limits as a
+run (esbuild parses what a user sent: a few hundred KB can drive it to a GB), and once per
+source: the output is kept by the hash of the source in a bounded cache (see ``tscache.py``),
+so a later run of that version starts node on ready JavaScript (what tsx does on each run,
+≈150 ms, is paid once)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import platform
 import re
 import shutil
-import tempfile
+import signal
 from collections.abc import Mapping
 from pathlib import Path
+
+from actors.functions.limits import MIB, SandboxLimits
+from actors.functions.runner import ToolOutcome, ToolRunner
+from actors.functions.sandbox import esbuild_program
+from actors.functions.tscache import DiskCache, MemoryCache
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 # The code is the body of an async function, as for JavaScript; esbuild only strips types.
 PREFIX = "(async function (event: any, input: any, require: any) {\n"
 SUFFIX = "\n})"
 FLAGS = ("--loader=ts", "--target=node20", "--log-level=error", "--color=false", "--log-limit=1")
-TIMEOUT_S = 30.0
+# What esbuild may print: its output is about the size of its input.
+OUTPUT_CAP_FACTOR = 4
+OUTPUT_CAP_SLACK = 1 * MIB
 _ERROR = re.compile(r"\[ERROR\]\s*(?P<message>.+)")
 _WHERE = re.compile(r"<stdin>:(?P<line>\d+):(?P<col>\d+)")
 
@@ -61,69 +69,89 @@ def cache_key(source: str) -> str:
 
 
 class Transpiler:
-    def __init__(self, esbuild: str | None, cache_dir: Path) -> None:
+    def __init__(
+        self,
+        esbuild: str | None,
+        cache_dir: Path,
+        run: ToolRunner,
+        limits: SandboxLimits,
+        *,
+        max_bytes: int,
+    ) -> None:
         self.esbuild = esbuild
-        self.cache_dir = cache_dir
-        self._memory: dict[str, str] = {}
+        self.run = run
+        self.limits = limits
+        self.max_bytes = max_bytes
+        self.memory = MemoryCache()
+        self.disk = DiskCache(cache_dir)
         self._inflight: dict[str, asyncio.Future[str]] = {}
 
-    async def transpile(self, source: str) -> str:
+    @property
+    def cache_dir(self) -> Path:
+        return self.disk.directory
+
+    async def transpile(self, source: str, *, keep: bool = False) -> str:
+        """The JavaScript of ``source``. ``keep``: a stored version, worth keeping on disk
+        (a /run-now body is only kept in memory). Raises TranspileError."""
+        size = len(source.encode())
+        if size > self.max_bytes:
+            raise TranspileError(f"TypeScript: the code is larger than {self.max_bytes} bytes")
         key = cache_key(source)
-        if key in self._memory:
-            return self._memory[key]
+        cached = self.memory.get(key) or self.disk.get(key)
+        if cached is not None:
+            self.memory.put(key, cached)
+            return cached
         running = self._inflight.get(key)
         if running is not None:
-            return await asyncio.shield(running)
+            output = await asyncio.shield(running)
+        else:
+            output = await self._build_once(key, source)
+        if keep:
+            self.disk.put(key, output)
+        return output
+
+    async def _build_once(self, key: str, source: str) -> str:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            output = await self._load_or_build(key, source)
+            output = await self._esbuild(source)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters get it, nobody is warned
             raise
         else:
             future.set_result(output)
-            if len(self._memory) > 256:
-                self._memory.clear()
-            self._memory[key] = output
+            self.memory.put(key, output)
             return output
         finally:
             del self._inflight[key]
 
-    async def _load_or_build(self, key: str, source: str) -> str:
-        path = self.cache_dir / key[:2] / f"{key}.js"
-        with contextlib.suppress(OSError):
-            return path.read_text(encoding="utf-8")
-        output = await self._esbuild(source)
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(output)
-            os.replace(tmp, path)
-        return output
-
     async def _esbuild(self, source: str) -> str:
         if self.esbuild is None:
             raise TranspileError("TypeScript needs esbuild: run ops/setup (or set ESBUILD)")
-        proc = await asyncio.create_subprocess_exec(
-            self.esbuild,
-            *FLAGS,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={"PATH": "/usr/bin:/bin"},
-        )
+        stdin = f"{PREFIX}{source}{SUFFIX}".encode()
+        cap = OUTPUT_CAP_FACTOR * len(stdin) + OUTPUT_CAP_SLACK
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(f"{PREFIX}{source}{SUFFIX}".encode()), TIMEOUT_S
-            )
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise TranspileError("TypeScript: esbuild timed out") from None
-        if proc.returncode != 0:
-            raise TranspileError(error_message(err.decode("utf-8", "replace")))
-        return out.decode("utf-8")
+            ended = await self.run(esbuild_program(self.esbuild, FLAGS), stdin, cap)
+        except OSError as exc:
+            raise TranspileError(f"TypeScript: esbuild failed to start: {exc}") from None
+        failure = failure_message(ended, self.limits, cap)
+        if failure is not None:
+            raise TranspileError(failure)
+        return ended.stdout.decode("utf-8")
+
+
+def failure_message(ended: ToolOutcome, limits: SandboxLimits, cap: int) -> str | None:
+    """Why an esbuild run failed, in the words a run's failure would use; None if it did not."""
+    if ended.timed_out:
+        return f"TypeScript: timed out after {limits.timeout_s:g} s"
+    # Go says "fatal error: out of memory" when RLIMIT_DATA stops it; the cgroup kills it.
+    if ended.oom_killed or "out of memory" in ended.stderr:
+        return f"TypeScript: memory limit of {limits.memory_mib} MiB exceeded"
+    if ended.output_exceeded:
+        return f"TypeScript: esbuild's output is larger than {cap} bytes"
+    if ended.returncode in (128 + signal.SIGXCPU, -signal.SIGXCPU):
+        return "TypeScript: CPU time limit exceeded"
+    if ended.returncode != 0:
+        return error_message(ended.stderr)
+    return None

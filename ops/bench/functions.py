@@ -38,8 +38,8 @@ from aiohttp import web
 from actors.functions import cgroups
 from actors.functions.languages import Language
 from actors.functions.limits import SandboxLimits
-from actors.functions.runner import WRAPPERS, RunJob, Sandbox
-from actors.functions.sandbox import Runtimes, bwrap_argv
+from actors.functions.runner import RunJob, Sandbox, tool_runner
+from actors.functions.sandbox import Descriptors, HostUser, Program, Runtimes, bwrap_argv, drop_argv
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import OPS, Transpiler, find_esbuild
 from events.nats_server import EmbeddedNats, free_port
@@ -87,14 +87,17 @@ async def paced(runs: int, once: Callable[[], Awaitable[object]], pace: float) -
     return out
 
 
-def bare_runtime(language: Language, limits: SandboxLimits) -> list[str]:
+def bare_runtime(language: Language, limits: SandboxLimits, user: HostUser | None) -> list[str]:
+    """The runtime started in bwrap as the sandbox user, without cgroups, rlimits, the
+    seccomp filter or the wrapper."""
     runtimes = Runtimes()
-    program = (
-        [runtimes.python, "-I", "-S", "-c", "pass"]
+    argv = (
+        (runtimes.python, "-I", "-S", "-c", "pass")
         if language is Language.PYTHON
-        else [runtimes.node, "-e", "0"]
+        else (runtimes.node, "-e", "0")
     )
-    return bwrap_argv(program, wrappers_host_dir=str(WRAPPERS), limits=limits)
+    bwrap = bwrap_argv(Program(argv), Descriptors(), limits=limits)
+    return [*drop_argv(user, runtimes.setpriv), *bwrap]
 
 
 async def run_argv(argv: list[str]) -> None:
@@ -143,9 +146,15 @@ async def measure(
     throughput: int,
 ) -> list[str]:
     failures: list[str] = []
-    sandbox = Sandbox(settings.limits, settings.runtimes)
-    transpiler = Transpiler(find_esbuild({}), root / "bench-ts")
+    sandbox = Sandbox(settings.limits, settings.user, settings.runtimes)
     groups = cgroups.create(settings.limits) if settings.cgroups else None
+    transpiler = Transpiler(
+        find_esbuild({}),
+        root / "bench-ts",
+        tool_runner(sandbox, lambda: groups),
+        settings.limits,
+        max_bytes=settings.code_max_size,
+    )
 
     def fresh_slot() -> cgroups.CgroupSlot | None:
         return groups.new_slot() if groups else None
@@ -188,7 +197,7 @@ async def measure(
         for language in Language:
             print(f"{language}")
             if language is not Language.TYPESCRIPT:
-                argv = bare_runtime(language, settings.limits)
+                argv = bare_runtime(language, settings.limits, settings.user)
                 bare = await timed(runs, partial(run_argv, argv))
                 print(f"  runtime start in bwrap only  {fmt(bare)}")
             cold = await timed(runs, partial(sandbox_run, language))

@@ -16,7 +16,8 @@ from aiohttp.test_utils import TestServer
 from actors.functions import cgroups
 from actors.functions.host import FunctionsHost
 from actors.functions.limits import MIB, SandboxLimits
-from actors.functions.runner import Sandbox
+from actors.functions.runner import Sandbox, tool_runner
+from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import Transpiler, find_esbuild
 from gateway.functions import FUNCTIONS_HOST, build
 from gateway.runtime import Runtime
@@ -34,14 +35,20 @@ def cgroup_set() -> Iterator[cgroups.Cgroups]:
     made.remove()
 
 
+# The host user sandboxes run as (cairn-sandbox when the tests run as root), as the service
+# resolves it.
+HOST_USER = FunctionsSettings.from_env({}).user
+
+
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
-    return Sandbox(TEST_LIMITS)
+    return Sandbox(TEST_LIMITS, HOST_USER)
 
 
 @pytest.fixture
-def transpiler(tmp_path: Path) -> Transpiler:
-    return Transpiler(find_esbuild({}), tmp_path / "ts-cache")
+def transpiler(tmp_path: Path, sandbox: Sandbox, cgroup_set: cgroups.Cgroups) -> Transpiler:
+    run = tool_runner(sandbox, lambda: cgroup_set)
+    return Transpiler(find_esbuild({}), tmp_path / "ts-cache", run, TEST_LIMITS, max_bytes=8192)
 
 
 # -- the service over real HTTP ------------------------------------------------------------

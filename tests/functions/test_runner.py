@@ -197,11 +197,22 @@ async def test_typescript_syntax_error_is_reported_with_its_line(transpiler: Tra
 
 
 async def test_typescript_is_transpiled_once_per_source(transpiler: Transpiler) -> None:
-    first = await transpiler.transpile("return 1 as number")
+    first = await transpiler.transpile("return 1 as number", keep=True)
     files = list(transpiler.cache_dir.rglob("*.js"))
     assert len(files) == 1
-    again = Transpiler(None, transpiler.cache_dir)  # no esbuild at all: must come from the cache
+    # No esbuild at all: it must come from the disk cache.
+    again = Transpiler(
+        None, transpiler.cache_dir, transpiler.run, transpiler.limits, max_bytes=8192
+    )
     assert await again.transpile("return 1 as number") == first
+
+
+async def test_a_run_now_body_is_never_written_to_disk(transpiler: Transpiler) -> None:
+    assert "1" in await transpiler.transpile("return 1 as number")
+    assert await transpiler.transpile("return 1 as number") == transpiler.memory.get(
+        next(iter(transpiler.memory._entries))
+    )
+    assert not list(transpiler.cache_dir.rglob("*.js"))
 
 
 async def test_a_warning_on_stderr_does_not_fail_the_run(
