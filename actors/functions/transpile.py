@@ -97,15 +97,11 @@ class Transpiler:
         if size > self.max_bytes:
             raise TranspileError(f"TypeScript: the code is larger than {self.max_bytes} bytes")
         key = cache_key(source)
-        cached = self.memory.get(key) or self.disk.get(key)
-        if cached is not None:
-            self.memory.put(key, cached)
-            return cached
-        running = self._inflight.get(key)
-        if running is not None:
-            output = await asyncio.shield(running)
-        else:
-            output = await self._build_once(key, source)
+        output = self.memory.get(key) or self.disk.get(key)
+        if output is None:
+            running = self._inflight.get(key)
+            output = await (asyncio.shield(running) if running else self._build_once(key, source))
+        self.memory.put(key, output)
         if keep:
             self.disk.put(key, output)
         return output
@@ -121,7 +117,6 @@ class Transpiler:
             raise
         else:
             future.set_result(output)
-            self.memory.put(key, output)
             return output
         finally:
             del self._inflight[key]

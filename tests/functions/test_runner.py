@@ -207,12 +207,13 @@ async def test_typescript_is_transpiled_once_per_source(transpiler: Transpiler) 
     assert await again.transpile("return 1 as number") == first
 
 
-async def test_a_run_now_body_is_never_written_to_disk(transpiler: Transpiler) -> None:
-    assert "1" in await transpiler.transpile("return 1 as number")
-    assert await transpiler.transpile("return 1 as number") == transpiler.memory.get(
-        next(iter(transpiler.memory._entries))
-    )
+async def test_a_run_now_body_is_kept_in_memory_only(transpiler: Transpiler) -> None:
+    first = await transpiler.transpile("return 1 as number")
+    assert "return 1;" in first and len(transpiler.memory) == 1
     assert not list(transpiler.cache_dir.rglob("*.js"))
+    # The same code stored as a version later: now it is worth a file.
+    assert await transpiler.transpile("return 1 as number", keep=True) == first
+    assert len(list(transpiler.cache_dir.rglob("*.js"))) == 1
 
 
 async def test_a_warning_on_stderr_does_not_fail_the_run(
