@@ -111,7 +111,7 @@ class Started:
     """A sandbox started ahead of its run: its runtime has booted and waits on stdin."""
 
     proc: asyncio.subprocess.Process
-    pipes: _Pipes
+    streams: _Streams
     slot: CgroupSlot | None
     runtime: str
 
@@ -121,20 +121,18 @@ class Started:
 
 
 @attrs.define
-class _Pipes:
-    """Our ends of a sandbox's stdout, stderr and result pipes, and the number the result
-    pipe's write end has inside (the wrapper learns it on stdin)."""
+class _Streams:
+    """Our ends of a sandbox's stdout, stderr and (for a runtime) result pipes, read from the
+    moment it starts (so nothing of this is left to do when its run is asked for), and the
+    number the result pipe's write end has inside (the wrapper learns it on stdin)."""
 
-    stdout: int
-    stderr: int
-    result: int | None
+    readers: list[asyncio.StreamReader]
+    transports: list[asyncio.BaseTransport]
     result_fd: int = -1
 
     def close(self) -> None:
-        for fd in (self.stdout, self.stderr, self.result):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        for transport in self.transports:
+            transport.close()
 
 
 class Sandbox:
@@ -167,7 +165,7 @@ class Sandbox:
 
     async def _spawn(
         self, program: Program, slot: CgroupSlot | None, *, result: bool
-    ) -> tuple[asyncio.subprocess.Process, _Pipes]:
+    ) -> tuple[asyncio.subprocess.Process, _Streams]:
         """Start ``program`` in a sandbox with fresh pipes, every one of them owned by the
         sandbox's user (so ``/dev/stdout`` and the like open inside). Raises OSError."""
         ours: list[int] = []
@@ -221,23 +219,32 @@ class Sandbox:
             # Before anything is written: the code only runs once its stdin has arrived.
             stdin = proc.stdin.transport.get_extra_info("pipe")
             os.fchown(stdin.fileno(), self.user.uid, self.user.gid)
-        pipes = _Pipes(ours[0], ours[1], ours[2] if result else None)
-        if result:
-            pipes.result_fd = theirs[2]
-        return proc, pipes
+        streams = _Streams([], [], theirs[2] if result else -1)
+        try:
+            for fd in ours:
+                reader, transport = await _reader(fd)  # the transport owns the pipe now
+                streams.readers.append(reader)
+                streams.transports.append(transport)
+        except BaseException:
+            for fd in ours[len(streams.transports) :]:
+                os.close(fd)
+            streams.close()
+            _kill_tree(proc, slot)
+            raise
+        return proc, streams
 
     async def start(self, language: Language, slot: CgroupSlot | None = None) -> Started:
         """Start a sandbox for ``language``'s runtime that waits for its run. Raises OSError
         when it cannot."""
         program = program_for(language, self.runtimes, self.limits)
-        proc, pipes = await self._spawn(program, slot, result=True)
-        return Started(proc, pipes, slot, runtime_of(language))
+        proc, streams = await self._spawn(program, slot, result=True)
+        return Started(proc, streams, slot, runtime_of(language))
 
     async def discard(self, started: Started) -> None:
         """Kill a started sandbox that will not run anything."""
         _kill_tree(started.proc, started.slot)
         await started.proc.wait()
-        started.pipes.close()
+        started.streams.close()
         if started.slot is not None:
             await started.slot.empty()
 
@@ -263,13 +270,13 @@ class Sandbox:
             except OSError as exc:
                 return RunFailure(f"sandbox failed to start: {exc}")
         try:
-            payload = stdin_payload(job, started.pipes.result_fd)
+            payload = stdin_payload(job, started.streams.result_fd)
         except (ValueError, RecursionError):
             await self.discard(started)
             return RunFailure("input is not valid JSON")
         slot = started.slot
         oom_before = slot.oom_kills() if slot else 0
-        run = _Run(started.proc, started.pipes, payload, self.limits, on_line, slot)
+        run = _Run(started.proc, started.streams, payload, self.limits, on_line, slot)
         try:
             await run.wait()
         finally:
@@ -286,10 +293,10 @@ class Sandbox:
     ) -> ToolOutcome:
         """Run a program other than a runtime under the same sandbox and limits as a run,
         with its own cap on what it prints. Raises OSError when it cannot start."""
-        proc, pipes = await self._spawn(program, slot, result=False)
+        proc, streams = await self._spawn(program, slot, result=False)
         oom_before = slot.oom_kills() if slot else 0
         limits = attrs.evolve(self.limits, output_bytes=output_cap)
-        run = _Run(proc, pipes, stdin, limits, None, slot)
+        run = _Run(proc, streams, stdin, limits, None, slot)
         try:
             await run.wait()
         finally:
@@ -362,7 +369,7 @@ class _Run:
     def __init__(
         self,
         proc: asyncio.subprocess.Process,
-        pipes: _Pipes,
+        streams: _Streams,
         payload: bytes,
         limits: SandboxLimits,
         on_line: LineSink | None,
@@ -370,7 +377,7 @@ class _Run:
     ) -> None:
         self.proc = proc
         self.slot = slot
-        self.pipes = pipes
+        self.streams = streams
         self.payload = payload
         self.limits = limits
         self.on_line = on_line
@@ -384,23 +391,7 @@ class _Run:
         _kill_tree(self.proc, self.slot)
 
     async def wait(self) -> None:
-        # The readers own the pipes from here on (closing a transport closes its pipe).
-        fds = [self.pipes.stdout, self.pipes.stderr]
-        if self.pipes.result is not None:
-            fds.append(self.pipes.result)
-        readers: list[asyncio.StreamReader] = []
-        transports: list[asyncio.BaseTransport] = []
-        try:
-            for fd in fds:
-                reader, transport = await _reader(fd)
-                readers.append(reader)
-                transports.append(transport)
-        except BaseException:
-            for fd in fds[len(transports) :]:
-                os.close(fd)
-            for transport in transports:
-                transport.close()
-            raise
+        readers = self.streams.readers
         feeder = asyncio.create_task(self._feed())
         work = [
             asyncio.create_task(self._pump(readers[0], keep=True)),
@@ -422,8 +413,7 @@ class _Run:
                 await asyncio.wait(work, timeout=DRAIN_AFTER_KILL_S)
             for task in work:
                 task.cancel()
-            for transport in transports:
-                transport.close()
+            self.streams.close()
 
     async def _feed(self) -> None:
         stdin = self.proc.stdin
