@@ -12,8 +12,10 @@ A sandbox is ``dash -c <launcher> cairn-sandbox [setpriv ...] bwrap ... <program
   stdin (code and input).
 
 Files the program needs (the wrappers) are given by content through descriptors
-(``--ro-bind-data``), so no host path appears in the sandbox's mounts or in the command line
-its pid 1 shows. Descriptors keep their numbers (dash cannot move descriptors above 9).
+(``--ro-bind-data``), and a host program (esbuild) as an open descriptor it is run from, so no
+host path appears in the sandbox's mounts or in the command line its pid 1 shows, and the
+sandbox's user need not reach the checkout. Descriptors keep their numbers (dash cannot move
+descriptors above 9).
 
 All of that can happen before a run is asked for (entering a cgroup v1 alone waits for an RCU
 grace period, ≈20 ms on a busy machine; node takes ≈40 ms of CPU to boot here), so the runner
