@@ -5,10 +5,7 @@ Uploads from 127.0.0.1 pass the allowlist; 127.0.0.2 (also loopback, not listed)
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,12 +16,11 @@ from yarl import URL
 
 from actors.images.settings import DEFAULT_MAX_UPLOAD
 from gateway.images import MULTIPART_SLACK
-from tests.conftest import wait_for
 from tests.images.conftest import Images, raw_request
 from tests.images.imagedata import encoded
+from tests.nginx import EXAMPLES, running_nginx
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "ops" / "nginx" / "cairn-images.conf"
-NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+EXAMPLE = EXAMPLES / "cairn-images.conf"
 
 
 def test_example_limits_match_the_service() -> None:
@@ -46,52 +42,13 @@ def _free_port() -> int:
 
 @pytest.fixture
 async def proxied(images: Images, tmp_path: Path) -> AsyncIterator[str]:
-    if NGINX is None:
-        pytest.skip("nginx is not installed (ops/apt-packages.txt lists nginx-light)")
     port = _free_port()
     service_port = URL(images.base).port
     site = EXAMPLE.read_text()
     site = site.replace("server 127.0.0.1:8300;", f"server 127.0.0.1:{service_port};")
     site = site.replace("listen 80;", f"listen 127.0.0.1:{port};")
-    work = tmp_path / "nginx"
-    work.mkdir()
-    user = "user root;" if os.geteuid() == 0 else ""
-    (work / "nginx.conf").write_text(
-        f"""{user}
-worker_processes 1;
-daemon off;
-pid {work}/nginx.pid;
-error_log {work}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {work}/body;
-    proxy_temp_path {work}/proxy;
-    fastcgi_temp_path {work}/fastcgi;
-    uwsgi_temp_path {work}/uwsgi;
-    scgi_temp_path {work}/scgi;
-{site}
-}}
-"""
-    )
-    proc = await asyncio.create_subprocess_exec(
-        NGINX, "-c", str(work / "nginx.conf"), "-p", str(work)
-    )
-
-    async def answering() -> bool:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
-    try:
-        await wait_for(answering, what="nginx listening")
+    async with running_nginx(site, tmp_path / "nginx", port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        await proc.wait()
 
 
 async def _upload(base: str, source: str) -> int:
