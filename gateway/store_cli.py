@@ -87,10 +87,12 @@ def backup(env: Mapping[str, str], target: Path) -> int:
     part = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
         # Read-only: a backup never takes the store's write lock from cairn.
-        with contextlib.closing(sqlite3.connect(f"file:{source_path}?mode=ro", uri=True)) as src:
-            with contextlib.closing(sqlite3.connect(part)) as dst:
-                src.backup(dst)
-                (count,) = dst.execute("SELECT count(*) FROM events").fetchone()
+        with (
+            contextlib.closing(sqlite3.connect(f"file:{source_path}?mode=ro", uri=True)) as src,
+            contextlib.closing(sqlite3.connect(part)) as dst,
+        ):
+            src.backup(dst)
+            (count,) = dst.execute("SELECT count(*) FROM events").fetchone()
         os.replace(part, target)
     except (sqlite3.Error, OSError) as exc:
         raise BackupError(f"backup to {target} failed: {exc}") from None

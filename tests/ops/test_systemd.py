@@ -88,9 +88,7 @@ async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
         "mount -t tmpfs tmpfs /tmp && mkdir /tmp/data && mount -o remount,bind,ro / && "
         f'exec setpriv --bounding-set={_bounding_set()} --inh-caps=-all --no-new-privs "$@"'
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))}
     env.update(CAIRN_DATA="/tmp/data", PORT=str(port))
     proc = await asyncio.create_subprocess_exec(
         "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",

@@ -64,10 +64,10 @@ async def test_an_install_streams_through_tls_and_the_client_address_is_checked(
             connector = aiohttp.TCPConnector(local_addr=(address, 0), ssl=context)
             return aiohttp.ClientSession(connector=connector)
 
-        async with await session_from("127.0.0.6") as outsider:
-            async with outsider.post(base + "/vm/install", json={"os": "debian"}) as resp:
-                assert resp.status == 403
-                assert "(client address 127.0.0.6)" in await resp.text()
+        outsider = await session_from("127.0.0.6")
+        async with outsider, outsider.post(base + "/vm/install", json={"os": "debian"}) as resp:
+            assert resp.status == 403
+            assert "(client address 127.0.0.6)" in await resp.text()
         async with await session_from("127.0.0.5") as allowed:
             async with allowed.post(
                 base + "/vm/install", json={"os": "debian", "version": "12"}
@@ -79,9 +79,9 @@ async def test_an_install_streams_through_tls_and_the_client_address_is_checked(
                 listed = await resp.json()
             assert [row["vmid"] for row in listed["list"]] == [sse.last["vm_id"]]
         # Plain HTTP is sent to HTTPS.
-        async with aiohttp.ClientSession() as plain:
-            async with plain.get(
-                f"http://127.0.0.1:{http}/api/vm/list", allow_redirects=False
-            ) as resp:
-                assert resp.status == 301
-                assert resp.headers["Location"].startswith("https://")
+        async with (
+            aiohttp.ClientSession() as plain,
+            plain.get(f"http://127.0.0.1:{http}/api/vm/list", allow_redirects=False) as resp,
+        ):
+            assert resp.status == 301
+            assert resp.headers["Location"].startswith("https://")
