@@ -15,7 +15,8 @@ from actors.functions.results import loads_strict
 INVALID_PAYLOAD = "Invalid request payload"
 INVALID_PATH = "Invalid path"
 SAVE_FAILED = "Failed to save function"
-UNSUPPORTED_LANGUAGE = "unsupported language"
+# The spec's words first, then what to send instead.
+UNSUPPORTED_LANGUAGE = "unsupported language: use python, javascript or typescript"
 CODE_REQUIRED = "code is required"
 INPUT_NOT_JSON = "input is not valid JSON"
 FAILED_TO_RUN = "failed to run: "
@@ -94,12 +95,14 @@ def parse_upload(body: bytes) -> UploadRequest:
 
 
 def input_json(fields: dict[str, Any]) -> str:
-    """The ``input`` field, a JSON text; ``{}`` when there is none."""
+    """The ``input`` field as a JSON text; ``{}`` when there is none. The spec's form is a
+    string holding JSON; any other JSON value (an object, an array, a number, a boolean) is
+    taken as the input itself, as a client would naturally write it."""
     value = fields.get("input")
     if value is None or (isinstance(value, str) and not value.strip()):
         return "{}"
     if not isinstance(value, str):
-        raise BadRequest(INVALID_PAYLOAD)
+        return dumps(value)
     try:
         loads_strict(value)
     except (ValueError, RecursionError):

@@ -23,9 +23,20 @@ from actors.functions.tscache import DiskCache, MemoryCache
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 # The code is the body of an async function, as for JavaScript; esbuild only strips types.
-PREFIX = "(async function (event: any, input: any, require: any) {\n"
+# The prefix shares the first line with the code, so line N of the source is line N of the
+# user's code; the source map (inline, without the source itself) takes a stack frame back from
+# esbuild's output to that line (see sandboxed/run.js).
+PREFIX = "(async function (event: any, input: any, require: any) {"
 SUFFIX = "\n})"
-FLAGS = ("--loader=ts", "--target=node20", "--log-level=error", "--color=false", "--log-limit=1")
+FLAGS = (
+    "--loader=ts",
+    "--target=node20",
+    "--log-level=error",
+    "--color=false",
+    "--log-limit=1",
+    "--sourcemap=inline",
+    "--sources-content=false",
+)
 # What esbuild may print: its output is about the size of its input.
 OUTPUT_CAP_FACTOR = 4
 OUTPUT_CAP_SLACK = 1 * MIB

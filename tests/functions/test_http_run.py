@@ -111,17 +111,31 @@ async def test_time_out(runtime: Runtime) -> None:
         assert (await service.run_now("python", "return 'alive'")).json()["data"] == "alive"
 
 
+@pytest.mark.parametrize("value", [{"n": 7, "s": "x"}, [1, 2], 3.5, True, '{"n": 7, "s": "x"}'])
+async def test_input_may_be_a_json_value_or_the_specs_json_string(
+    service: Service, value: object
+) -> None:
+    reply = await service.post(
+        "/run-now", {"language": "python", "code": "return input", "input": value}
+    )
+    assert reply.status == 200, reply.text
+    expected = json.loads(value) if isinstance(value, str) else value
+    assert reply.json()["data"] == expected
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"language": "cobol", "code": "x"}, "unsupported language"),
-        ({"code": "return 1"}, "unsupported language"),
+        (
+            {"language": "cobol", "code": "x"},
+            "unsupported language: use python, javascript or typescript",
+        ),
+        ({"code": "return 1"}, "unsupported language: use python, javascript or typescript"),
         ({"language": "python"}, "code is required"),
         ({"language": "python", "code": ""}, "code is required"),
         ({"language": "python", "code": "   \n\t"}, "code is required"),
         ({"language": "python", "code": 5}, "Invalid request payload"),
         ({"language": 5, "code": "x"}, "Invalid request payload"),
-        ({"language": "python", "code": "x", "input": {"a": 1}}, "Invalid request payload"),
         ({"language": "python", "code": "x", "stream": "yes"}, "Invalid request payload"),
         ({"language": "python", "code": "x", "input": "{nope"}, "input is not valid JSON"),
         ([], "Invalid request payload"),

@@ -100,7 +100,10 @@ async def test_errors_before_the_stream_are_plain_statuses(service: Service) -> 
         assert (response.status, await response.text()) == (404, "script not found")
     body = {"language": "nope", "code": "x", "stream": True}
     async with service.session.post("/run-now", json=body) as response:
-        assert (response.status, await response.text()) == (400, "unsupported language")
+        assert (response.status, await response.text()) == (
+            400,
+            "unsupported language: use python, javascript or typescript",
+        )
 
 
 async def test_a_full_queue_answers_503_at_once(service: Service) -> None:

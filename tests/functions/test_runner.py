@@ -177,7 +177,9 @@ async def test_top_level_await(
         (PY, "x = 1\nreturn (", "SyntaxError: '(' was never closed (line 2)"),
         (PY, "yield 1", "SyntaxError: 'yield' outside function (line 1)"),
         (JS, "throw new TypeError('bad input')", "TypeError: bad input"),
-        (JS, "return (", "SyntaxError: Unexpected token '}'"),
+        (JS, "return (", "SyntaxError: Unexpected token '}' (line 1)"),
+        (JS, "const a = 1\nconst a = 2",
+         "SyntaxError: Identifier 'a' has already been declared (line 2)"),
         (JS, "setTimeout(() => { throw new Error('later') }, 1); await new Promise(() => {})",
          "Error: later"),
         (JS, "throw 'a string'", "Uncaught a string"),
@@ -284,3 +286,28 @@ async def test_runs_that_are_killed_leave_no_descriptors_behind(
     await cancelled_run()
     assert len(os.listdir("/proc/self/fd")) == before
     assert all(not slot.members() for slot in LAST_SLOT)
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "frame"),
+    [
+        (PY, "x = 1\ny = None\nreturn y.z", 'File "main.py", line 3'),
+        (JS, "const a = 1\nconst b = null\nreturn b.x", "at main.js:3:"),
+        # The interface is gone from esbuild's output: the frame is mapped back to line 5.
+        (TS, "interface P {\n  a: number\n}\nconst b: any = null\nreturn b.x as number",
+         "at main.ts:5:"),
+    ],
+)  # fmt: skip
+async def test_a_traceback_points_at_the_users_own_line(
+    sandbox: Sandbox,
+    cgroup_set: Cgroups,
+    transpiler: Transpiler,
+    language: Language,
+    code: str,
+    frame: str,
+) -> None:
+    lines: list[str] = []
+    outcome = await run(sandbox, cgroup_set, language, code, lines=lines, transpiler=transpiler)
+    assert isinstance(outcome, RunFailure)
+    assert any(frame in line for line in lines), lines
+    assert not any("/cairn/" in line or "node:internal" in line for line in lines), lines

@@ -7,8 +7,16 @@
 // arrives from esbuild as one async function expression. The return value goes to the result
 // pipe, never to stdout: "V" + JSON, "T" + text (a value JSON cannot hold), "N" (no value), "E" + message.
 const fs = require('fs');
+const vm = require('vm');
+const { SourceMap } = require('module');
 
-const AsyncFunction = Object.getPrototypeOf(async function () {}).constructor;
+// The user's code is compiled as one file, main.js (or main.ts), whose line N is the user's
+// line N: the function's header shares the first line (its width taken off that line's
+// columns), and TypeScript's lines are mapped back through esbuild's source map.
+const HEADER = '(async function (event, input, require) {';
+let fileName = 'main.js';
+let sourceMap = null;
+let userLines = Infinity; // a syntax error at the end of the code is on its last line
 let finished = false;
 let resultFd = -1;
 
@@ -34,12 +42,37 @@ function finish(payload) {
   process.exit(status);
 }
 
+// "main.ts:L:C" of esbuild's output -> the user's line and column.
+function userPosition(line, column) {
+  if (sourceMap === null) return [line, column];
+  const entry = sourceMap.findEntry(line - 1, column - 1);
+  if (!entry || entry.originalLine === undefined) return [line, column];
+  return [entry.originalLine + 1, entry.originalColumn + 1];
+}
+
+function userStack(stack) {
+  const frame = new RegExp(fileName.replace('.', '\\.') + ':(\\d+):(\\d+)', 'g');
+  return String(stack)
+    .replace(frame, (_, line, column) => fileName + ':' + userPosition(+line, +column).join(':'))
+    .split('\n')
+    .filter((text) => !/node:internal|\/cairn\/run\.js|^\s+at (new )?Script/.test(text))
+    .join('\n');
+}
+
+function syntaxLine(err) {
+  // V8 puts "main.js:N" as the first line of a compile error's stack.
+  const found = new RegExp('^' + fileName.replace('.', '\\.') + ':(\\d+)').exec(String(err.stack));
+  return found ? Math.min(userPosition(+found[1], 1)[0], userLines) : null;
+}
+
 function describe(err) {
   try {
     if (err instanceof Error) {
       const name = String(err.name || 'Error');
       const message = String(err.message);
-      return message ? name + ': ' + message : name;
+      const line = err instanceof SyntaxError ? syntaxLine(err) : null;
+      const where = line ? ' (line ' + line + ')' : '';
+      return (message ? name + ': ' + message : name) + where;
     }
     return 'Uncaught ' + String(err);
   } catch (_) {
@@ -49,7 +82,7 @@ function describe(err) {
 
 function fail(err) {
   try {
-    process.stderr.write(String((err && err.stack) || err) + '\n');
+    process.stderr.write((err && err.stack ? userStack(err.stack) : String(err)) + '\n');
   } catch (_) {
     // an error whose stack cannot be printed still has a message
   }
@@ -86,11 +119,24 @@ process.on('unhandledRejection', fail);
 const request = JSON.parse(fs.readFileSync(0, 'utf8'));
 resultFd = request.fd;
 const value = request.input; // one object, parsed once, seen as both names
+function compile(code, transpiled) {
+  if (transpiled) {
+    fileName = 'main.ts';
+    const inline = /\/\/# sourceMappingURL=data:application\/json;base64,(\S+)\s*$/.exec(code);
+    if (inline) sourceMap = new SourceMap(JSON.parse(Buffer.from(inline[1], 'base64')));
+    return new vm.Script(code, { filename: fileName }).runInThisContext();
+  }
+  userLines = code.split('\n').length;
+  const script = new vm.Script(HEADER + code + '\n})', {
+    filename: fileName,
+    columnOffset: -HEADER.length,
+  });
+  return script.runInThisContext();
+}
+
 let main;
 try {
-  main = request.transpiled
-    ? (0, eval)(request.code)
-    : new AsyncFunction('event', 'input', 'require', request.code);
+  main = compile(request.code, request.transpiled);
 } catch (err) {
   fail(err);
 }
