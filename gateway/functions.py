@@ -22,6 +22,7 @@ from nats.aio.subscription import Subscription
 from actors.functions import protocol
 from actors.functions.host import FunctionsHost
 from actors.functions.languages import Language
+from actors.functions.registry import SCRIPT_NOT_FOUND
 from actors.functions.requests import (
     FAILED_TO_RUN,
     SAVE_FAILED,
@@ -56,6 +57,7 @@ ACCEPT_TIMEOUT_S = 5.0
 START_SLACK_S = 40.0
 DISCONNECT_POLL_S = 0.2
 QUEUE_FULL = "run queue is full"
+REGISTRY_SILENT = "the function registry is not answering"
 NO_RUNNER = "no runner host is available"
 
 
@@ -142,6 +144,16 @@ class RunClient:
                     await self.nc.publish(protocol.CANCEL_SUBJECT, protocol.encode({"id": run_id}))
 
 
+def _summary(path: str, versions: list[dict[str, Any]]) -> dict[str, Any]:
+    latest = versions[-1]
+    return {
+        "path": path,
+        "language": latest["language"],
+        "latest": latest["version"],
+        "versions": [v["version"] for v in versions],
+    }
+
+
 def text_error(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message, content_type="text/plain")
 
@@ -166,13 +178,16 @@ class FunctionsGateway:
         self.settings = settings
         self.client = client
 
-    async def _registry(self, subject: str, payload: dict[str, Any], unavailable: str) -> Any:
+    async def _registry(
+        self, subject: str, payload: dict[str, Any], unavailable: str, status: int = 500
+    ) -> Any:
         """The registry's answer; its refusals raise CommandFailed, and so does its absence
-        (no host, or none answering), as a 500 saying ``unavailable``."""
+        (no host, or none answering), as ``status`` (the spec's 500 for its own routes)
+        saying ``unavailable``."""
         try:
             return await command(self.runtime.nc, subject, payload, COMMAND_TIMEOUT_S)
         except (NoResponders, CommandTimeout):
-            raise CommandFailed(500, unavailable) from None
+            raise CommandFailed(status, unavailable) from None
 
     async def upload(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -210,8 +225,72 @@ class FunctionsGateway:
             "input": options.input_json,
             "stream": options.stream,
             "stored": True,  # its transpiled TypeScript is kept on disk (a /run-now body's not)
+            "name": f"{found['path']} version {found['version']}",
         }
         return await self._respond(request, run, options.stream)
+
+    # -- what is stored ----------------------------------------------------------------------
+
+    async def list(self, _: web.Request) -> web.Response:
+        """`GET /functions`: every stored path, its language and versions (oldest first)."""
+        try:
+            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        functions = [_summary(path, versions) for path, versions in listing.items()]
+        return web.json_response({"count": len(functions), "functions": functions})
+
+    async def describe(self, request: web.Request) -> web.Response:
+        """`GET /functions/<path>`: one function's versions."""
+        path = normalize_path(request.match_info["target"])
+        try:
+            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        if path not in listing:
+            return text_error(404, SCRIPT_NOT_FOUND)
+        return web.json_response({**_summary(path, listing[path]), "versions": listing[path]})
+
+    async def code(self, request: web.Request) -> web.Response:
+        """`GET /code/<path>[?version=N]`: the source of a version (the latest by default),
+        as text; which version and language it is travel in headers."""
+        lookup = {
+            "path": normalize_path(request.match_info["target"]),
+            "version": parse_version(request.query.get("version")),
+        }
+        try:
+            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.Response(
+            text=found["code"],
+            content_type="text/plain",
+            headers={
+                "X-Function-Version": str(found["version"]),
+                "X-Function-Language": found["language"],
+            },
+        )
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """`DELETE /functions/<path>`: every version goes; runs then answer 404."""
+        path = normalize_path(request.match_info["target"])
+        try:
+            done = await self._registry(
+                protocol.DELETE_SUBJECT, {"path": path}, REGISTRY_SILENT, 503
+            )
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(done)
+
+    async def runtimes(self, _: web.Request) -> web.Response:
+        """`GET /runtimes`: the languages and the versions of what runs them (as Piston)."""
+        try:
+            found = await command(self.runtime.nc, protocol.RUNTIMES_SUBJECT, {}, COMMAND_TIMEOUT_S)
+        except (NoResponders, CommandTimeout):
+            return text_error(503, NO_RUNNER)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(found)
 
     async def run_now(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -331,6 +410,11 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_post("/upload", service.upload)
     app.router.add_post("/run-now", service.run_now)
     app.router.add_post("/run/{target:.*}", service.run_stored)
+    app.router.add_get("/functions", service.list)
+    app.router.add_get("/functions/{target:.+}", service.describe)
+    app.router.add_delete("/functions/{target:.+}", service.delete)
+    app.router.add_get("/code/{target:.+}", service.code)
+    app.router.add_get("/runtimes", service.runtimes)
     add_health(
         app,
         "functions",

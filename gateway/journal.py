@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from actors.functions.events import FunctionVersionStored
+from actors.functions.events import FunctionDeleted, FunctionVersionStored
 from actors.images.events import ImageDeleted, ImageStored
 from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
 from actors.vm.events import (
@@ -49,6 +49,7 @@ class Journal:
             Adopted: _adopted,
             Disowned: _disowned,
             FunctionVersionStored: _function_stored,
+            FunctionDeleted: _function_deleted,
             DocumentIndexed: _document_indexed,
             DocumentRemoved: _document_removed,
             DocumentDismissed: _document_dismissed,
@@ -128,6 +129,10 @@ def _function_stored(_: Recorded, event: FunctionVersionStored) -> str:
         f"function {event.path}: version {event.version} stored "
         f"({event.language}, {event.size} bytes)"
     )
+
+
+def _function_deleted(_: Recorded, event: FunctionDeleted) -> str:
+    return f"function {event.path}: deleted ({event.versions} versions)"
 
 
 def _document_indexed(_: Recorded, event: DocumentIndexed) -> str:

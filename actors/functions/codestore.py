@@ -48,3 +48,8 @@ class CodeStore:
 
     def get(self, sha256: str) -> str:
         return self.path_of(sha256).read_text(encoding="utf-8")
+
+    def remove(self, sha256: str) -> None:
+        """Forget code no version uses any more (already gone: nothing to do)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path_of(sha256).unlink()

@@ -15,7 +15,16 @@ from nats.aio.subscription import Subscription
 from actors.functions import protocol
 from actors.functions.codestore import CodeStore
 from actors.functions.languages import parse_language
-from actors.functions.registry import SINGLETON, FunctionRegistry, Resolve, StoreVersion
+from actors.functions.registry import (
+    SINGLETON,
+    Delete,
+    Deleted,
+    FunctionRegistry,
+    ListFunctions,
+    Resolve,
+    StoredVersion,
+    StoreVersion,
+)
 from actors.functions.requests import FAILED_TO_RUN, INVALID_PATH, INVALID_PAYLOAD, SAVE_FAILED
 from actors.runtime import ActorHandle, ActorHost
 from events.bus import CommandFailed, serve_json
@@ -79,8 +88,36 @@ async def serve_registry(
             "code": source,
         }
 
+    async def on_list(_: Any) -> Any:
+        listing: dict[str, list[StoredVersion]] = await handle.ask(ListFunctions())
+        return {path: [_version(v) for v in versions] for path, versions in listing.items()}
+
+    async def on_delete(payload: Any) -> Any:
+        path = payload.get("path") if isinstance(payload, dict) else None
+        if not isinstance(path, str) or not path:
+            raise CommandFailed(400, INVALID_PAYLOAD)
+        deleted: Deleted = await handle.ask(Delete(path))  # Rejected 404 when unknown
+        for sha in deleted.unused_code:
+            try:
+                await asyncio.to_thread(code.remove, sha)
+            except OSError as exc:  # the versions are gone either way; the file is only bytes
+                log.warning("code %s of deleted %r stays on disk: %s", sha, path, reason(exc))
+        return {"path": path, "deleted": len(deleted.versions)}
+
+    queue = protocol.REGISTRY_QUEUE
     subs = [
-        await serve_json(nc, protocol.UPLOAD_SUBJECT, on_upload, queue=protocol.REGISTRY_QUEUE),
-        await serve_json(nc, protocol.RESOLVE_SUBJECT, on_resolve, queue=protocol.REGISTRY_QUEUE),
+        await serve_json(nc, protocol.UPLOAD_SUBJECT, on_upload, queue=queue),
+        await serve_json(nc, protocol.RESOLVE_SUBJECT, on_resolve, queue=queue),
+        await serve_json(nc, protocol.LIST_SUBJECT, on_list, queue=queue),
+        await serve_json(nc, protocol.DELETE_SUBJECT, on_delete, queue=queue),
     ]
     return handle, subs
+
+
+def _version(stored: StoredVersion) -> dict[str, Any]:
+    return {
+        "version": stored.version,
+        "language": stored.language,
+        "size": stored.size,
+        "sha256": stored.sha256,
+    }

@@ -28,3 +28,12 @@ def version_stored(
     return FunctionVersionStored(
         path=path, version=version, language=language, sha256=sha256, size=size
     )
+
+
+@domain_event("functions.deleted")
+class FunctionDeleted(Event):
+    """Every version of ``path`` is gone (``versions`` of them); a later upload starts the path
+    anew, with versions still above every one it had."""
+
+    path: str
+    versions: int

@@ -15,6 +15,10 @@ from typing import Any
 
 UPLOAD_SUBJECT = "cairn.cmd.functions.upload"
 RESOLVE_SUBJECT = "cairn.cmd.functions.resolve"
+LIST_SUBJECT = "cairn.q.functions.list"
+DELETE_SUBJECT = "cairn.cmd.functions.delete"
+# Any runner host answers with the languages it runs and their runtimes' versions.
+RUNTIMES_SUBJECT = "cairn.q.functions.runtimes"
 REGISTRY_QUEUE = "functions-registry"
 RUN_SUBJECT = "cairn.functions.run"
 RUNNERS_QUEUE = "functions-runners"

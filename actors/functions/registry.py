@@ -9,6 +9,10 @@ Transitions (state: the versions of each path, ascending):
 | Resolve       | path unknown                       | Rejected 404 ``script not found``          |
 | Resolve       | version given, not stored for path | Rejected 404 ``assign version not found``  |
 | Resolve       | otherwise                          | reply that version (latest when not given) |
+| Delete        | path unknown                       | Rejected 404 ``script not found``          |
+| Delete        | otherwise                          | FunctionDeleted; reply the versions gone,  |
+|               |                                    | and the code no version uses any more      |
+| List          | always                             | reply every path's versions                |
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from actors.functions.events import FunctionVersionStored, version_stored
+from actors.functions.events import FunctionDeleted, FunctionVersionStored, version_stored
 from actors.runtime import AggregateActor, Rejected
 from events.model import Event
 
@@ -51,6 +55,22 @@ class Resolve:
     version: int | None
 
 
+@attrs.frozen
+class Delete:
+    path: str
+
+
+@attrs.frozen
+class Deleted:
+    versions: tuple[StoredVersion, ...]
+    unused_code: frozenset[str]  # SHA-256s no remaining version refers to
+
+
+@attrs.frozen
+class ListFunctions:
+    pass
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -63,6 +83,9 @@ class FunctionRegistry(AggregateActor):
         self.clock = clock
         self.versions: dict[str, dict[int, StoredVersion]] = {}
         self.latest: dict[str, StoredVersion] = {}
+        # The highest version a deleted path had: a new upload there still goes above it, so
+        # a version number never names two different codes.
+        self.floor: dict[str, int] = {}
 
     def apply(self, event: Event) -> None:
         if isinstance(event, FunctionVersionStored):
@@ -73,13 +96,18 @@ class FunctionRegistry(AggregateActor):
             latest = self.latest.get(event.path)
             if latest is None or stored.version > latest.version:
                 self.latest[event.path] = stored
+        elif isinstance(event, FunctionDeleted):
+            self.floor[event.path] = self.latest[event.path].version
+            del self.versions[event.path]
+            del self.latest[event.path]
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, StoreVersion):
             latest = self.latest.get(message.path)
-            # Strictly increasing per path, even for two uploads in one millisecond or a clock
-            # that stepped back.
-            version = max(self.clock(), latest.version + 1 if latest else 0)
+            # Strictly increasing per path, even for two uploads in one millisecond, a clock
+            # that stepped back, or a path deleted and used again.
+            last = latest.version if latest else self.floor.get(message.path, -1)
+            version = max(self.clock(), last + 1)
             self.record(
                 version_stored(
                     message.path, version, message.language, message.sha256, message.size
@@ -96,4 +124,15 @@ class FunctionRegistry(AggregateActor):
             if found is None:
                 raise Rejected(404, VERSION_NOT_FOUND)
             return found
+        if isinstance(message, Delete):
+            versions = self.versions.get(message.path)
+            if versions is None:
+                raise Rejected(404, SCRIPT_NOT_FOUND)
+            gone = tuple(versions[v] for v in sorted(versions))
+            self.record(FunctionDeleted(path=message.path, versions=len(gone)))
+            used = {v.sha256 for kept in self.versions.values() for v in kept.values()}
+            return Deleted(gone, frozenset(v.sha256 for v in gone) - used)
+        if isinstance(message, ListFunctions):
+            return {path: [versions[v] for v in sorted(versions)] for path, versions in
+                    sorted(self.versions.items())}  # fmt: skip
         raise TypeError(f"unknown command {message!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,15 @@ from actors.functions import cgroups, protocol
 from actors.functions.languages import Language, parse_language
 from actors.functions.results import RunFailure, RunResult
 from actors.functions.runner import RunJob, Sandbox, Started, tool_runner
+from actors.functions.runtimes import describe as describe_runtimes
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
-from events.bus import expired
+from events.bus import expired, serve_json
 
 log = logging.getLogger(__name__)
+# A run is no stored event, so the runner host says what became of it (see gateway/journal.py).
+journal = logging.getLogger("cairn.journal")
 
 # A log line longer than this goes out in pieces (a message must fit NATS's max_payload even
 # when JSON escaping makes it six times longer).
@@ -49,6 +53,8 @@ class _Job:
     stream: bool
     # A stored version (its transpiled TypeScript is worth keeping on disk), not a /run-now body.
     stored: bool
+    # What the journal calls the run: "<path> version <n>", or "/run-now".
+    name: str = "/run-now"
 
 
 def parse_job(data: bytes, reply: str) -> _Job | None:
@@ -63,6 +69,7 @@ def parse_job(data: bytes, reply: str) -> _Job | None:
             fields.get("input") or "{}",
             bool(fields.get("stream")),
             bool(fields.get("stored")),
+            str(fields.get("name") or "/run-now"),
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -124,11 +131,19 @@ class RunnerHost:
         self._workers = [
             asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
         ]
+        languages = await describe_runtimes(self.settings.runtimes, self.settings.esbuild)
+
+        async def on_runtimes(_: Any) -> Any:
+            return languages
+
         self._subs = [
             await self.nc.subscribe(
                 protocol.RUN_SUBJECT, queue=protocol.RUNNERS_QUEUE, cb=self._on_run
             ),
             await self.nc.subscribe(protocol.CANCEL_SUBJECT, cb=self._on_cancel),
+            await serve_json(
+                self.nc, protocol.RUNTIMES_SUBJECT, on_runtimes, queue=protocol.RUNNERS_QUEUE
+            ),
         ]
 
     async def stop(self) -> None:
@@ -347,6 +362,7 @@ class RunnerHost:
 
         sender = asyncio.create_task(deliver())
         outbox.put_nowait({"t": protocol.STARTED})
+        began = time.monotonic()
         try:
             try:
                 final = await self._final(job, started, slot, on_line if job.stream else None)
@@ -354,6 +370,15 @@ class RunnerHost:
                 # The caller must get an answer, not wait for its time-out.
                 log.exception("runner: run %s failed inside the runner", job.id)
                 final = {"t": protocol.ERROR, "message": "the runner failed (see its log)"}
+            outcome = "ok" if final["t"] == protocol.RESULT else f"failed: {final['message']}"
+            journal.info(
+                "function %s (%s): %s in %.0f ms",
+                job.name,
+                job.language,
+                outcome,
+                (time.monotonic() - began) * 1000,
+                extra={"function": job.name, "ok": final["t"] == protocol.RESULT},
+            )
             outbox.put_nowait(final)
         finally:
             outbox.put_nowait(None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.functions.events import version_stored
+from actors.functions.events import FunctionDeleted, version_stored
 from actors.images.events import deleted, stored
 from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
 from actors.vm.events import Disowned, IdReserved, Progress, TaskEnded, TaskStarted
@@ -36,6 +36,7 @@ def test_the_other_services_changes() -> None:
     journal = Journal()
     lines = [
         journal.line(rec("functions:registry", version_stored("a/b", 17, "python", "00", 42))),
+        journal.line(rec("functions:registry", FunctionDeleted(path="a/b", versions=3))),
         journal.line(rec("search:notes", DocumentIndexed("notes", "a.md", "00", 3, 3, 0, None))),
         journal.line(
             rec("search:notes", DocumentIndexed("notes", "b.md", "00", 2, 0, 0, "timeout"))
@@ -47,6 +48,7 @@ def test_the_other_services_changes() -> None:
     ]
     assert lines == [
         "function a/b: version 17 stored (python, 42 bytes)",
+        "function a/b: deleted (3 versions)",
         "search notes: indexed a.md (3 chunks, 3 embedded)",
         "search notes: indexed b.md (2 chunks, 0 embedded); embedding failed: timeout",
         "search notes: removed a.md",
