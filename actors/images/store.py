@@ -166,11 +166,24 @@ class ImageStoreActor(AggregateActor):
         except UnsafePath as exc:
             raise Rejected(400, "invalid path") from exc
         except (FileExistsError, NotADirectoryError) as exc:
-            raise Rejected(409, "a file is in the way of this path") from exc
+            raise Rejected(409, self._file_in_the_way(rel)) from exc
         except OSError as exc:
             raise _write_failed("store the upload", exc) from exc
         self.record(stored(rel, cmd.type, cmd.size))
         return {"path": rel, "type": cmd.type, "size": cmd.size}
+
+    def _file_in_the_way(self, rel: str) -> str:
+        """Say which file stands where a folder of ``rel`` should be: usually the upload path
+        named a file (``/upload/cats/a.png``) where it names the folder the file goes into."""
+        parts = rel.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth])
+            if (self.layout.store / folder).is_file():
+                return (
+                    f"a file is in the way of this path: {folder} is a file; the upload path is "
+                    f"the folder the file goes into (its name comes from the upload)"
+                )
+        return "a file is in the way of this path"
 
     def _delete(self, cmd: DeleteFile) -> dict[str, Any]:
         rel, target = self._target(cmd.path)

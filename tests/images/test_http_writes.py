@@ -162,7 +162,22 @@ async def test_upload_needs_multipart(images: Images) -> None:
 async def test_upload_onto_a_directory_conflicts(images: Images) -> None:
     images.put("d/x.png/inner.png", encoded("PNG", (4, 4)))
     async with await images.upload("d", "x.png", encoded("PNG", (4, 4))) as resp:
-        assert resp.status == 409
+        assert (resp.status, await resp.text()) == (409, "a directory exists at this path")
+
+
+async def test_an_upload_path_naming_a_file_is_told_the_path_is_the_folder(
+    images: Images,
+) -> None:
+    async with await images.upload("cats", "a.png", encoded("PNG", (4, 4))) as resp:
+        assert resp.status == 201
+    # The classic slip: the file's own name in the path as well as in the upload.
+    async with await images.upload("cats/a.png", "a.png", encoded("PNG", (4, 4))) as resp:
+        assert (resp.status, await resp.text()) == (
+            409,
+            "a file is in the way of this path: cats/a.png is a file; the upload path is the "
+            "folder the file goes into (its name comes from the upload)",
+        )
+    assert images.layout.store.joinpath("cats", "a.png").is_file()
 
 
 async def test_reupload_replaces_and_purges_variants(images: Images) -> None:
