@@ -1,8 +1,10 @@
 """The search service (spec part A): keyword, semantic or both over registered databases.
 
 Read-only over HTTP. Databases are loaded at start-up from the durable registry; each gets an
-indexer actor and an inbox watcher. Requests whose Host or Origin is not a loopback name get 403
-(DNS rebinding). `/mcp` is mounted only with SEARCH_REMOTE=1.
+indexer actor and an inbox watcher. Beyond the spec's routes, `GET /api/status[?db=NAME]`
+reports the indexing progress of each loaded database (the `search.progress` event's fields).
+Requests whose Host or Origin is not a loopback name get 403 (DNS rebinding). `/mcp` is mounted
+only with SEARCH_REMOTE=1.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, wat
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry, config_dir, inbox_root
 from actors.search.store import ChunkRow
+from events.codec import to_dict
 from gateway.health import add_health
 from gateway.runtime import Runtime
 from gateway.services import ServiceDef
@@ -112,6 +115,13 @@ class SearchService:
             "registered": [e.to_json() for e in self.registry.entries()],
         }
 
+    async def status(self, db: str | None) -> dict[str, Any]:
+        """Progress of one database (`db`) or of every loaded one (`{"databases": [...]}`)."""
+        if db is not None:
+            return to_dict(await asyncio.to_thread(self.engine(db).status))
+        statuses = [await asyncio.to_thread(e.status) for _, e in sorted(self.engines.items())]
+        return {"databases": [to_dict(s) for s in statuses]}
+
     def engine(self, db: str | None) -> Engine:
         if not db:
             raise BadRequest("db is required")
@@ -174,6 +184,16 @@ async def health(_: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
+async def status(request: web.Request) -> web.Response:
+    try:
+        return web.json_response(await request.app[SEARCH].status(request.rel_url.query.get("db")))
+    except BadRequest as exc:
+        return _error(400, str(exc))
+    except Exception as exc:
+        log.exception("status failed")
+        return _error(500, str(exc) or type(exc).__name__)
+
+
 async def list_databases(request: web.Request) -> web.Response:
     try:
         return web.json_response(request.app[SEARCH].listing())
@@ -186,6 +206,7 @@ def build_app(service: SearchService, *, remote: bool = False) -> web.Applicatio
     app[SEARCH] = service
     app.router.add_get("/api/health", health)
     app.router.add_get("/api/list", list_databases)
+    app.router.add_get("/api/status", status)
     app.router.add_get("/api/search", _search_handler(None))
     app.router.add_get("/api/keyword", _search_handler("keyword"))
     app.router.add_get("/api/semantic", _search_handler("semantic"))
@@ -229,16 +250,7 @@ async def open_databases(
         await handle.ask(Reconciled(len(todo)))
         if todo:
             await handle.tell(SourcesChanged(tuple(todo)))
-        if provider is not None:
-            watchers.append(asyncio.create_task(_embed_missing(engine)))
     return engines, watchers, stop
-
-
-async def _embed_missing(engine: Engine) -> None:
-    with contextlib.suppress(Exception):
-        stored = await engine.embed_missing()
-        if stored:
-            log.info("search %s: embedded %d chunks left without vectors", engine.name, stored)
 
 
 def endpoint_url(host: str, port: int) -> str:

@@ -1,4 +1,5 @@
-"""`cairn search add|remove|list`: the durable registry of search databases.
+"""`cairn search add|remove|list`: the durable registry of search databases; `cairn search
+status [NAME]`: the running service's indexing progress; `cairn search mcp`: its MCP server.
 
 Registration takes effect at the next start of the search service (spec: registered, then loaded
 after a restart). Names are validated before anything touches the disk.
@@ -63,6 +64,60 @@ def cmd_list(args: Any, env: Mapping[str, str]) -> int:
     return 0
 
 
+STATUS_COLUMNS = (
+    "db",
+    "state",
+    "queued",
+    "documents",
+    "chunks",
+    "embedded",
+    "pending",
+    "failed",
+    "keyword_rate",
+    "embedding_rate",
+)
+
+
+def status_table(statuses: list[dict[str, Any]]) -> str:
+    """Progress as aligned columns, one database a line (rates in chunks/s)."""
+    rows = [[h.replace("_rate", "/s") for h in STATUS_COLUMNS]]
+    rows += [[str(s.get(h, "")) for h in STATUS_COLUMNS] for s in statuses]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(STATUS_COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    for s in statuses:
+        if s.get("embedding_error"):
+            lines.append(f"{s['db']}: last embedding error: {s['embedding_error']}")
+    return "\n".join(lines)
+
+
+async def _status(env: Mapping[str, str], name: str | None) -> list[dict[str, Any]]:
+    import aiohttp
+
+    from gateway.search_client import get_json
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        body = await get_json(session, env, "/api/status", {"db": name} if name else {})
+    return [body] if name else list(body["databases"])
+
+
+def cmd_status(args: Any, env: Mapping[str, str]) -> int:
+    from gateway.search_client import ServiceError
+
+    try:
+        statuses = asyncio.run(_status(env, args.name))
+    except ServiceError as exc:
+        print(f"cairn: {exc}", file=sys.stderr)
+        return 1
+    print(
+        json.dumps(statuses if args.name is None else statuses[0])
+        if args.json
+        else status_table(statuses)
+    )
+    return 0
+
+
 def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
     # Imported here: the SDK is only needed by this subcommand.
     from gateway.search_mcp import run_stdio
@@ -72,7 +127,9 @@ def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
 
 
 def register(subparsers: Any) -> None:
-    search = subparsers.add_parser("search", help="search databases: add, remove, list, mcp")
+    search = subparsers.add_parser(
+        "search", help="search databases: add, remove, list, status, mcp"
+    )
     sub = search.add_subparsers(dest="search_command", required=True)
     add = sub.add_parser("add", help="register a database (inbox/<name>/ is indexed)")
     add.add_argument("name")
@@ -83,6 +140,12 @@ def register(subparsers: Any) -> None:
     listing = sub.add_parser("list", help="registered databases")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
+    status = sub.add_parser(
+        "status", help="indexing progress of the running service's databases (or of NAME)"
+    )
+    status.add_argument("name", nargs="?")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
     mcp = sub.add_parser(
         "mcp",
         help="an MCP server on stdin/stdout (tools list_rag, search_rag) for the running service",

@@ -24,7 +24,6 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 import attrs
@@ -35,7 +34,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from multidict import CIMultiDict
 
-from actors.search.registry import config_dir
+from gateway.search_client import ServiceError, get_json
 
 if TYPE_CHECKING:
     from gateway.search import SearchService
@@ -95,8 +94,8 @@ SEARCH_RAG = types.Tool(
 TOOLS = (LIST_RAG, SEARCH_RAG)
 
 
-class ToolFailure(Exception):
-    """A tool call that failed with a message meant for the caller."""
+# A tool call that failed with a message meant for the caller.
+ToolFailure = ServiceError
 
 
 class Backend(Protocol):
@@ -255,41 +254,7 @@ class HttpBackend:
         return await self._get("/api/search", params)
 
     async def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        base = read_endpoint(self._env)
-        try:
-            async with self._session.get(base + path, params=params) as resp:
-                text = await resp.text()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ToolFailure(
-                f"the search service at {base} did not answer ({type(exc).__name__}); "
-                "is it running? (cairn serve search)"
-            ) from None
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None
-        if resp.status == 200 and isinstance(body, dict):
-            return body
-        if isinstance(body, dict) and isinstance(body.get("error"), str):
-            raise ToolFailure(body["error"])
-        raise ToolFailure(f"the search service answered {resp.status}")
-
-
-def read_endpoint(env: Mapping[str, str]) -> str:
-    """The base URL in the `endpoint` file; ToolFailure when absent or not loopback."""
-    from gateway.search import is_loopback_host
-
-    path = config_dir(env) / "endpoint"
-    try:
-        base = path.read_text().strip()
-    except OSError:
-        raise ToolFailure(
-            f"the search service is not running (no {path}); start it with `cairn serve search`"
-        ) from None
-    parts = urlsplit(base)
-    if parts.scheme != "http" or not is_loopback_host(parts.netloc) or parts.path not in ("", "/"):
-        raise ToolFailure(f"{path} does not hold a loopback http address")
-    return base.rstrip("/")
+        return await get_json(self._session, self._env, path, params)
 
 
 # -- stdio ----------------------------------------------------------------------------------------

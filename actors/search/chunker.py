@@ -11,6 +11,9 @@ ends, long sentences at spaces, and only a single overlong "word" is cut blindly
 import re
 
 BUDGET = 700
+# Bump when the chunks of the same text change: databases cut by another version index every
+# file again at their next start.
+CHUNKER_VERSION = 1
 _CJK_WEIGHT = 3
 
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")

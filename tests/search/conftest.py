@@ -87,6 +87,14 @@ class SearchHarness:
                     return event["data"]
                 self.unclaimed.append(event)
 
+    async def settled(self, timeout: float = 60) -> dict[str, Any]:
+        """The next `search.progress` saying both stages are done (files indexed, and every
+        chunk embedded or failed)."""
+        while True:
+            progress = await self.event("search.progress", timeout=timeout)
+            if progress["state"] == "idle":
+                return progress
+
     def write(self, relative: str, content: str | bytes) -> Path:
         path = self.inbox / relative
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ async def start_with_notes(h: SearchHarness, **env: str) -> None:
     await h.start(**env)
     for name in NOTES:
         await h.event("search.document_indexed", name)
+    await h.settled()
 
 
 async def test_health_list_and_unloaded_database(harness: SearchHarness) -> None:
@@ -128,7 +129,7 @@ async def test_files_added_changed_deleted_while_running_and_while_stopped(
     await start_with_notes(harness)
     harness.write("notes/new.txt", "Zebras graze on the savanna.")
     indexed = await harness.event("search.document_indexed", "new.txt")
-    assert indexed["chunks"] == 1 and indexed["embedded"] == 1
+    assert indexed["chunks"] == 1 and indexed["retired"] == 0
     _, body = await harness.get("/api/search", db="notes", q="zebras", target="keyword")
     assert body["keyword"][0]["source"] == "new.txt"
     harness.write("notes/new.txt", "Giraffes eat leaves.")

@@ -22,7 +22,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from gateway.search_mcp import ToolFailure, parse_search_arguments, read_endpoint, serve_asgi
+from gateway.search_client import read_endpoint
+from gateway.search_mcp import ToolFailure, parse_search_arguments, serve_asgi
 from tests.search.conftest import SearchHarness
 
 NOTES = {
@@ -62,6 +63,7 @@ async def start_remote(h: SearchHarness, **env: str) -> None:
     await h.start(SEARCH_REMOTE="1", **env)
     for name in NOTES:
         await h.event("search.document_indexed", name)
+    await h.settled()
 
 
 def body_of(result: CallToolResult) -> Any:

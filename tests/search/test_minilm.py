@@ -28,12 +28,12 @@ CUT_OFF = 0.3  # the spec's semantic cut-off
 
 @pytest.fixture(scope="module")
 def provider() -> LocalProvider:
-    return LocalProvider()
+    return LocalProvider(runtime="numpy")
 
 
 @pytest.fixture(scope="module")
 def model() -> minilm.MiniLM:
-    return LocalProvider().model
+    return LocalProvider(runtime="numpy").model
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -130,15 +130,20 @@ def test_batches_group_similar_lengths_within_the_limits() -> None:
 
 
 def test_make_provider_choices() -> None:
-    assert isinstance(make_provider({}), LocalProvider)
+    default = make_provider({})
+    assert isinstance(default, LocalProvider) and default.model.runtime == "onnx"
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": " Local "}), LocalProvider)
+    numpy_path = make_provider({"EMBEDDING_RUNTIME": "numpy"})
+    assert isinstance(numpy_path, LocalProvider) and numpy_path.model.runtime == "numpy"
+    with pytest.raises(ValueError, match="must be onnx, onnx-int8 or numpy, not 'cuda'"):
+        make_provider({"EMBEDDING_RUNTIME": "cuda"})
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "e5"}), E5Provider)
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "openai"}), OpenAIProvider)
     assert make_provider({"EMBEDDING_PROVIDER": "none"}) is None
     with pytest.raises(ValueError, match="must be local, e5, openai or none, not 'torch'"):
         make_provider({"EMBEDDING_PROVIDER": "torch"})
     # Vectors of different models never share an index.
-    assert LocalProvider.fingerprint != E5Provider.fingerprint
+    assert len({default.fingerprint, E5Provider.fingerprint}) == 2
 
 
 def test_a_missing_model_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -312,12 +312,13 @@ async def test_one_bad_chunk_never_blocks_the_queue(
             EMBEDDING_API_KEY=KEY,
         )
         mixed = await h.event("search.document_indexed", "mixed.md")
-        assert (mixed["chunks"], mixed["embedded"]) == (4, 2)
-        assert (
-            mixed["embedding_error"] == "provider returned a vector of 3 dimensions, expected 512"
-        )
+        assert mixed["chunks"] == 4
         penguins = await h.event("search.document_indexed", "penguins.txt")
-        assert (penguins["chunks"], penguins["embedded"]) == (1, 1)
+        assert penguins["chunks"] == 1
+        done = await h.settled()
+        assert (done["chunks"], done["embedded"], done["pending"], done["failed"]) == (5, 3, 0, 2)
+        # Chunks are embedded newest first, so the oldest failure (the 400) is the last error.
+        assert done["embedding_error"].startswith("provider answered 400")
 
         _, body = await h.get(
             "/api/search", db="notes", q="where do penguins live", target="semantic"
