@@ -17,6 +17,7 @@ from actors.search.registry import Registry, config_dir
 from events.nats_server import EmbeddedNats, free_port
 from gateway import search
 from gateway.runtime import open_runtime
+from tests.search.fake_openai import FakeOpenAI
 
 
 class SearchHarness:
@@ -112,3 +113,14 @@ async def harness(tmp_path: Path) -> AsyncIterator[SearchHarness]:
     yield h
     await h.stop()
     await nats.stop()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    """An OpenAI-compatible embeddings server on a loopback port."""
+    server = FakeOpenAI()
+    await server.server.start_server()
+    yield server
+    if server.gate is not None:
+        server.gate.set()
+    await server.server.close()

@@ -6,11 +6,9 @@ semantic search works end to end; each test scripts the failures it needs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,72 +25,10 @@ from actors.search.embedding import (
 )
 from events.nats_server import EmbeddedNats
 from tests.search.conftest import SearchHarness
+from tests.search.fake_openai import FakeOpenAI, word_vector
 
 KEY = "sk-test-Zq81VbC0secret"
 MODEL = "text-embedding-3-small"
-
-
-def word_vector(text: str, dims: int = DIMENSIONS) -> list[float]:
-    vector = np.zeros(dims, dtype=np.float32)
-    for word in set(re.findall(r"\w+", text.lower())):
-        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dims] += 1.0
-    norm = float(np.linalg.norm(vector)) or 1.0
-    return [float(x) for x in vector / norm]
-
-
-# A script entry answers one request: an HTTP status, "drop" (close the connection), or
-# "ok"; once the script is used up every request is answered "ok".
-Script = list[int | str]
-
-
-class FakeOpenAI:
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.script: Script = []
-        self.error_body = "{}"
-        # Input text -> what to answer instead of a correct vector: an HTTP status or a length.
-        self.poison: Callable[[str], int | None] = lambda text: None
-        self.dims = DIMENSIONS
-        self.shuffle = False
-        app = web.Application()
-        app.router.add_post("/v1/embeddings", self.embeddings)
-        self.server = TestServer(app, host="127.0.0.1")
-
-    @property
-    def url(self) -> str:
-        return str(self.server.make_url("/v1"))
-
-    async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append({"headers": dict(request.headers), "body": body})
-        step = self.script.pop(0) if self.script else "ok"
-        if step == "drop":
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response()
-        if isinstance(step, int):
-            return web.Response(status=step, text=self.error_body, content_type="application/json")
-        inputs = body["input"]
-        data = []
-        for index, text in enumerate(inputs):
-            poisoned = self.poison(text)
-            if poisoned is not None and poisoned >= 400:
-                return web.json_response({"error": {"message": "bad input"}}, status=poisoned)
-            length = poisoned if poisoned is not None else self.dims
-            data.append(
-                {"object": "embedding", "index": index, "embedding": word_vector(text, length)}
-            )
-        if self.shuffle:
-            data.reverse()
-        return web.json_response({"object": "list", "data": data, "model": body["model"]})
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.server.start_server()
-    yield server
-    await server.server.close()
 
 
 def provider_for(fake: FakeOpenAI, key: str | None = KEY) -> OpenAIProvider:

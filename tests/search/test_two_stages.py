@@ -1,0 +1,172 @@
+"""Keyword indexing runs ahead of embedding: with the embedding provider held back (an
+OpenAI-compatible server whose answers wait on a gate), a backlog is searchable by its words,
+an edit made while its old chunk is being embedded never brings the old chunk back, and the
+progress counts add up at every step; `GET /api/status` and `cairn search status` show them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from actors.search.registry import config_dir
+from gateway import search_cli
+from tests.search.conftest import SearchHarness
+from tests.search.fake_openai import FakeOpenAI
+
+FILES = 40
+
+
+def held_back(fake: FakeOpenAI) -> dict[str, str]:
+    fake.gate = asyncio.Event()
+    return {"EMBEDDING_PROVIDER": "openai", "EMBEDDING_URL": fake.url}
+
+
+def adds_up(status: dict[str, Any]) -> bool:
+    return status["embedded"] + status["pending"] + status["failed"] == status["chunks"]
+
+
+def stored_counts(h: SearchHarness, db: str) -> tuple[int, int, int]:
+    """(active chunks, active chunks with vectors, vectors of retired chunks), read from the
+    database file itself."""
+    path = config_dir(h.env) / "databases" / db / "index.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM chunks WHERE active = 1),"
+            " (SELECT count(DISTINCT v.chunk_id) FROM vectors v"
+            "  JOIN chunks c ON c.id = v.chunk_id AND c.active = 1),"
+            " (SELECT count(*) FROM vectors v JOIN chunks c ON c.id = v.chunk_id"
+            "  AND c.active = 0)"
+        ).fetchone()
+
+
+async def test_a_backlog_is_keyword_searchable_before_its_embeddings(
+    harness: SearchHarness, fake: FakeOpenAI
+) -> None:
+    harness.registry.add("notes")
+    for i in range(FILES):
+        paragraphs = [f"Report {i} paragraph {p}: word{i}x{p} " + "filler " * 60 for p in range(3)]
+        harness.write(f"notes/doc{i}.txt", "\n\n".join(paragraphs))
+    await harness.start(**held_back(fake))
+    for i in range(FILES):
+        assert (await harness.event("search.document_indexed", f"doc{i}.txt"))["chunks"] == 3
+    await asyncio.wait_for(fake.arrived.wait(), 30)  # the embedder is busy, and held
+
+    # Every file is found by its words while no vector exists yet.
+    for i in (0, 17, FILES - 1):
+        _, body = await harness.get("/api/search", db="notes", q=f"word{i}x2", target="keyword")
+        assert [g["source"] for g in body["keyword"]] == [f"doc{i}.txt"]
+    status, held = await harness.get("/api/status", db="notes")
+    assert status == 200
+    assert held["db"] == "notes" and held["state"] == "embedding"
+    assert (held["queued"], held["documents"], held["chunks"]) == (0, FILES, 3 * FILES)
+    assert (held["embedded"], held["pending"], held["failed"]) == (0, 3 * FILES, 0)
+
+    assert fake.gate is not None
+    fake.gate.set()
+    done = await harness.settled()
+    assert (done["chunks"], done["embedded"], done["pending"], done["failed"]) == (
+        3 * FILES,
+        3 * FILES,
+        0,
+        0,
+    )
+    assert stored_counts(harness, "notes") == (3 * FILES, 3 * FILES, 0)
+    exact = "Report 3 paragraph 1: word3x1 " + "filler " * 60
+    _, body = await harness.get("/api/search", db="notes", q=exact, target="semantic")
+    best = body["semantic"][0]
+    assert best["source"] == "doc3.txt"
+    assert best["matches"][0] == {"chunk": 1, "content": exact.strip()}
+    # Chunks were embedded newest first: the first request held the last files' chunks.
+    first_inputs = fake.requests[0]["body"]["input"]
+    assert any(f"word{FILES - 1}x" in text for text in first_inputs)
+    assert not any("word0x" in text for text in first_inputs)
+
+
+async def test_an_edit_during_embedding_never_serves_the_old_chunk(
+    harness: SearchHarness, fake: FakeOpenAI
+) -> None:
+    harness.registry.add("notes")
+    harness.write("notes/animal.txt", "zebra stripes savanna grazing herd")
+    await harness.start(**held_back(fake))
+    await harness.event("search.document_indexed", "animal.txt")
+    await asyncio.wait_for(fake.arrived.wait(), 30)  # the old chunk is being embedded
+
+    harness.write("notes/animal.txt", "giraffe necks acacia leaves herd")
+    changed = await harness.event("search.document_indexed", "animal.txt")
+    assert changed["retired"] == 1
+    _, body = await harness.get("/api/search", db="notes", q="zebra giraffe", target="keyword")
+    assert [m["content"] for g in body["keyword"] for m in g["matches"]] == [
+        "giraffe necks acacia leaves herd"
+    ]
+
+    assert fake.gate is not None
+    fake.gate.set()  # the old chunk's vector arrives after it was retired
+    done = await harness.settled()
+    assert (done["chunks"], done["embedded"], done["pending"]) == (1, 1, 0)
+    assert stored_counts(harness, "notes") == (1, 1, 0)
+    for q in ("zebra stripes savanna grazing herd", "herd"):
+        _, body = await harness.get("/api/search", db="notes", q=q)
+        contents = [m["content"] for branch in body.values() for g in branch for m in g["matches"]]
+        assert contents and set(contents) == {"giraffe necks acacia leaves herd"}, q
+
+
+async def test_progress_counts_add_up_and_come_at_most_once_a_second(
+    harness: SearchHarness, fake: FakeOpenAI
+) -> None:
+    harness.registry.add("notes")
+    for i in range(30):
+        harness.write(f"notes/n{i}.txt", f"note {i} " + "words " * 40)
+    await harness.start(EMBEDDING_PROVIDER="openai", EMBEDDING_URL=fake.url)
+    seen: list[dict[str, Any]] = []
+    while not seen or seen[-1]["data"]["state"] != "idle":
+        event = await asyncio.wait_for(harness.events.get(), 60)
+        if event["type"] == "search.progress":
+            seen.append(event)
+    for event in seen:
+        assert adds_up(event["data"]), event["data"]
+    final = seen[-1]["data"]
+    assert (final["queued"], final["documents"], final["chunks"]) == (0, 30, 30)
+    assert final["embedded"] == 30 and final["keyword_rate"] >= 0
+    busy = [e["recorded_at"] for e in seen[:-1]]
+    # recorded_at is the store's clock when it appended, a little after the actor decided.
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(busy))
+    status, body = await harness.get("/api/status")
+    assert status == 200 and [d["db"] for d in body["databases"]] == ["notes"]
+    assert adds_up(body["databases"][0]) and body["databases"][0]["state"] == "idle"
+    assert await harness.get("/api/status", db="nope") == (400, {"error": '"nope" not exist'})
+
+
+def run_cli(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = search_cli.main(argv, env)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def test_cairn_search_status(harness: SearchHarness, tmp_path: Path) -> None:
+    harness.registry.add("notes")
+    harness.write("notes/a.txt", "alpha beta gamma")
+    await harness.start(EMBEDDING_PROVIDER="none")
+    await harness.settled()
+    code, out, _ = await asyncio.to_thread(run_cli, ["search", "status"], harness.env)
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == [
+        "db", "state", "queued", "documents", "chunks", "embedded", "pending", "failed",
+        "keyword/s", "embedding/s",
+    ]  # fmt: skip
+    assert row.split()[:8] == ["notes", "idle", "0", "1", "1", "0", "1", "0"]
+    code, out, _ = await asyncio.to_thread(
+        run_cli, ["search", "status", "notes", "--json"], harness.env
+    )
+    assert code == 0 and '"db": "notes"' in out and '"chunks": 1' in out
+    code, _, err = await asyncio.to_thread(run_cli, ["search", "status", "nope"], harness.env)
+    assert (code, err) == (1, 'cairn: "nope" not exist\n')
+    stopped = {**harness.env, "XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
+    code, _, err = await asyncio.to_thread(run_cli, ["search", "status"], stopped)
+    assert code == 1 and "the search service is not running" in err
