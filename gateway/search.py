@@ -278,7 +278,8 @@ async def build(runtime: Runtime) -> web.Application:
     env = runtime.env
     root = config_dir(env)
     registry = Registry(root)
-    provider = make_provider(env)
+    # Loading the local model takes a second or more: not on the event loop.
+    provider = await asyncio.to_thread(make_provider, env)
     cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
     root.mkdir(parents=True, exist_ok=True)
     cache = QueryCache(root / "query_cache.sqlite", cache_size)

@@ -1,10 +1,13 @@
 """The work on one search database: reconcile, index batches of files, embed, search.
 
-Two stages, as jobs the indexer actor starts (blocking parts run in worker threads):
+Two stages, as jobs the indexer actor starts:
 - `index_batch` parses a batch of files and writes them, chunks and keyword postings, in as few
-  transactions as memory allows: they are keyword-searchable at each commit;
+  transactions as memory allows (`keyword_stage`): they are keyword-searchable at each commit.
+  It runs in a writer process of its own: that stage is pure Python, and in this process it
+  held the GIL against every query (tens of ms of p99 latency while a backlog drained) and
+  could use only the core the event loop also needs;
 - `embed_next` embeds the newest queued chunks, one provider batch at a time, and stores their
-  vectors only if the chunks are still active.
+  vectors only if the chunks are still active (worker threads; the model releases the GIL).
 The read paths (`keyword`, `semantic`) are what the HTTP service uses; they never wait for
 either stage.
 """
@@ -12,31 +15,28 @@ either stage.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
+import multiprocessing
 import time
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import attrs
 import numpy as np
 
-from actors.search import parsers
-from actors.search.chunker import CHUNKER_VERSION, chunk_text
+from actors.search import keyword_stage, parsers
+from actors.search.chunker import CHUNKER_VERSION
 from actors.search.embedding import EmbeddingError, Provider
 from actors.search.events import IndexingProgress
 from actors.search.progress import Pipeline, progress_event
 from actors.search.query_cache import QueryCache
 from actors.search.store import (
     MAX_WINDOWS,
-    Change,
     ChunkRow,
     Database,
-    DocumentState,
     Progress,
-    Remove,
-    Replace,
-    Touch,
     chunk_of,
     vector_key,
 )
@@ -44,51 +44,9 @@ from actors.search.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
 
-MAX_FILE_BYTES = 50 * 1024 * 1024
 # Chunks per embedding call: enough for one batch per core of similar lengths.
 EMBED_BATCH = 64
-# A keyword transaction is written once this much parsed text or this many chunks wait, so a
-# backlog's memory stays bounded and the first files are searchable early.
-FLUSH_CHUNKS = 4096
-FLUSH_BYTES = 16 * 1024 * 1024
-
-
-@attrs.frozen
-class Indexed:
-    source: str
-    sha256: str
-    chunks: int
-    retired: int
-
-
-@attrs.frozen
-class Removed:
-    source: str
-    retired: int
-
-
-@attrs.frozen
-class Dismissed:
-    source: str
-    reason: str
-
-
-@attrs.frozen
-class Unchanged:
-    source: str
-
-
-Outcome = Indexed | Removed | Dismissed | Unchanged
-
-
-@attrs.frozen
-class IndexReport:
-    """A keyword job's outcome: one per source, and the counts after its last commit."""
-
-    outcomes: list[Outcome]
-    chunks: int
-    seconds: float
-    progress: Progress
+IndexReport = keyword_stage.IndexReport
 
 
 @attrs.frozen
@@ -120,6 +78,8 @@ class Engine:
         self.vectors = VectorIndex(directory / "vectors.usearch")
         # Replaced by the indexer actor's own when it starts; read by `status`.
         self.pipeline = Pipeline()
+        # The keyword stage's process (started with the first batch).
+        self._writer: ProcessPoolExecutor | None = None
 
     def status(self) -> IndexingProgress:
         """Where both stages stand now (blocking: counts rows)."""
@@ -146,6 +106,9 @@ class Engine:
             log.info("search %s: vector index rebuilt (%d vectors)", self.name, len(keys))
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
         if self.vectors.dirty:
             self.vectors.save(self.fingerprint)
         self.db.close()
@@ -170,84 +133,27 @@ class Engine:
         todo.extend(sorted(set(known) - seen))
         return todo
 
-    def _prepare(self, source: str) -> tuple[Change, Outcome | None, int]:
-        """What to write for `source`, its outcome when already known, and its text size."""
-        relative = PurePosixPath(source)
-        path = self.source_path(source)
-        if parsers.is_ignored(relative) or path.is_symlink() or not path.is_file():
-            return Remove(source), None, 0
-        stat = path.stat()
-        if stat.st_size > MAX_FILE_BYTES:
-            return Remove(source), Dismissed(source, f"larger than {MAX_FILE_BYTES} bytes"), 0
-        data = path.read_bytes()
-        state = DocumentState(stat.st_size, stat.st_mtime_ns, hashlib.sha256(data).hexdigest())
-        known = self.db.document(source)
-        if known is not None and known.sha256 == state.sha256:
-            return Touch(source, state), Unchanged(source), 0
-        try:
-            text = parsers.parse(path, data)
-        except (parsers.UnsupportedFormat, parsers.ParseError) as exc:
-            return Remove(source), Dismissed(source, str(exc)), 0
-        return Replace(source, state, chunk_text(text)), None, len(text)
-
-    def _write(self, changes: list[Change], known: list[Outcome | None]) -> list[Outcome]:
-        # The vector index changes under the same lock as the rows, so an embedder storing
-        # vectors at the same moment either sees the chunks retired or has its vectors dropped.
-        with self.db.write_lock:
-            written = self.db.write(changes)
-            self.vectors.remove([k for w in written for k in w.dropped_keys])
-        out: list[Outcome] = []
-        for change, result, outcome in zip(changes, written, known, strict=True):
-            if outcome is not None:
-                out.append(outcome)
-            elif isinstance(change, Replace):
-                out.append(
-                    Indexed(
-                        change.source, change.state.sha256, len(change.chunks), len(result.retired)
-                    )
-                )
-            elif result.known:
-                out.append(Removed(change.source, len(result.retired)))
-            else:
-                out.append(Unchanged(change.source))
-        return out
-
-    def index(self, sources: Sequence[str]) -> IndexReport:
-        """Bring `sources` up to date (index, re-index, remove or dismiss each), committing
-        every `FLUSH_CHUNKS` chunks or `FLUSH_BYTES` of text. Blocking."""
-        started = time.perf_counter()
-        outcomes: list[Outcome] = []
-        changes: list[Change] = []
-        known: list[Outcome | None] = []
-        chunks = size = total = 0
-        for source in sources:
-            try:
-                change, outcome, text_size = self._prepare(source)
-            except OSError as exc:
-                change, outcome, text_size = (
-                    Remove(source),
-                    Dismissed(source, f"unreadable: {exc}"),
-                    0,
-                )
-            changes.append(change)
-            known.append(outcome)
-            if isinstance(change, Replace):
-                chunks += len(change.chunks)
-            size += text_size
-            if chunks >= FLUSH_CHUNKS or size >= FLUSH_BYTES:
-                outcomes += self._write(changes, known)
-                total += chunks
-                changes, known, chunks, size = [], [], 0, 0
-        if changes:
-            outcomes += self._write(changes, known)
-            total += chunks
-        for outcome in outcomes:
-            if isinstance(outcome, Dismissed):
-                log.info("search %s: skipped %s: %s", self.name, outcome.source, outcome.reason)
-        return IndexReport(outcomes, total, time.perf_counter() - started, self.db.progress())
-
     async def index_batch(self, sources: Sequence[str]) -> IndexReport:
-        return await asyncio.to_thread(self.index, sources)
+        """Run the keyword stage for `sources` in the writer process, then drop the vectors of
+        the chunks it retired from the vector index."""
+        loop = asyncio.get_running_loop()
+        if self._writer is None:
+            self._writer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        job = (str(self.db.path), str(self.inbox), self.name, tuple(sources))
+        try:
+            report = await loop.run_in_executor(self._writer, keyword_stage.run_in_writer, *job)
+        except BrokenProcessPool:
+            self._writer = None  # the next batch starts a new writer
+            raise
+        if report.dropped_keys:
+            await asyncio.to_thread(self._drop_vectors, report.dropped_keys)
+        return report
+
+    def _drop_vectors(self, keys: list[int]) -> None:
+        # Under the lock the embedder holds from its vectors' commit until they are in the
+        # vector index, so vectors it stored before the retirement are there to be removed.
+        with self.db.write_lock:
+            self.vectors.remove(keys)
 
     # -- the embedding stage --------------------------------------------------------------------
 

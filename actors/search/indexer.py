@@ -31,7 +31,7 @@ import watchfiles
 
 from actors.runtime import AggregateActor
 from actors.search import engine as eng
-from actors.search import events
+from actors.search import events, keyword_stage
 from actors.search.parsers import is_ignored
 from actors.search.progress import Pipeline, Rate, progress_event
 from actors.search.store import Progress
@@ -40,7 +40,7 @@ from events.model import Event
 
 log = logging.getLogger(__name__)
 
-KEYWORD_BATCH = 2000
+KEYWORD_BATCH = 256
 PROGRESS_INTERVAL = 1.0
 
 
@@ -188,9 +188,9 @@ class SearchIndexer(AggregateActor):
         self._next_keyword()
         self._report()
 
-    def _event_for(self, outcome: eng.Outcome) -> Event | None:
+    def _event_for(self, outcome: keyword_stage.Outcome) -> Event | None:
         db = self.ident
-        if isinstance(outcome, eng.Indexed):
+        if isinstance(outcome, keyword_stage.Indexed):
             return events.DocumentIndexed(
                 db=db,
                 source=outcome.source,
@@ -198,9 +198,9 @@ class SearchIndexer(AggregateActor):
                 chunks=outcome.chunks,
                 retired=outcome.retired,
             )
-        if isinstance(outcome, eng.Removed):
+        if isinstance(outcome, keyword_stage.Removed):
             return events.DocumentRemoved(db=db, source=outcome.source, retired=outcome.retired)
-        if isinstance(outcome, eng.Dismissed):
+        if isinstance(outcome, keyword_stage.Dismissed):
             return events.DocumentDismissed(db=db, source=outcome.source, reason=outcome.reason)
         return None
 
@@ -277,7 +277,8 @@ async def watch(inbox: Path, handle: Any, stop: asyncio.Event, engine: eng.Engin
     await asyncio.to_thread(inbox.mkdir, parents=True, exist_ok=True)
     root = await asyncio.to_thread(inbox.resolve)
     async for changes in watchfiles.awatch(root, stop_event=stop, debounce=50, step=20):
-        sources = sources_of(root, changes)
+        # A folder of thousands of files reports as many changes: sorted out off the loop.
+        sources = await asyncio.to_thread(sources_of, root, changes)
         # A removed folder reports only itself: its indexed files must go too.
         gone_dirs = [Path(p) for c, p in changes if c == watchfiles.Change.deleted]
         if gone_dirs:
