@@ -1,4 +1,4 @@
-"""The keyword index against a brute-force reference, across sealed blocks and the tail."""
+"""The keyword index against a brute-force reference, across blocks, pieces and merges."""
 
 import random
 from pathlib import Path
@@ -49,7 +49,7 @@ def test_ranking_matches_brute_force_through_adds_replaces_and_removes(
             db.replace_document(f"d{doc}", STATE, chunks)
         for q in queries:
             assert [r.id for r in db.keyword_search(q, 7)] == reference(db, q, 7), q
-    # Reopening rebuilds the in-memory tail from the stored text: same answers.
+    # Reopened, the index answers the same (it is all in the file).
     db.close()
     db = Database(tmp_path / "db.sqlite")
     for q in queries:

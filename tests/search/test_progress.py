@@ -1,0 +1,35 @@
+"""The pieces of a progress report: the rate over recent jobs and the state of the stages."""
+
+from actors.search.progress import RATE_WINDOW, Pipeline, Rate, progress_event
+from actors.search.store import Progress
+
+
+def test_the_rate_counts_the_jobs_of_the_last_seconds() -> None:
+    rate = Rate()
+    assert rate.per_second(100.0) == 0.0
+    rate.add(ended=10.0, seconds=2.0, count=400)  # 8-10 s
+    rate.add(ended=12.0, seconds=1.0, count=100)  # 11-12 s
+    assert rate.per_second(12.0) == 500 / 4.0  # from the first start to the last end
+    assert rate.per_second(10.0 + RATE_WINDOW + 0.5) == 100 / 1.0  # the first one aged out
+    assert rate.per_second(100.0) == 0.0
+
+
+def test_the_state_says_which_stage_has_work() -> None:
+    pipeline = Pipeline()
+    assert pipeline.state == "idle"
+    pipeline.embedding = True
+    assert pipeline.state == "embedding"
+    pipeline.queued = 3  # files waiting come first: the keyword stage is not done
+    assert pipeline.state == "indexing"
+    pipeline.queued, pipeline.indexing = 0, True
+    assert pipeline.state == "indexing"
+
+
+def test_the_event_carries_the_counts_and_rounded_rates() -> None:
+    pipeline = Pipeline(queued=2, indexing=True, keyword_rate=1234.5678, embedding_rate=0.04)
+    event = progress_event("notes", Progress(5, 40, 30, 8, 2), pipeline)
+    assert (event.db, event.state, event.queued) == ("notes", "indexing", 2)
+    assert (event.documents, event.chunks, event.embedded, event.pending, event.failed) == (
+        5, 40, 30, 8, 2,
+    )  # fmt: skip
+    assert (event.keyword_rate, event.embedding_rate) == (1234.6, 0.0)
