@@ -158,6 +158,8 @@ async def scenario(
         "fully_embedded_projected": projected,
         "query_latencies": latencies,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # The largest child that has ended: the keyword writer process or nats-server.
+        "peak_child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
 
 
@@ -179,7 +181,8 @@ def report(result: dict[str, Any]) -> None:
         f"({result['keyword_chunks_per_s']:,.0f} chunks/s end to end; service up in "
         f"{result['service_ready_s']:.1f} s); embedding {result['embedding_chunks_per_s']:,.1f} "
         f"chunks/s, fully embedded after {result['fully_embedded_s']:,.0f} s ({full}); "
-        f"peak RSS {result['peak_rss_mb']:,.0f} MB"
+        f"peak RSS {result['peak_rss_mb']:,.0f} MB, largest child (keyword writer or "
+        f"nats-server) {result.get('peak_child_rss_mb', 0):,.0f} MB"
     )
     samples = result["query_latencies"]
     if samples:
