@@ -102,8 +102,8 @@ RUNTIMES = ("onnx", "onnx-int8", "numpy")
 @functools.cache
 def _shared_minilm(runtime: str) -> minilm.MiniLM:
     """One loaded model per process and runtime (immutable): every provider, database and test
-    shares it, and only the first load costs (numpy ~0.3 s, ONNX ~1 s; int8 ~1 s plus ~3 s
-    once per machine to build its file into the cache)."""
+    shares it, and only the first load costs (numpy ~0.3 s, ONNX ~0.5 s, plus a few seconds
+    once per machine to build the model file into the cache)."""
     # OpenBLAS's own threads spin and collide with ours and with other processes on 2 cores
     # (measured: 2-thread BLAS ran a 10-token query in 57 ms, one thread in 24 ms, and chunks
     # 3-4x slower); we parallelise over batches instead. This is process-wide, and cairn does

@@ -254,11 +254,12 @@ class MiniLM:
         if runtime == "onnx":
             from actors.search import minilm_onnx
 
-            run = minilm_onnx.session_runner(minilm_onnx.float32_model(directory))
+            run = minilm_onnx.session_runner(minilm_onnx.model_file(directory, cache_dir))
         elif runtime == "onnx-int8":
             from actors.search import minilm_onnx
 
-            run = minilm_onnx.session_runner(minilm_onnx.quantized_model(directory, cache_dir))
+            path = minilm_onnx.model_file(directory, cache_dir, int8=True)
+            run = minilm_onnx.session_runner(path)
         elif runtime == "numpy":
             run = functools.partial(forward, load_weights(directory))
         else:
