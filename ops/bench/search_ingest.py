@@ -5,7 +5,8 @@ HTTP), one scenario per child process so each peak RSS is its own.
 Reported per scenario: seconds from start (or from the first file dropped) until every file is
 searchable by keyword; the embedding rate while the backlog drains and the seconds until every
 chunk has its vector (waited for with --wait-embedding, else projected from that rate and
-labelled so); keyword query latency over HTTP while the backlog is being indexed; peak RSS.
+labelled so); keyword query latency over HTTP while the backlog is being indexed, and uncached
+semantic query latency (query embedding included) while it is being embedded; peak RSS.
 
 Run: .venv/bin/python -m ops.bench.search_ingest [--chunks 20000 100000] [--live 20000]
      [--wait-embedding] [--embed-seconds 20]
@@ -104,19 +105,22 @@ async def scenario(
                 async with session.get(f"{base}/api/status", params={"db": "bench"}) as resp:
                     return dict(await resp.json())
 
-            async def query_while_indexing(stop: asyncio.Event) -> None:
-                words = iter(vocab * 100)
+            semantic: list[float] = []
+            words = iter(vocab * 100)
+
+            async def query_while(stop: asyncio.Event, target: str, into: list[float]) -> None:
                 while not stop.is_set():
+                    # Fresh words each time: a semantic query is never in the query cache.
                     q = " ".join(next(words) for _ in range(3))
                     t = time.perf_counter()
-                    params = {"db": "bench", "q": q, "target": "keyword"}
+                    params = {"db": "bench", "q": q, "target": target}
                     async with session.get(f"{base}/api/search", params=params) as resp:
                         await resp.read()
-                    latencies.append(time.perf_counter() - t)
+                    into.append(time.perf_counter() - t)
                     await asyncio.sleep(0.02)
 
             stop = asyncio.Event()
-            querier = asyncio.create_task(query_while_indexing(stop))
+            querier = asyncio.create_task(query_while(stop, "keyword", latencies))
             while True:
                 now = await status()
                 if now["documents"] >= files and now["state"] != "indexing":
@@ -130,6 +134,8 @@ async def scenario(
             total_chunks = now["chunks"]
             first = await status()
             t0 = time.perf_counter()
+            stop = asyncio.Event()
+            querier = asyncio.create_task(query_while(stop, "semantic", semantic))
             if wait_embedding:
                 now = await status()
                 while now["pending"]:  # polling the route a user would poll
@@ -144,6 +150,8 @@ async def scenario(
                 rate = (now["embedded"] - first["embedded"]) / (time.perf_counter() - t0)
                 embedded_s = keyword_s + (total_chunks - first["embedded"]) / max(rate, 1e-9)
                 projected = True
+            stop.set()
+            await querier
             await server.close()
     return {
         "kind": kind,
@@ -157,6 +165,7 @@ async def scenario(
         "fully_embedded_s": embedded_s,
         "fully_embedded_projected": projected,
         "query_latencies": latencies,
+        "semantic_latencies": semantic,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         # The largest child that has ended: the keyword writer process or nats-server.
         "peak_child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -187,6 +196,12 @@ def report(result: dict[str, Any]) -> None:
     samples = result["query_latencies"]
     if samples:
         print(f"  keyword queries over HTTP while indexing ({len(samples)}): {ms_line(samples)}")
+    samples = result.get("semantic_latencies") or []
+    if samples:
+        print(
+            f"  semantic queries over HTTP while embedding, uncached ({len(samples)}): "
+            f"{ms_line(samples)}"
+        )
 
 
 def main() -> None:
