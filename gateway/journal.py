@@ -17,7 +17,12 @@ from typing import Any
 
 from actors.functions.events import FunctionDeleted, FunctionVersionStored
 from actors.images.events import ImageDeleted, ImageStored
-from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
+from actors.search.events import (
+    DocumentDismissed,
+    DocumentIndexed,
+    DocumentRemoved,
+    IndexingProgress,
+)
 from actors.vm.events import (
     Adopted,
     Disowned,
@@ -53,6 +58,7 @@ class Journal:
             DocumentIndexed: _document_indexed,
             DocumentRemoved: _document_removed,
             DocumentDismissed: _document_dismissed,
+            IndexingProgress: _indexing_progress,
             ImageStored: _image_stored,
             ImageDeleted: _image_deleted,
         }
@@ -136,10 +142,17 @@ def _function_deleted(_: Recorded, event: FunctionDeleted) -> str:
 
 
 def _document_indexed(_: Recorded, event: DocumentIndexed) -> str:
-    tail = f"; embedding failed: {event.embedding_error}" if event.embedding_error else ""
+    return f"search {event.db}: indexed {event.source} ({event.chunks} chunks)"
+
+
+def _indexing_progress(_: Recorded, event: IndexingProgress) -> str | None:
+    """Only the report that ends a drain: the ones while it runs come every second."""
+    if event.state != "idle":
+        return None
+    tail = f"; embedding failed: {event.embedding_error}" if event.failed else ""
     return (
-        f"search {event.db}: indexed {event.source} ({event.chunks} chunks, "
-        f"{event.embedded} embedded){tail}"
+        f"search {event.db}: up to date ({event.documents} documents, {event.chunks} chunks, "
+        f"{event.embedded} embedded, {event.failed} failed){tail}"
     )
 
 

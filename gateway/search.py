@@ -119,7 +119,11 @@ class SearchService:
         """Progress of one database (`db`) or of every loaded one (`{"databases": [...]}`)."""
         if db is not None:
             return to_dict(await asyncio.to_thread(self.engine(db).status))
-        statuses = [await asyncio.to_thread(e.status) for _, e in sorted(self.engines.items())]
+        statuses = [
+            await asyncio.to_thread(engine.status)
+            for name, engine in sorted(self.engines.items())
+            if name not in self.quarantined  # its indexer is not running: nothing to report
+        ]
         return {"databases": [to_dict(s) for s in statuses]}
 
     def engine(self, db: str | None) -> Engine:
@@ -189,6 +193,8 @@ async def status(request: web.Request) -> web.Response:
         return web.json_response(await request.app[SEARCH].status(request.rel_url.query.get("db")))
     except BadRequest as exc:
         return _error(400, str(exc))
+    except Unavailable as exc:
+        return _error(503, str(exc))
     except Exception as exc:
         log.exception("status failed")
         return _error(500, str(exc) or type(exc).__name__)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from actors.functions.events import FunctionDeleted, version_stored
 from actors.images.events import deleted, stored
-from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
+from actors.search.events import (
+    DocumentDismissed,
+    DocumentIndexed,
+    DocumentRemoved,
+    IndexingProgress,
+)
 from actors.vm.events import Disowned, IdReserved, Progress, TaskEnded, TaskStarted
 from events.model import Event
 from events.store import Recorded
@@ -32,15 +37,23 @@ def test_bookkeeping_is_not_journalled() -> None:
     assert journal.line(rec("vmalloc:cluster", IdReserved(vmid=1, ip="x", task="t"))) is None
 
 
+def progress(state: str, failed: int) -> IndexingProgress:
+    return IndexingProgress(
+        db="notes", state=state, queued=0, documents=1, chunks=3, embedded=3 - failed,
+        pending=0, failed=failed, keyword_rate=0.0, embedding_rate=0.0,
+        embedding_error="timeout" if failed else None,
+    )  # fmt: skip
+
+
 def test_the_other_services_changes() -> None:
     journal = Journal()
     lines = [
         journal.line(rec("functions:registry", version_stored("a/b", 17, "python", "00", 42))),
         journal.line(rec("functions:registry", FunctionDeleted(path="a/b", versions=3))),
-        journal.line(rec("search:notes", DocumentIndexed("notes", "a.md", "00", 3, 3, 0, None))),
-        journal.line(
-            rec("search:notes", DocumentIndexed("notes", "b.md", "00", 2, 0, 0, "timeout"))
-        ),
+        journal.line(rec("search:notes", DocumentIndexed("notes", "a.md", "00", 3, 0))),
+        journal.line(rec("search:notes", progress("embedding", failed=0))),
+        journal.line(rec("search:notes", progress("idle", failed=0))),
+        journal.line(rec("search:notes", progress("idle", failed=1))),
         journal.line(rec("search:notes", DocumentRemoved("notes", "a.md", 3))),
         journal.line(rec("search:notes", DocumentDismissed("notes", "x.bin", "unsupported"))),
         journal.line(rec("images:store", stored("cats/a.png", "image/png", 1234))),
@@ -49,8 +62,11 @@ def test_the_other_services_changes() -> None:
     assert lines == [
         "function a/b: version 17 stored (python, 42 bytes)",
         "function a/b: deleted (3 versions)",
-        "search notes: indexed a.md (3 chunks, 3 embedded)",
-        "search notes: indexed b.md (2 chunks, 0 embedded); embedding failed: timeout",
+        "search notes: indexed a.md (3 chunks)",
+        None,  # progress while a backlog drains is not a change worth a line
+        "search notes: up to date (1 documents, 3 chunks, 3 embedded, 0 failed)",
+        "search notes: up to date (1 documents, 3 chunks, 2 embedded, 1 failed);"
+        " embedding failed: timeout",
         "search notes: removed a.md",
         "search notes: dismissed x.bin: unsupported",
         "images: stored cats/a.png (image/png, 1234 bytes)",
