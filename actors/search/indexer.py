@@ -137,9 +137,12 @@ class SearchIndexer(AggregateActor):
             self.waiting_for_space[source] = tries + 1
         pause = FULL_DISK_PAUSES[min(tries, len(FULL_DISK_PAUSES) - 1)]
         if tries == 0:
+            named = ", ".join(sources[:3]) + (
+                f" and {len(sources) - 3} more" if len(sources) > 3 else ""
+            )
             log.warning(
-                "search %s: the disk is full; %d files will be indexed once there is space",
-                self.ident, len(sources),
+                "search %s: the disk is full; %s will be indexed once there is space",
+                self.ident, named,
             )  # fmt: skip
         self.start_job(asyncio.sleep(pause), done=lambda _: SourcesChanged(sources), timer=True)
 
