@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -148,10 +149,12 @@ async def scenario(
                 await asyncio.sleep(embed_seconds)
                 now = await status()
                 rate = (now["embedded"] - first["embedded"]) / (time.perf_counter() - t0)
-                embedded_s = keyword_s + (total_chunks - first["embedded"]) / max(rate, 1e-9)
+                left = total_chunks - first["embedded"]
+                embedded_s = keyword_s + left / rate if rate else float("nan")
                 projected = True
             stop.set()
             await querier
+            writer_mb = writer_peak_rss_mb()
             await server.close()
     return {
         "kind": kind,
@@ -167,9 +170,26 @@ async def scenario(
         "query_latencies": latencies,
         "semantic_latencies": semantic,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        # The largest child that has ended: the keyword writer process or nats-server.
-        "peak_child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "writer_peak_rss_mb": writer_mb,
     }
+
+
+def writer_peak_rss_mb() -> float:
+    """Peak RSS (VmHWM) of this process's keyword writer (a multiprocessing child). Not
+    RUSAGE_CHILDREN: a child started by fork and exec carries this process's RSS at the fork
+    in its ru_maxrss."""
+    peak = 0.0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields.get("PPid", "0")) == os.getpid() and b"multiprocessing" in cmdline:
+            peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
+    return peak
 
 
 def run_child(kind: str, chunks: int, wait_embedding: bool, embed_seconds: float) -> dict[str, Any]:
@@ -184,14 +204,16 @@ def run_child(kind: str, chunks: int, wait_embedding: bool, embed_seconds: float
 def report(result: dict[str, Any]) -> None:
     what = "dropped before start" if result["kind"] == "backlog" else "dropped live"
     full = "projected from that rate" if result["fully_embedded_projected"] else "measured"
+    if result["fully_embedded_s"] != result["fully_embedded_s"]:  # NaN: no batch ended yet
+        full = "no batch ended in the time given: raise --embed-seconds"
     print(
         f"{result['chunks']:,} chunks in {result['files']:,} files {what}: "
         f"keyword-searchable after {result['keyword_searchable_s']:.1f} s "
         f"({result['keyword_chunks_per_s']:,.0f} chunks/s end to end; service up in "
         f"{result['service_ready_s']:.1f} s); embedding {result['embedding_chunks_per_s']:,.1f} "
         f"chunks/s, fully embedded after {result['fully_embedded_s']:,.0f} s ({full}); "
-        f"peak RSS {result['peak_rss_mb']:,.0f} MB, largest child (keyword writer or "
-        f"nats-server) {result.get('peak_child_rss_mb', 0):,.0f} MB"
+        f"peak RSS {result['peak_rss_mb']:,.0f} MB, keyword writer process "
+        f"{result['writer_peak_rss_mb']:,.0f} MB"
     )
     samples = result["query_latencies"]
     if samples:
