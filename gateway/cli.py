@@ -20,14 +20,14 @@ from typing import Any
 import attrs
 from aiohttp import web
 
+from actors.config import ConfigError, env_float, env_int, env_str, load_env
+from actors.platform import Runtime, open_runtime
 from events.nats_server import NatsServerError, free_port
 from gateway import services as catalogue
 from gateway import store_cli
-from gateway.config import ConfigError, env_float, env_int, env_str, load_env
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
 from gateway.logs import configure as configure_logging
-from gateway.runtime import Runtime, open_runtime
 from gateway.services import ServiceDef
 
 log = logging.getLogger("cairn")

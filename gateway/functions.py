@@ -36,6 +36,7 @@ from actors.functions.requests import (
 )
 from actors.functions.results import ResultType, RunResult
 from actors.functions.settings import FunctionsSettings
+from actors.platform import Runtime
 from events.bus import (
     BUS_DOWN,
     CommandFailed,
@@ -45,7 +46,6 @@ from events.bus import (
     deadline_headers,
 )
 from gateway.health import add_health, quarantined
-from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
 

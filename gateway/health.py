@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 
 # What a service adds: what stops it (problems), what it works around (warnings), and facts
 # about itself.

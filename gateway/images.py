@@ -36,10 +36,10 @@ from actors.images.reads import ImageReader
 from actors.images.settings import ImageSettings
 from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
+from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from gateway.health import add_health, quarantined
-from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
 log = logging.getLogger("cairn.images")

@@ -1,7 +1,7 @@
 """What a cairn process writes to its log, and how.
 
 One line per HTTP request (``cairn.access``), one line per meaningful change (``cairn.journal``,
-see ``gateway/journal.py``), warnings and errors; nothing else unless ``LOG_LEVEL=debug`` asks
+see ``actors/journal.py``), warnings and errors; nothing else unless ``LOG_LEVEL=debug`` asks
 for it. Third-party libraries speak at WARNING and above: asyncssh alone logs every channel at
 INFO, which buried everything else.
 
@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from pythonjsonlogger.json import JsonFormatter
 
-from gateway.config import env_choice
+from actors.config import env_choice
 
 LEVELS = {
     "debug": logging.DEBUG,

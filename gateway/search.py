@@ -14,75 +14,21 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from actors.platform import Runtime
 from actors.search.embedding import Provider, make_provider
 from actors.search.engine import Engine
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry, config_dir, inbox_root
-from actors.search.store import ChunkRow
-from events.codec import to_dict
 from gateway.health import add_health
-from gateway.runtime import Runtime
+from gateway.loopback import is_loopback_host, is_loopback_origin
+from gateway.search_service import BadRequest, SearchService, Unavailable, parse_limit
 from gateway.services import ServiceDef
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LIMIT = 10
-MAX_LIMIT = 100
-TARGETS = ("keyword", "semantic")
-_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
-
-
-class BadRequest(Exception):
-    pass
-
-
-class Unavailable(Exception):
-    """The database is loaded but cannot be used now (503): its stream is quarantined."""
-
-
-def parse_limit(raw: str | None) -> int:
-    """1-100; missing, non-numeric, non-positive or above 100 falls back to 10 (spec)."""
-    try:
-        value = int(raw) if raw is not None else DEFAULT_LIMIT
-    except ValueError:
-        return DEFAULT_LIMIT
-    return value if 1 <= value <= MAX_LIMIT else DEFAULT_LIMIT
-
-
-def quoted(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def group_by_source(rows: list[ChunkRow]) -> list[dict[str, Any]]:
-    """Groups in rank order of their best match; matches in rank order within a group."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row.source, []).append({"chunk": row.chunk, "content": row.content})
-    return [{"source": source, "matches": matches} for source, matches in groups.items()]
-
-
-def is_loopback_host(value: str) -> bool:
-    """`Host` header (host[:port]) naming a loopback address."""
-    host = value.strip().lower()
-    if host.startswith("["):
-        host = host[: host.find("]") + 1] if "]" in host else host
-    elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    return host in _LOOPBACK_HOSTS or (host.startswith("127.") and host.replace(".", "").isdigit())
-
-
-def is_loopback_origin(origin: str) -> bool:
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and is_loopback_host(parts.netloc)
 
 
 @web.middleware
@@ -94,67 +40,6 @@ async def rebinding_guard(
     if not is_loopback_host(host) or (origin is not None and not is_loopback_origin(origin)):
         return web.json_response({"error": "forbidden: host or origin is not loopback"}, status=403)
     return await handler(request)
-
-
-class SearchService:
-    """Loaded databases and the two search branches; shared by HTTP and MCP."""
-
-    def __init__(
-        self,
-        registry: Registry,
-        engines: dict[str, Engine],
-        quarantined: dict[str, str] | None = None,
-    ) -> None:
-        self.registry = registry
-        self.engines = engines
-        self.quarantined = quarantined or {}
-
-    def listing(self) -> dict[str, Any]:
-        return {
-            "loaded": sorted(self.engines),
-            "registered": [e.to_json() for e in self.registry.entries()],
-        }
-
-    async def status(self, db: str | None) -> dict[str, Any]:
-        """Progress of one database (`db`) or of every loaded one (`{"databases": [...]}`)."""
-        if db is not None:
-            return to_dict(await asyncio.to_thread(self.engine(db).status))
-        statuses = [
-            await asyncio.to_thread(engine.status)
-            for name, engine in sorted(self.engines.items())
-            if name not in self.quarantined  # its indexer is not running: nothing to report
-        ]
-        return {"databases": [to_dict(s) for s in statuses]}
-
-    def engine(self, db: str | None) -> Engine:
-        if not db:
-            raise BadRequest("db is required")
-        if db in self.quarantined:
-            raise Unavailable(f"database {quoted(db)} is unavailable: {self.quarantined[db]}")
-        engine = self.engines.get(db)
-        if engine is None:
-            raise BadRequest(f"{quoted(db)} not exist")
-        return engine
-
-    async def search(
-        self, db: str | None, q: str | None, target: str | None, limit: int
-    ) -> dict[str, Any]:
-        engine = self.engine(db)
-        if not q:
-            raise BadRequest("invalid argument: q is required")
-        if target is not None and target not in TARGETS:
-            raise BadRequest(f"invalid argument: unknown target {quoted(target)}")
-        branches = [target] if target else list(TARGETS)
-        runners = {"keyword": engine.keyword, "semantic": engine.semantic}
-        tasks = [asyncio.ensure_future(runners[name](q, limit)) for name in branches]
-        try:
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            # No partial result: the other branch is abandoned.
-            for task in tasks:
-                task.cancel()
-            raise
-        return {name: group_by_source(rows) for name, rows in zip(branches, results, strict=True)}
 
 
 SEARCH = web.AppKey("search", SearchService)

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from actors.search.registry import config_dir
+from gateway.loopback import is_loopback_host
 
 
 class ServiceError(Exception):
@@ -20,8 +21,6 @@ class ServiceError(Exception):
 
 def read_endpoint(env: Mapping[str, str]) -> str:
     """The base URL in the `endpoint` file; ServiceError when absent or not loopback."""
-    from gateway.search import is_loopback_host
-
     path = config_dir(env) / "endpoint"
     try:
         base = path.read_text().strip()

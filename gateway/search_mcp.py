@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import attrs
@@ -35,9 +35,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from multidict import CIMultiDict
 
 from gateway.search_client import ServiceError, get_json
-
-if TYPE_CHECKING:
-    from gateway.search import SearchService
+from gateway.search_service import BadRequest, SearchService
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +220,6 @@ class ServiceBackend:
         return self._service.listing()
 
     async def search(self, db: str, q: str, target: str | None, limit: int) -> dict[str, Any]:
-        from gateway.search import BadRequest
-
         try:
             return await self._service.search(db, q, target, limit)
         except BadRequest as exc:

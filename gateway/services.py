@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 from aiohttp import web
 
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 
 AppFactory = Callable[[Runtime], Awaitable[web.Application]]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from actors.platform import Runtime
 from gateway.health import add_health, runtime_problems
-from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from actors.config import data_dir, env_str
 from events.catalog import load_all
 from events.store import EventStore, default_store_url
-from gateway.config import data_dir, env_str
 
 
 async def check(env: Mapping[str, str]) -> tuple[int, list[dict[str, Any]]]:

@@ -22,6 +22,8 @@ import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from actors.config import ConfigError, env_float
+from actors.platform import Runtime
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.initscripts import SCRIPTS_DIR
@@ -60,9 +62,7 @@ from events.bus import (
 from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
-from gateway.config import ConfigError, env_float
 from gateway.health import add_health, quarantined
-from gateway.runtime import Runtime
 from gateway.services import ServiceDef
 from gateway.sse import EventStream, last_event_id
 

@@ -11,11 +11,11 @@ import pykka
 import pytest
 from nats.aio.client import Client
 
+from actors.platform import Runtime, open_runtime
 from events.bus import connect
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
-from gateway.runtime import Runtime, open_runtime
 
 load_all()
 

@@ -12,7 +12,7 @@ from actors.functions.commands import serve_registry
 from actors.functions.registry import FunctionRegistry
 from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 
 
 class FunctionsHost:

@@ -33,7 +33,7 @@ from actors.functions.transpile import TranspileError, Transpiler
 from events.bus import expired, serve_json
 
 log = logging.getLogger(__name__)
-# A run is no stored event, so the runner host says what became of it (see gateway/journal.py).
+# A run is no stored event, so the runner host says what became of it (see actors/journal.py).
 journal = logging.getLogger("cairn.journal")
 
 # A log line longer than this goes out in pieces (a message must fit NATS's max_payload even

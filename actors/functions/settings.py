@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 import attrs
 
+from actors.config import ConfigError, env_bool, env_float, env_int, env_str
 from actors.functions.limits import MIB, SandboxLimits
 from actors.functions.sandbox import HostUser, Runtimes
 from actors.functions.transpile import find_esbuild
-from gateway.config import ConfigError, env_bool, env_float, env_int, env_str
 
 DEFAULT_CODE_MAX_SIZE = 262_144
 DEFAULT_TIMEOUT_S = 30.0

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from gateway.config import env_float, env_int
+from actors.config import env_float, env_int
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_UPLOAD = 20 * 1024 * 1024

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from nats.aio.subscription import Subscription
 
+from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import qm
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
@@ -44,7 +45,6 @@ from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
 from events.bus import serve_json
 from events.errors import CommandFailed
 from events.store import Recorded
-from gateway.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

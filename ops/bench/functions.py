@@ -42,9 +42,9 @@ from actors.functions.runner import RunJob, Sandbox, tool_runner
 from actors.functions.sandbox import Descriptors, HostUser, Program, Runtimes, bwrap_argv, drop_argv
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import OPS, Transpiler, find_esbuild
+from actors.platform import open_runtime
 from events.nats_server import EmbeddedNats, free_port
 from gateway.functions import FUNCTIONS_HOST, build
-from gateway.runtime import open_runtime
 
 from .stats import ms_line
 

@@ -30,10 +30,10 @@ import aiohttp
 import numpy as np
 from aiohttp.test_utils import TestServer
 
+from actors.platform import open_runtime
 from actors.search.registry import Registry, config_dir
 from events.nats_server import free_port
 from gateway import search
-from gateway.runtime import open_runtime
 
 from .stats import ms_line
 

@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncssh
-from pvesim.cli import execute
 from pvesim.cluster import SimCluster
+from pvesim.commands import execute
 from pvesim.context import Ctx
 
 from .stats import median_p99

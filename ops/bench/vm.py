@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from actors.platform import open_runtime
 from actors.vm import jobs
 from actors.vm.events import Progress, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
@@ -44,7 +45,6 @@ from events.bus import connect
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded
-from gateway.runtime import open_runtime
 from gateway.vm import build
 
 from .stats import ms_line

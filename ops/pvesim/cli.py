@@ -7,34 +7,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .context import Ctx, stdio_ctx
+from .commands import PROGRAMS, execute
+from .context import stdio_ctx
 from .state import Store
 
 if TYPE_CHECKING:
     import argparse
-
-PROGRAMS = ("qm", "pvesh", "pvesm")
-
-
-def execute(ctx: Ctx, argv: Sequence[str]) -> int:
-    """Run one fake command line (argv[0] is the program) as ctx.node."""
-    import importlib
-
-    program = os.path.basename(argv[0]) if argv else ""
-    runner: Callable[[Ctx, Sequence[str]], int] | None = None
-    if program in PROGRAMS:
-        # Import only the program asked for: each fake command is a fresh interpreter.
-        runner = importlib.import_module(f"pvesim.{program}").run
-    if runner is None:
-        ctx.err(f"bash: line 1: {argv[0] if argv else ''}: command not found\n")
-        return 127
-    ctx.store.log_command(ctx.node, list(argv))
-    ctx.delay("startup")
-    return runner(ctx, list(argv[1:]))
 
 
 def run_command(argv: Sequence[str]) -> int:

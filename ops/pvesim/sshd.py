@@ -16,7 +16,7 @@ from typing import Any
 import asyncssh
 
 from . import guest as guest_mod
-from .cli import execute
+from .commands import execute
 from .context import Ctx, take_failure
 from .guest import GuestRun
 from .state import Store

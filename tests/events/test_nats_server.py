@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.platform import open_runtime
 from events.bus import connect
 from events.nats_server import (
     EmbeddedNats,
@@ -20,7 +21,6 @@ from events.nats_server import (
     free_port,
     servers_on,
 )
-from gateway.runtime import open_runtime
 from tests.conftest import wait_for
 
 

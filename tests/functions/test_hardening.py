@@ -19,7 +19,7 @@ import pytest
 import actors
 from actors.functions import seccomp
 from actors.functions.limits import MIB
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 from tests.conftest import wait_for
 from tests.functions.conftest import HOST_USER, Service, start_service
 from tests.functions.test_exploits import failure, healthy

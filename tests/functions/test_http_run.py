@@ -5,7 +5,7 @@ import json
 import pytest
 from yarl import URL
 
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 from tests.conftest import wait_for
 from tests.functions.conftest import Service, start_service
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 from tests.conftest import wait_for
 from tests.functions.conftest import Service, start_service
 

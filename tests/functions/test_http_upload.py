@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 from tests.functions.conftest import Service, start_service
 
 GOOD = {"path": "tools/hello", "language": "python", "code": "return 'hi'"}

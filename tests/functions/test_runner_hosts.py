@@ -5,8 +5,8 @@ from nats.aio.client import Client
 
 from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
+from actors.platform import Runtime
 from events.bus import connect
-from gateway.runtime import Runtime
 from tests.functions.conftest import SERVICE_ENV, start_service
 
 

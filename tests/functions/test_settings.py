@@ -5,11 +5,11 @@ import pwd
 
 import pytest
 
+from actors.config import ConfigError
 from actors.functions.limits import MIB
 from actors.functions.requests import parse_version
 from actors.functions.sandbox import HostUser
 from actors.functions.settings import FunctionsSettings, host_user
-from gateway.config import ConfigError
 
 
 def test_documented_defaults() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors.config import ConfigError
 from gateway import services as catalogue
 from gateway.cli import listen_address
-from gateway.config import ConfigError
 
 
 def test_ports_come_from_the_service_variable_or_its_default() -> None:

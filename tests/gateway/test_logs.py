@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.config import ConfigError
+from actors.config import ConfigError
 from gateway.logs import ACCESS_LOG, RepeatFilter, access_logger_for, configure
 
 

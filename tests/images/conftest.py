@@ -11,8 +11,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.images.layout import StoreLayout
+from actors.platform import Runtime
 from gateway.images import build
-from gateway.runtime import Runtime
 
 
 @attrs.define

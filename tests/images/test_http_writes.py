@@ -11,7 +11,7 @@ import pytest
 from yarl import URL
 
 from actors.images.events import ImageDeleted, ImageStored
-from gateway.runtime import Runtime
+from actors.platform import Runtime
 from tests.conftest import wait_for
 from tests.images.conftest import Images, ImagesFactory
 from tests.images.imagedata import decode, encoded, png_bomb

@@ -6,8 +6,8 @@ import pytest
 
 from actors.images.commands import DELETE_SUBJECT, STORE_SUBJECT
 from actors.images.store import SINGLETON, Entry, GetCatalogue, ImageStoreActor, Reconcile
+from actors.platform import Runtime
 from events.bus import request_json
-from gateway.runtime import Runtime
 from tests.conftest import wait_for
 from tests.images.conftest import Images
 from tests.images.imagedata import encoded

@@ -6,7 +6,7 @@ import struct
 from pathlib import Path
 
 import attrs
-from pvesim.cli import execute
+from pvesim.commands import execute
 from pvesim.context import Ctx
 from pvesim.state import Store, default_cluster, storage_info
 

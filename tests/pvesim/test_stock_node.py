@@ -66,7 +66,7 @@ def timed_ctx(store: Store, slept: list[float]) -> tuple[Ctx, list[str], list[st
 def test_a_guest_that_ignores_acpi_times_shutdown_and_reboot_out(
     store: Store, tmp_path: Path
 ) -> None:
-    from pvesim.cli import execute
+    from pvesim.commands import execute
 
     installed_vm(store, tmp_path)
     assert run(store, "qm", "start", "120").code == 0

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from actors.platform import open_runtime
 from actors.search.registry import Registry, config_dir
 from events.nats_server import EmbeddedNats, free_port
 from gateway import search
-from gateway.runtime import open_runtime
 from tests.search.fake_openai import FakeOpenAI
 
 

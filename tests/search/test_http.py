@@ -48,7 +48,10 @@ async def test_health_list_and_unloaded_database(harness: SearchHarness) -> None
         ({"db": "nope", "q": "cat"}, '"nope" not exist'),
         ({"db": "../notes", "q": "cat"}, '"../notes" not exist'),
         ({"db": "notes"}, "invalid argument: q is required"),
-        ({"db": "notes", "q": "cat", "target": "both"}, 'invalid argument: unknown target "both"'),
+        (
+            {"db": "notes", "q": "cat", "target": "all"},
+            'invalid argument: unknown target "all"; use keyword, semantic or both (the default)',
+        ),
     ],
 )
 async def test_errors(harness: SearchHarness, params: dict[str, str], message: str) -> None:
@@ -71,6 +74,9 @@ async def test_targets_grouping_and_ranking(harness: SearchHarness) -> None:
     ]
     status, body = await harness.get("/api/search", db="notes", q="zzzz qqqq")
     assert status == 200 and body == {"keyword": [], "semantic": []}
+    both = await harness.get("/api/search", db="notes", q="cats cat mat", target="both")
+    assert both == await harness.get("/api/search", db="notes", q="cats cat mat")
+    assert list(both[1]) == ["keyword", "semantic"]
     status, body = await harness.get("/api/keyword", db="notes", q="invoices", target="semantic")
     assert list(body) == ["keyword"] and body["keyword"][0]["source"] == "money.txt"
     status, body = await harness.get("/api/semantic", db="notes", q="a kitten on a rug", target="x")

@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 from pvesim.cluster import SimCluster
 
+from actors.platform import open_runtime
 from events.nats_server import EmbeddedNats
-from gateway.runtime import open_runtime
 from gateway.vm import build
 from tests.vm.mirror import Mirror, mirror_files, serve_mirror
 

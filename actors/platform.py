@@ -12,14 +12,14 @@ from typing import Any
 import attrs
 from nats.aio.client import Client
 
+from actors.config import data_dir as resolve_data_dir
+from actors.config import env_float, env_str
+from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
-from gateway.config import data_dir as resolve_data_dir
-from gateway.config import env_float, env_str
-from gateway.journal import Journal
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from actors.functions.events import FunctionDeleted, version_stored
 from actors.images.events import deleted, stored
+from actors.journal import Journal
 from actors.search.events import (
     DocumentDismissed,
     DocumentIndexed,
@@ -13,7 +14,6 @@ from actors.search.events import (
 from actors.vm.events import Disowned, IdReserved, Progress, TaskEnded, TaskStarted
 from events.model import Event
 from events.store import Recorded
-from gateway.journal import Journal
 
 
 def rec(stream: str, event: Event, at: float = 100.0) -> Recorded:

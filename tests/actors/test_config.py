@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import (
+from actors.config import (
     ConfigError,
     env_bool,
     env_int,
