@@ -14,15 +14,17 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 
 from aiohttp import web
+from watchfiles import awatch
 
 from actors.platform import Runtime
 from actors.search.embedding import Provider, make_provider
 from actors.search.engine import Engine
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
 from actors.search.query_cache import QueryCache
-from actors.search.registry import Registry, config_dir, inbox_root
+from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
 from gateway.search_service import BadRequest, SearchService, Unavailable, parse_limit
@@ -108,40 +110,80 @@ def build_app(service: SearchService, *, remote: bool = False) -> web.Applicatio
     return app
 
 
-async def open_databases(
-    runtime: Runtime,
-    registry: Registry,
-    provider: Provider | None,
-    cache: QueryCache | None,
-    quarantined: dict[str, str],
-) -> tuple[dict[str, Engine], list[asyncio.Task[None]], asyncio.Event]:
-    """Load every registered database; one whose indexer stream is quarantined goes into
-    ``quarantined`` (db -> the problem) and answers 503 instead of starting."""
-    env = runtime.env
-    engines: dict[str, Engine] = {}
-    watchers: list[asyncio.Task[None]] = []
-    stop = asyncio.Event()
-    for entry in registry.entries():
-        inbox = inbox_root(env) / entry.db
+class Databases:
+    """The loaded databases: each one's engine, indexer actor and inbox watcher.
+
+    Every registered database is loaded at start, and one registered later (``cairn search
+    add``) as soon as the registry file changes: the registry is the durable list, the
+    service follows it without a restart. A removal takes effect at the next start (an index
+    in use is not pulled from under running queries). A database whose indexer stream is
+    quarantined goes into ``quarantined`` (db -> the problem) and answers 503."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        registry: Registry,
+        provider: Provider | None,
+        cache: QueryCache | None,
+    ) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.provider = provider
+        self.cache = cache
+        self.engines: dict[str, Engine] = {}
+        self.quarantined: dict[str, str] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stop = asyncio.Event()
+        self._failed: set[str] = set()  # could not be opened: not tried again until restart
+        self._lock = asyncio.Lock()
+
+    async def load_registered(self) -> list[str]:
+        """Open every registered database not open yet; the names newly loaded."""
+        async with self._lock:
+            try:
+                entries = await asyncio.to_thread(self.registry.entries)
+            except RegistryError as exc:
+                log.error("search: %s", exc)
+                return []
+            loaded = []
+            for entry in entries:
+                if entry.db in self.engines or entry.db in self._failed:
+                    continue
+                if await self._open(entry.db):
+                    loaded.append(entry.db)
+            return loaded
+
+    async def _open(self, db: str) -> bool:
+        env = self.runtime.env
+        inbox = inbox_root(env) / db
         try:
             engine = await asyncio.to_thread(
-                Engine, entry.db, registry.database_dir(entry.db), inbox, provider, cache
+                Engine, db, self.registry.database_dir(db), inbox, self.provider, self.cache
             )
             await asyncio.to_thread(engine.open_vectors)
         except Exception:
-            log.exception("search: database %s could not be opened; not loaded", entry.db)
-            continue
-        engines[entry.db] = engine
-        handle = await runtime.actors.spawn(SearchIndexer, entry.db, engine=engine)
+            log.exception("search: database %s could not be opened; not loaded", db)
+            self._failed.add(db)
+            return False
+        self.engines[db] = engine
+        handle = await self.runtime.actors.spawn(SearchIndexer, db, engine=engine)
         if handle.unavailable is not None:
-            quarantined[entry.db] = handle.unavailable.message
-            continue
-        watchers.append(asyncio.create_task(watch(inbox, handle, stop, engine)))
+            self.quarantined[db] = handle.unavailable.message
+            return True
+        self.tasks.append(asyncio.create_task(watch(inbox, handle, self.stop, engine)))
         todo = await asyncio.to_thread(engine.reconcile)
         await handle.ask(Reconciled(len(todo)))
         if todo:
             await handle.tell(SourcesChanged(tuple(todo)))
-    return engines, watchers, stop
+        return True
+
+    async def follow_registry(self) -> None:
+        """Load what ``cairn search add`` registers while the service runs."""
+        root = self.registry.file.parent
+        async for changes in awatch(root, stop_event=self.stop, recursive=False):
+            if any(Path(path).name == self.registry.file.name for _, path in changes):
+                for db in await self.load_registered():
+                    log.info("search: database %s registered; loaded", db)
 
 
 def endpoint_url(host: str, port: int) -> str:
@@ -174,8 +216,15 @@ async def build(runtime: Runtime) -> web.Application:
     cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
     root.mkdir(parents=True, exist_ok=True)
     cache = QueryCache(root / "query_cache.sqlite", cache_size)
-    quarantined: dict[str, str] = {}
-    engines, tasks, stop = await open_databases(runtime, registry, provider, cache, quarantined)
+    databases = Databases(runtime, registry, provider, cache)
+    await databases.load_registered()
+    engines, quarantined, tasks, stop = (
+        databases.engines,
+        databases.quarantined,
+        databases.tasks,
+        databases.stop,
+    )
+    tasks.append(asyncio.create_task(databases.follow_registry()))
     service = SearchService(registry, engines, quarantined)
     app = build_app(service, remote=env.get("SEARCH_REMOTE") == "1")
     add_health(
@@ -196,7 +245,7 @@ async def build(runtime: Runtime) -> web.Application:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=30)
-            for engine in engines.values():
+            for engine in list(engines.values()):  # a database may be loaded meanwhile
                 await asyncio.to_thread(engine.save_vectors_if_dirty)
 
     tasks.append(asyncio.create_task(save_loop()))

@@ -1,8 +1,10 @@
 """`cairn search add|remove|list`: the durable registry of search databases; `cairn search
-status [NAME]`: the running service's indexing progress; `cairn search mcp`: its MCP server.
+status [NAME]` and `cairn search query NAME TEXT`: the running service's indexing progress and
+answers; `cairn search mcp`: its MCP server.
 
-Registration takes effect at the next start of the search service (spec: registered, then loaded
-after a restart). Names are validated before anything touches the disk.
+A running search service loads a database as soon as `add` registers it; a removal takes effect
+at its next start. Names are validated before anything touches the disk. Every path printed is
+absolute.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ def cmd_add(args: Any, env: Mapping[str, str]) -> int:
         return 1
     inbox = inbox_root(env) / entry.db
     inbox.mkdir(parents=True, exist_ok=True)
-    print(f"registered {entry.db}; drop files into {inbox} (loaded at the next start)")
+    print(
+        f"registered {entry.db}; drop files into {inbox}\n"
+        f"(a running search service loads it at once; its index is kept in "
+        f"{_registry(env).database_dir(entry.db)})"
+    )
     return 0
 
 
@@ -46,7 +52,11 @@ def cmd_remove(args: Any, env: Mapping[str, str]) -> int:
     except OSError as exc:
         print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
         return 1
-    print(f"removed {args.name} from the registry (its index and inbox are left in place)")
+    print(
+        f"removed {args.name} from the registry (served until the search service restarts; "
+        f"its index {_registry(env).database_dir(args.name)} and inbox "
+        f"{inbox_root(env) / args.name} are left in place)"
+    )
     return 0
 
 
@@ -56,11 +66,21 @@ def cmd_list(args: Any, env: Mapping[str, str]) -> int:
     except RegistryError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
+    registry = _registry(env)
+    rows = [
+        {
+            **e.to_json(),
+            "inbox": str(inbox_root(env) / e.db),
+            "index": str(registry.database_dir(e.db)),
+        }
+        for e in entries
+    ]
     if args.json:
-        print(json.dumps([e.to_json() for e in entries]))
+        print(json.dumps(rows))
     else:
-        for entry in entries:
-            print(f"{entry.db}\t{entry.createAt}")
+        print(f"registry {registry.file}")
+        for row in rows:
+            print(f"{row['db']}\t{row['createAt']}\tinbox {row['inbox']}\tindex {row['index']}")
     return 0
 
 
@@ -118,6 +138,50 @@ def cmd_status(args: Any, env: Mapping[str, str]) -> int:
     return 0
 
 
+async def _query(
+    env: Mapping[str, str], name: str, text: str, target: str | None, limit: int | None
+) -> dict[str, Any]:
+    import aiohttp
+
+    from gateway.search_client import get_json
+
+    params = {"db": name, "q": text}
+    if target:
+        params["target"] = target
+    if limit is not None:
+        params["limit"] = str(limit)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        body: dict[str, Any] = await get_json(session, env, "/api/search", params)
+    return body
+
+
+def results_text(body: dict[str, Any]) -> str:
+    """Each branch's hits, best first: `source #chunk: the chunk's first line`."""
+    lines: list[str] = []
+    for branch in ("keyword", "semantic"):
+        if branch not in body:
+            continue
+        groups = body[branch]
+        lines.append(f"{branch}: {sum(len(g['matches']) for g in groups)} matches")
+        for group in groups:
+            for match in group["matches"]:
+                first = " ".join(match["content"].split())[:100]
+                lines.append(f"  {group['source']} #{match['chunk']}: {first}")
+    return "\n".join(lines)
+
+
+def cmd_query(args: Any, env: Mapping[str, str]) -> int:
+    from gateway.search_client import ServiceError
+
+    try:
+        body = asyncio.run(_query(env, args.name, args.text, args.target, args.limit))
+    except ServiceError as exc:
+        print(f"cairn: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(body, ensure_ascii=False) if args.json else results_text(body))
+    return 0
+
+
 def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
     # Imported here: the SDK is only needed by this subcommand.
     from gateway.search_mcp import run_stdio
@@ -128,7 +192,7 @@ def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
 
 def register(subparsers: Any) -> None:
     search = subparsers.add_parser(
-        "search", help="search databases: add, remove, list, status, mcp"
+        "search", help="search databases: add, remove, list, status, query, mcp"
     )
     sub = search.add_subparsers(dest="search_command", required=True)
     add = sub.add_parser("add", help="register a database (inbox/<name>/ is indexed)")
@@ -146,6 +210,13 @@ def register(subparsers: Any) -> None:
     status.add_argument("name", nargs="?")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
+    query = sub.add_parser("query", help="search a database of the running service")
+    query.add_argument("name")
+    query.add_argument("text")
+    query.add_argument("--target", choices=("keyword", "semantic", "both"), default=None)
+    query.add_argument("--limit", type=int, default=None, help="rows per branch (1-100)")
+    query.add_argument("--json", action="store_true", help="the HTTP answer as it is")
+    query.set_defaults(handler=cmd_query)
     mcp = sub.add_parser(
         "mcp",
         help="an MCP server on stdin/stdout (tools list_rag, search_rag) for the running service",

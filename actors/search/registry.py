@@ -45,7 +45,7 @@ class Entry:
 
 def config_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
-    return Path(base) / "cairn" / "search"
+    return (Path(base) / "cairn" / "search").absolute()
 
 
 def inbox_root(env: Mapping[str, str]) -> Path:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.search.conftest import SearchHarness
 
 NOTES = {
@@ -25,18 +26,29 @@ async def start_with_notes(h: SearchHarness, **env: str) -> None:
     await h.settled()
 
 
-async def test_health_list_and_unloaded_database(harness: SearchHarness) -> None:
+async def test_health_list_and_a_database_registered_while_running(
+    harness: SearchHarness,
+) -> None:
     await start_with_notes(harness)
-    harness.registry.add("later")  # registered while running: not loaded until restart
-    assert await harness.get("/api/health") == (200, "OK")
-    status, body = await harness.get("/api/list")
-    assert status == 200
-    assert body["loaded"] == ["notes"]
-    assert [e["db"] for e in body["registered"]] == ["notes", "later"]
-    assert all(e["createAt"].endswith("Z") for e in body["registered"])
     assert await harness.get("/api/search", db="later", q="x") == (
         400,
         {"error": '"later" not exist'},
+    )
+    harness.registry.add("later")  # registered while running: loaded at once
+    assert await harness.get("/api/health") == (200, "OK")
+
+    async def later_loaded() -> bool:
+        return "later" in (await harness.get("/api/list"))[1]["loaded"]
+
+    await wait_for(later_loaded, what="later loaded")
+    status, body = await harness.get("/api/list")
+    assert status == 200
+    assert body["loaded"] == ["later", "notes"]
+    assert [e["db"] for e in body["registered"]] == ["notes", "later"]
+    assert all(e["createAt"].endswith("Z") for e in body["registered"])
+    assert await harness.get("/api/search", db="later", q="x") == (
+        200,
+        {"keyword": [], "semantic": []},
     )
 
 

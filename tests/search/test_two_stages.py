@@ -170,3 +170,33 @@ async def test_cairn_search_status(harness: SearchHarness, tmp_path: Path) -> No
     stopped = {**harness.env, "XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
     code, _, err = await asyncio.to_thread(run_cli, ["search", "status"], stopped)
     assert code == 1 and "the search service is not running" in err
+
+
+async def test_cairn_search_add_query_and_list_against_the_running_service(
+    harness: SearchHarness, tmp_path: Path
+) -> None:
+    await harness.start(EMBEDDING_PROVIDER="none")
+    code, out, _ = await asyncio.to_thread(run_cli, ["search", "add", "papers"], harness.env)
+    assert code == 0
+    inbox = harness.inbox / "papers"
+    assert out.splitlines()[0] == f"registered papers; drop files into {inbox}"
+    indexed = harness.event("search.document_indexed", "basalt.txt")
+    harness.write("papers/basalt.txt", "Basalt is a volcanic rock.\n\nGranite is not.")
+    await indexed  # served without a restart
+    code, out, _ = await asyncio.to_thread(
+        run_cli, ["search", "query", "papers", "volcanic", "--target", "keyword"], harness.env
+    )
+    assert code == 0
+    assert out.splitlines() == [
+        "keyword: 1 matches",
+        "  basalt.txt #0: Basalt is a volcanic rock. Granite is not.",
+    ]
+    code, out, err = await asyncio.to_thread(run_cli, ["search", "query", "nope", "x"], harness.env)
+    assert (code, err) == (1, 'cairn: "nope" not exist\n')
+    code, out, _ = await asyncio.to_thread(run_cli, ["search", "list"], harness.env)
+    registry = harness.registry.file
+    assert out.splitlines()[0] == f"registry {registry}"
+    db, _, inbox_col, index_col = out.splitlines()[1].split("\t")
+    assert db == "papers" and inbox_col == f"inbox {inbox}"
+    assert index_col == f"index {harness.registry.database_dir('papers')}"
+    assert registry.is_absolute() and inbox.is_absolute()
