@@ -185,6 +185,10 @@ class EmbeddedNats:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-S", "-c", _TIED_TO_PARENT, str(os.getpid()), *argv,
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                # A session of its own: Ctrl-C in a terminal (or a signal to cairn's whole
+                # process group) reaches cairn alone, which stops the server after its last
+                # publish; the server never dies first and is never "restarted" on the way out.
+                start_new_session=True,
             )  # fmt: skip
         try:
             await asyncio.wait_for(self._until_accepting(), timeout)

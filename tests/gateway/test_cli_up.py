@@ -37,8 +37,14 @@ def up_env(tmp_path: Path) -> dict[str, str]:
 async def start(
     cmd: list[str], cwd: Path, env: dict[str, str]
 ) -> tuple[asyncio.subprocess.Process, list[str]]:
+    # A process group of its own, as a shell gives a foreground job.
     proc = await asyncio.create_subprocess_exec(
-        *cmd, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        *cmd,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     lines: list[str] = []
@@ -96,12 +102,17 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     # No MAIN_NODE: the VM service drives the simulated cluster, and says so.
     assert services["vm"]["cluster"] == "simulated"
 
-    proc.send_signal(sig)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # Ctrl-C in a terminal: the whole foreground group
+    else:
+        proc.send_signal(sig)
     assert proc.stdout is not None
     rest = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
     assert await proc.wait() == 0, output + rest
     assert "cairn: stopping" in rest
     assert "Traceback" not in output + rest
+    # The server was stopped by cairn, in order, not killed by the signal and "restarted".
+    assert "restart" not in output + rest
     assert not port_open(nats_port), "the embedded nats-server outlived cairn"
     return output
 
