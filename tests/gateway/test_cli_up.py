@@ -62,6 +62,24 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+async def leave_streams_mid_way(env: dict[str, str]) -> None:
+    """Two clients that go away while their streams run: each leaves one access line."""
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"http://127.0.0.1:{env['VM_PORT']}/api/vm/install",
+            json={"os": "debian", "version": "12"},
+        ) as resp:
+            assert resp.status == 200
+            await resp.content.readline()  # the first record's line, then hang up
+        code = "import time\nfor i in range(50):\n  print(i, flush=True)\n  time.sleep(0.1)"
+        async with session.post(
+            f"http://127.0.0.1:{env['FUNCTIONS_PORT']}/run-now",
+            json={"language": "python", "code": code, "stream": True},
+        ) as resp:
+            assert resp.status == 200
+            await resp.content.readline()
+
+
 async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     env = up_env(tmp_path)
     proc, lines = await start(cmd, tmp_path, env)
@@ -101,6 +119,7 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     assert services["functions"]["url"] == f"http://127.0.0.1:{env['FUNCTIONS_PORT']}"
     # No MAIN_NODE: the VM service drives the simulated cluster, and says so.
     assert services["vm"]["cluster"] == "simulated"
+    await leave_streams_mid_way(env)
 
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # Ctrl-C in a terminal: the whole foreground group
@@ -111,6 +130,10 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     assert await proc.wait() == 0, output + rest
     assert "cairn: stopping" in rest
     assert "Traceback" not in output + rest
+    # A client that left mid-stream is one access line, nothing more.
+    assert len(re.findall(r"vm POST /api/vm/install 200 ", output + rest)) == 1
+    assert len(re.findall(r"functions POST /run-now 200 ", output + rest)) == 1
+    assert "Error handling request" not in output + rest
     # The server was stopped by cairn, in order, not killed by the signal and "restarted".
     assert "restart" not in output + rest
     assert not port_open(nats_port), "the embedded nats-server outlived cairn"
