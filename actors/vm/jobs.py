@@ -567,7 +567,11 @@ async def power(
         if command == "set/disk":
             grow = args["grow_gb"]
             st.begin("set > disk", f"growing the disk by {grow}G")
-            problem = resize_error(await svc.cluster.run(node, qm.resize_disk(vmid, f"+{grow}G")))
+            # qm's own lines (lvextend's, qemu-img's ...) go into the task's records as they come.
+            resized = await svc.cluster.run(
+                node, qm.resize_disk(vmid, f"+{grow}G"), on_line=st.note
+            )
+            problem = resize_error(resized)
             if problem:
                 raise StageFailed(f"disk resize failed: {problem}")
             st.done("disk grown")

@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 from pvesim.cluster import VmView
 
-from tests.vm.conftest import Service
+from tests.vm.conftest import Service, read_sse
 from tests.vm.helpers import PUBKEY
 
 
@@ -53,6 +53,10 @@ async def test_install_with_every_field_then_manage_the_vm(service: Service) -> 
     assert await service.post("/vm/150/set/cpu", {"cpu": 2}) == (200, "ok")
     assert await service.post("/vm/150/set/memory", {"memory": 1024}) == (200, "ok")
     assert await service.post("/vm/150/set/disk", {"disk": "8G"}) == (200, "ok")
+    async with service.session.get(service.api + "/vm/150/task") as resp:
+        grown = await read_sse(resp)  # the resize's records, qm's own lines among them
+    assert grown.steps == ["set > disk"] and grown.last["status"] == "success"
+    assert any("Size of logical volume" in r["message"] for r in grown.records), grown.records
     c = sim_vm(service, 150).config
     assert (c["cores"], c["memory"]) == (2, 1024) and "size=48G" in c["scsi0"]
 
