@@ -1,5 +1,5 @@
 """The systemd unit of ops/systemd/: it parses as systemd reads it, and the functions sandbox
-works under its hardening (emulated: a read-only root, private /tmp, the capability bounding
+works under its hardening (emulated: a read-only root, a writable data directory, the capability bounding
 set and no_new_privs), since a sandbox that cannot start there is a broken deployment."""
 
 from __future__ import annotations
@@ -82,14 +82,21 @@ def _bounding_set() -> str:
 @pytest.mark.skipif(os.geteuid() != 0, reason="emulating the unit needs root, as systemd has")
 async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
     port = free_port()
-    # PrivateTmp and StateDirectory (a writable /tmp and data directory), ProtectSystem=strict
-    # (everything else read-only), then the bounding set and no_new_privs for cairn itself.
+    data = tmp_path / "data"
+    data.mkdir()
+    # StateDirectory (the data directory stays writable: a mount of its own), ProtectSystem=
+    # strict (everything else read-only, the checkout included), then the bounding set and
+    # no_new_privs for cairn itself. PrivateTmp is stood in for by TMPDIR inside the data
+    # directory: a tmpfs over /tmp would hide a checkout that lives there.
     script = (
-        "mount -t tmpfs tmpfs /tmp && mkdir /tmp/data && mount -o remount,bind,ro / && "
+        f"mount --bind {data} {data} && mount -o remount,bind,ro / && "
         f'exec setpriv --bounding-set={_bounding_set()} --inh-caps=-all --no-new-privs "$@"'
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))}
-    env.update(CAIRN_DATA="/tmp/data", PORT=str(port))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))
+    }
+    (data / "tmp").mkdir()
+    env.update(CAIRN_DATA=str(data), PORT=str(port), TMPDIR=str(data / "tmp"))
     proc = await asyncio.create_subprocess_exec(
         "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
         str(Path(sys.executable).parent / "cairn"), "serve", "functions",
@@ -104,11 +111,12 @@ async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
 
     reader = asyncio.create_task(collect())
     try:
-        await wait_for(
-            lambda: any(b"cairn: ready" in line for line in output),
-            timeout=60,
-            what="cairn under the unit's restrictions",
-        )
+        def ready() -> bool:
+            if proc.returncode is not None:
+                raise AssertionError("cairn exited: " + b"".join(output).decode())
+            return any(b"cairn: ready" in line for line in output)
+
+        await wait_for(ready, timeout=120, what="cairn under the unit's restrictions")
         async with aiohttp.ClientSession() as session:
             for language, code in (
                 ("python", "import os\nreturn os.getuid() != 0"),
@@ -122,7 +130,8 @@ async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
                     assert resp.status == 200, (language, body, b"".join(output).decode())
                     assert '"data":true' in body.replace(" ", ""), body
     finally:
-        proc.terminate()
+        if proc.returncode is None:
+            proc.terminate()
         await proc.wait()
         await reader
     assert b"Traceback" not in b"".join(output)
