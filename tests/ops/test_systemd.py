@@ -1,6 +1,7 @@
 """The systemd unit of ops/systemd/: it parses as systemd reads it, and the functions sandbox
-works under its hardening (emulated: a read-only root, a writable data directory, the capability bounding
-set and no_new_privs), since a sandbox that cannot start there is a broken deployment."""
+works under its hardening (emulated: a read-only root, a writable data directory, the
+capability bounding set and no_new_privs), since a sandbox that cannot start there is a broken
+deployment."""
 
 from __future__ import annotations
 
