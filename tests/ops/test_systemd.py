@@ -93,9 +93,7 @@ async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
         f"mount --bind {data} {data} && mount -o remount,bind,ro / && "
         f'exec setpriv --bounding-set={_bounding_set()} --inh-caps=-all --no-new-privs "$@"'
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))}
     (data / "tmp").mkdir()
     env.update(CAIRN_DATA=str(data), PORT=str(port), TMPDIR=str(data / "tmp"))
     proc = await asyncio.create_subprocess_exec(
@@ -112,6 +110,7 @@ async def test_functions_run_under_the_units_hardening(tmp_path: Path) -> None:
 
     reader = asyncio.create_task(collect())
     try:
+
         def ready() -> bool:
             if proc.returncode is not None:
                 raise AssertionError("cairn exited: " + b"".join(output).decode())
