@@ -161,7 +161,7 @@ async def _start_service(
     settings: ServerSettings,
 ) -> Listening:
     host, port = runtime.listen[service.name]
-    app = await service.build(runtime)
+    app = await catalogue.build_app(service, runtime)
     app.middlewares.insert(0, body_guard(settings.body_timeout))
     # keepalive_timeout is also how long a new connection may take to send its headers
     # (aiohttp arms it at connect): the slowloris time-out.

@@ -276,4 +276,5 @@ SERVICE = ServiceDef(
     build=build,
     summary="keyword and semantic search over the inbox databases",
     loopback_only=True,
+    json_errors=True,
 )

@@ -10,6 +10,7 @@ import attrs
 from aiohttp import web
 
 from actors.platform import Runtime
+from gateway.crosssite import cross_site_guard
 
 AppFactory = Callable[[Runtime], Awaitable[web.Application]]
 
@@ -24,6 +25,8 @@ class ServiceDef:
     summary: str = ""
     # True for a service whose contract says it listens on loopback only (search).
     loopback_only: bool = False
+    # True for a service whose error bodies are JSON ``{"error": ...}`` (search).
+    json_errors: bool = False
 
     @property
     def host_env(self) -> str:
@@ -51,3 +54,11 @@ def available() -> list[ServiceDef]:
     """Every service whose module exists (an existing module that fails to import is an
     error worth seeing, not a service to skip)."""
     return [load(name) for name in KNOWN if importlib.util.find_spec(module_name(name))]
+
+
+async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
+    """The service's app as cairn serves it: what its module builds, behind the middlewares
+    every service shares (the cross-site refusal, gateway/crosssite.py)."""
+    app = await service.build(runtime)
+    app.middlewares.insert(0, cross_site_guard(json_errors=service.json_errors))
+    return app

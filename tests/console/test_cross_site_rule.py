@@ -1,0 +1,62 @@
+"""The cross-site rule on its own: which browser requests may change state (gateway/crosssite)."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from gateway.crosssite import refusal
+
+HOST = "127.0.0.1:8000"
+
+# (method, headers, allowed)
+CASES = [
+    # Not a browser: neither header.
+    ("POST", {}, True),
+    # Reads are never refused here.
+    ("GET", {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, True),
+    ("HEAD", {"Sec-Fetch-Site": "cross-site"}, True),
+    ("OPTIONS", {"Origin": "http://evil.example"}, True),
+    # Current browsers: Sec-Fetch-Site decides.
+    ("POST", {"Sec-Fetch-Site": "same-origin", "Origin": f"http://{HOST}"}, True),
+    ("POST", {"Sec-Fetch-Site": "none"}, True),
+    ("POST", {"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, False),
+    ("POST", {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:9999"}, False),
+    ("DELETE", {"Sec-Fetch-Site": "cross-site"}, False),
+    ("PUT", {"Sec-Fetch-Site": "CROSS-SITE"}, False),
+    ("POST", {"Sec-Fetch-Site": "nonsense"}, False),
+    # Sec-Fetch-Site wins over an Origin that would match.
+    ("POST", {"Sec-Fetch-Site": "cross-site", "Origin": f"http://{HOST}"}, False),
+    # Older browsers: the Origin must be the host the request was sent to.
+    ("POST", {"Origin": f"http://{HOST}"}, True),
+    ("POST", {"Origin": f"HTTP://{HOST.upper()}"}, True),
+    ("POST", {"Origin": "http://127.0.0.1:8001"}, False),
+    ("POST", {"Origin": "http://evil.example"}, False),
+    ("POST", {"Origin": "null"}, False),
+    ("POST", {"Origin": "file://"}, False),
+    ("POST", {"Origin": "http://[::1"}, False),
+    ("POST", {"Origin": ""}, False),
+]
+
+
+@pytest.mark.parametrize(("method", "headers", "allowed"), CASES)
+def test_the_rule(method: str, headers: dict[str, str], allowed: bool) -> None:
+    request = make_mocked_request(method, "/x", headers={"Host": HOST, **headers})
+    assert (refusal(request) is None) is allowed
+
+
+def test_default_ports_compare_equal_behind_a_tls_proxy() -> None:
+    behind = {"Host": "cairn.example", "Origin": "https://cairn.example"}
+    assert refusal(make_mocked_request("POST", "/x", headers=behind)) is None
+    explicit = {"Host": "cairn.example:443", "Origin": "https://cairn.example"}
+    assert refusal(make_mocked_request("POST", "/x", headers=explicit)) is None
+    ipv6 = {"Host": "[::1]:8000", "Origin": "http://[::1]:8000"}
+    assert refusal(make_mocked_request("POST", "/x", headers=ipv6)) is None
+    other_port = {"Host": "cairn.example", "Origin": "http://cairn.example:8080"}
+    assert refusal(make_mocked_request("POST", "/x", headers=other_port)) is not None
+
+
+def test_the_reason_names_what_the_browser_said() -> None:
+    headers = {"Host": HOST, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+    why = refusal(make_mocked_request("POST", "/x", headers=headers))
+    assert why == "Origin: http://evil.example, Sec-Fetch-Site: cross-site"
