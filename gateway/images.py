@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from actors.images.cache import HotCache, source_stamp
 from actors.images.commands import DELETE_SUBJECT, EVENTS_SUBJECT, STORE_SUBJECT, serve_commands
 from actors.images.layout import StoreLayout
+from actors.images.listing import NotAFolder, list_folder
 from actors.images.params import ReadParams, negotiate, parse_params, plan_variant
 from actors.images.paths import UnsafePath, clean_filename, clean_relpath, lookup
 from actors.images.placeholder import placeholder_svg
@@ -380,6 +381,21 @@ class ImageService:
         except Failure as exc:
             return _fail(request, "delete", exc.status, exc.message)
 
+    async def listing(self, request: web.Request) -> web.StreamResponse:
+        """``GET /ls/<folder>``: the folder's entries as JSON (``GET /ls``: the store's top)."""
+        raw = request.match_info.get("path", "")
+        try:
+            found = await asyncio.to_thread(list_folder, self.store_root, raw)
+        except UnsafePath:
+            return web.Response(status=400, text="invalid path")
+        except NotAFolder as exc:
+            return web.Response(status=409, text=f"{exc} is a file, not a folder")
+        except FileNotFoundError:
+            return web.Response(status=404, text=f"folder {raw.strip('/')} not found")
+        except OSError as exc:
+            return web.Response(status=500, text=f"cannot list the folder: {reason(exc)}")
+        return web.json_response(found.to_json())
+
     async def state(self, _: web.Request) -> web.StreamResponse:
         return web.Response(text="ok")
 
@@ -460,6 +476,8 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
     app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
+    app.router.add_get("/ls", service.timed(service.listing))
+    app.router.add_get("/ls/{path:.*}", service.timed(service.listing))
     add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
 
     async def cleanup(_: web.Application) -> None:
