@@ -1,4 +1,4 @@
-"""The gateway's own service: health and what runs where.
+"""The gateway's own service: health, what runs where, and the web console (gateway/console).
 
 ``GET /health`` is the one health shape (gateway/health.py) for the process itself: NATS and
 the event store. ``GET /status`` says what runs where and, per service, ``up`` or ``down`` and
@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from actors.platform import Runtime
+from gateway.console.app import mount as mount_console
 from gateway.health import add_health, runtime_problems
 from gateway.services import ServiceDef
 
@@ -57,6 +58,7 @@ async def build(runtime: Runtime) -> web.Application:
         return web.json_response(body, status=503 if body["status"] == "down" else 200)
 
     app.router.add_get("/status", status)
+    mount_console(app, runtime)
     return app
 
 
@@ -65,5 +67,5 @@ SERVICE = ServiceDef(
     port_env="CAIRN_PORT",
     default_port=8000,
     build=build,
-    summary="health and the addresses of the running services",
+    summary="health, the addresses of the running services, and the web console",
 )

@@ -1,0 +1,105 @@
+"""``GET /console/events``: the live event feed of the whole platform, as server-sent events.
+
+Every stored event is published on NATS as ``cairn.evt.<aggregate>.<id>`` by the outbox relay
+(``events/relay.py``); the feed subscribes to all of them and sends each as one SSE record,
+``id:`` its global position in the store and ``data:`` the published JSON
+(``{type, stream, version, position, recorded_at, data}``).
+
+A new client first gets the last ``backlog`` events from the store, so the page is not empty; a
+client that re-attaches with ``Last-Event-ID`` gets what it missed from the store, then the live
+events. NATS delivers at least once and the store read overlaps the subscription, so positions
+already sent are dropped. Nothing is kept between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+from nats.aio.client import Client
+
+from events.relay import wire_payload
+from events.store import EventStore
+from events.subjects import EVENT_SUBJECT_PREFIX
+from gateway.sse import EventStream, last_event_id
+
+BACKLOG = 200
+MAX_BACKLOG = 500
+# How often a quiet feed looks whether its client is still there.
+CLIENT_CHECK = 5.0
+# A client that cannot keep up gets its stream cut (it re-attaches with Last-Event-ID and
+# catches up from the store) rather than growing the server's memory without bound.
+QUEUE_LIMIT = 10_000
+
+
+def parse_after(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+class EventFeed:
+    def __init__(self, nc: Client, store: EventStore) -> None:
+        self.nc = nc
+        self.store = store
+
+    async def _history(self, after: int | None) -> list[dict[str, Any]]:
+        if after is None:
+            last = await self.store.last_position()
+            after = max(0, last - BACKLOG)
+        page = await self.store.read_page(after, MAX_BACKLOG)
+        return [json.loads(wire_payload(r)) for r in page.records]
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        header = last_event_id(request)
+        after = parse_after(header)
+        if header is not None and after is None:
+            return web.Response(status=400, text="Last-Event-ID: must be an event position")
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        async def on_msg(msg: Any) -> None:
+            if queue.qsize() >= QUEUE_LIMIT:
+                queue.put_nowait(None)  # too far behind: end, and let the client re-attach
+                return
+            with contextlib.suppress(ValueError):
+                queue.put_nowait(json.loads(msg.data))
+
+        sub = await self.nc.subscribe(f"{EVENT_SUBJECT_PREFIX}.>", cb=on_msg)
+        try:
+            async with EventStream(request, numbered=False) as sse:
+                sent = -1
+                for old in await self._history(after):
+                    sent = old["position"]
+                    if not await sse.send(old, id=sent):
+                        return sse.response
+                while (item := await _next(request, queue)) is not None:
+                    position = item.get("position")
+                    if not isinstance(position, int) or position <= sent:
+                        continue
+                    sent = position
+                    if not await sse.send(item, id=position):
+                        break
+            return sse.response
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def _next(
+    request: web.Request, queue: asyncio.Queue[dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """The next live event; None when the feed should end (the client left, or fell behind)."""
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), CLIENT_CHECK)
+        except TimeoutError:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return None

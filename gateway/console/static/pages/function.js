@@ -1,0 +1,126 @@
+// One function: its versions and code, edited and stored as a new version, and run with input
+// while its output streams in.
+
+import { html, useEffect, useRef, useState } from "../lib.js";
+import { api, encodePath, LANGUAGES } from "../api.js";
+import { absolute } from "../format.js";
+import { ErrorNote, useLoad } from "../ui.js";
+
+function Run({ path, version }) {
+  const [input, setInput] = useState('{"name": "cairn"}');
+  const [lines, setLines] = useState([]);
+  const [outcome, setOutcome] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const abort = useRef(null);
+  const box = useRef(null);
+  useEffect(() => () => abort.current?.abort(), []);
+  useEffect(() => {
+    if (box.current) box.current.scrollTop = box.current.scrollHeight;
+  }, [lines.length]);
+
+  const run = async (e) => {
+    e.preventDefault();
+    abort.current = new AbortController();
+    setLines([]);
+    setOutcome(null);
+    setError(null);
+    setBusy(true);
+    try {
+      for await (const { data } of api.run(path, input, abort.current.signal, version)) {
+        if (data.event === "log") setLines((l) => [...l, data.data]);
+        else setOutcome(data);
+      }
+    } catch (err) {
+      if (err.name !== "AbortError") setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const stop = () => abort.current?.abort();
+
+  return html`
+    <section aria-labelledby="run-h">
+      <h2 id="run-h">Run</h2>
+      <form onSubmit=${run}>
+        <label>Input (JSON, given to the code as <code>event</code> and <code>input</code>)
+          <textarea name="input" class="code" rows="3" spellcheck="false" value=${input}
+            onInput=${(e) => setInput(e.target.value)}></textarea></label>
+        <div class="row">
+          <button type="submit" disabled=${busy} aria-busy=${busy}>${version ? `Run version ${version}` : "Run the latest version"}</button>
+          <button type="button" class="secondary" disabled=${!busy} onClick=${stop}>Stop</button>
+        </div>
+      </form>
+      <${ErrorNote} error=${error} />
+      <h3>Output</h3>
+      <pre class="log output" ref=${box} tabindex="0" aria-label="Output" aria-live="polite">${lines.join("\n")}</pre>
+      <div class="outcome" role="status">
+        ${outcome?.event === "result" ? html`<p class="ok">Result (${outcome.type}): <code>${outcome.data}</code></p>` : null}
+        ${outcome?.event === "error" ? html`<p class="error">Error: ${outcome.data}</p>` : null}
+      </div>
+    </section>`;
+}
+
+function Editor({ path, shown, onStored }) {
+  const [code, setCode] = useState(shown.code);
+  const [language, setLanguage] = useState(shown.language);
+  const [error, setError] = useState(null);
+  const [note, setNote] = useState(null);
+  useEffect(() => {
+    setCode(shown.code);
+    setLanguage(shown.language);
+  }, [shown.version]);
+  const save = async (e) => {
+    e.preventDefault();
+    setError(null);
+    setNote(null);
+    try {
+      const stored = await api.upload({ path, language, code });
+      setNote(`Stored as version ${stored.version}.`);
+      onStored(stored);
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return html`
+    <form onSubmit=${save} aria-labelledby="code-h">
+      <h2 id="code-h">Code</h2>
+      <label>Language
+        <select value=${language} onChange=${(e) => setLanguage(e.target.value)}>
+          ${LANGUAGES.map((l) => html`<option value=${l}>${l}</option>`)}
+        </select></label>
+      <label>Code of version ${shown.version}
+        <textarea class="code" rows="12" spellcheck="false" value=${code}
+          onInput=${(e) => setCode(e.target.value)}></textarea></label>
+      <${ErrorNote} error=${error} />
+      <div class="row">
+        <button type="submit" disabled=${code === shown.code && language === shown.language}>Store as a new version</button>
+        <span role="status" class="muted">${note}</span>
+      </div>
+    </form>`;
+}
+
+export function FunctionPage({ path, version }) {
+  const functions = useLoad(api.functions);
+  const shown = useLoad(() => api.code(path, version), [path, version]);
+  const fn = functions.data?.find((f) => f.path === path);
+  const versions = fn ? [...fn.versions].reverse() : [];
+  const choose = (e) => {
+    const v = e.target.value;
+    location.hash = `#/function/${encodePath(path)}${v && Number(v) !== fn.latest ? `?version=${v}` : ""}`;
+  };
+  return html`
+    <h1 tabindex="-1">${path}</h1>
+    <p><a href="#/functions">← All functions</a></p>
+    <${ErrorNote} error=${shown.error || functions.error} />
+    ${fn ? html`
+      <label class="inline">Version
+        <select value=${shown.data?.version || fn.latest} onChange=${choose}>
+          ${versions.map((v) => html`<option value=${v}>${absolute(v)}${v === fn.latest ? " (latest)" : ""}</option>`)}
+        </select></label>` : null}
+    <div class="grid-2">
+      <div>${shown.data ? html`<${Editor} path=${path} shown=${shown.data}
+            onStored=${() => { functions.reload(); location.hash = `#/function/${encodePath(path)}`; shown.reload(); }} />` : null}</div>
+      <div><${Run} path=${path} version=${version} /></div>
+    </div>`;
+}

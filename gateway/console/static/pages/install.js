@@ -1,0 +1,179 @@
+// Install a VM from a form and watch its stages arrive.
+//
+// A password cairn generates arrives once, in this stream only (it is never stored). The page
+// shows it in a modal box of its own, masked until asked for, until the user dismisses it; it is
+// kept in this component's memory only (never in storage, never in the log), and a password
+// typed into the form is cleared from the page as soon as the install is sent.
+
+import { html, useEffect, useRef, useState } from "../lib.js";
+import { api, OS_VERSIONS } from "../api.js";
+import { ErrorNote, useLoad } from "../ui.js";
+import { TaskStages } from "./task.js";
+
+const DEFAULT_USER = { debian: "debian", ubuntu: "ubuntu", rockylinux: "rocky" };
+export const INSTALL_STAGES = [
+  "preparation > checking VMID",
+  "preparation > assigning IP",
+  "preparation > validating CPU and RAM",
+  "preparation > validating disk size",
+  "preparation > setting default config values",
+  "preparation > checking storage pool",
+  "OS preparation > getting OS image",
+  "OS preparation > validating OS image URL",
+  "OS preparation > downloading OS image",
+  "SSH preparation > checking SSH key",
+  "VM creation > creating VM",
+  "VM creation > importing disk image",
+  "VM initialization > initializing configuration",
+  "VM initialization > migrating VM",
+  "VM initialization > waiting for ready",
+  "VM initialization > SSH initialization",
+  "VM initialization > rebooting VM",
+  "VM initialization > finalizing",
+];
+const PASSWORD = /^\[\*\] Password: (\S+) \(generated/;
+
+// A modal box: it asks to be read and dismissed, and it moves nothing on the page.
+export function GeneratedPassword({ secret, user, onDone }) {
+  const [shown, setShown] = useState(false);
+  const [copied, setCopied] = useState(null);
+  const ref = useRef(null);
+  useEffect(() => {
+    ref.current?.showModal();
+  }, []);
+  const copy = async () => {
+    try {
+      await navigator.clipboard.writeText(secret);
+      setCopied("Copied.");
+    } catch {
+      setShown(true);
+      setCopied("This browser does not allow copying here: select the password and copy it.");
+    }
+  };
+  return html`
+    <dialog ref=${ref} class="secret" aria-labelledby="secret-h"
+            onCancel=${(e) => { e.preventDefault(); onDone(); }}>
+      <article>
+        <h2 id="secret-h">Password for ${user || "the VM's user"}</h2>
+        <p>cairn generated it and shows it <strong>only now</strong>: it keeps no copy, and this
+          page forgets it when you close this box.</p>
+        <p>
+          <label for="secret-text">Password</label>
+          <input id="secret-text" type=${shown ? "text" : "password"} readonly value=${secret}
+                 autocomplete="off" spellcheck="false" />
+        </p>
+        <footer class="row">
+          <button type="button" class="secondary" aria-pressed=${shown} onClick=${() => setShown(!shown)}>
+            ${shown ? "Hide" : "Show"}</button>
+          <button type="button" class="secondary" onClick=${copy}>Copy</button>
+          <button type="button" onClick=${onDone}>I have saved it</button>
+        </footer>
+        <p role="status" class="muted">${copied}</p>
+      </article>
+    </dialog>`;
+}
+
+function InstallForm({ nodes, onSubmit, busy, error }) {
+  const [os, setOs] = useState("debian");
+  const [version, setVersion] = useState(OS_VERSIONS.debian[0]);
+  const passwd = useRef(null);
+  const submit = (e) => {
+    e.preventDefault();
+    const form = new FormData(e.target);
+    const body = { os, version };
+    for (const key of ["name", "node", "user", "passwd", "pubkey"]) {
+      const value = String(form.get(key) || "").trim();
+      if (value) body[key] = value;
+    }
+    for (const key of ["id", "cpu", "ram"]) {
+      const value = String(form.get(key) || "").trim();
+      if (value) body[key] = Number(value);
+    }
+    const disk = String(form.get("disk") || "").trim();
+    if (disk) body.disk = `${disk}G`;
+    passwd.current.value = ""; // not kept in the page once sent
+    onSubmit(body);
+  };
+  return html`
+    <form onSubmit=${submit} aria-labelledby="install-h">
+      <div class="grid-form">
+        <label>Operating system
+          <select name="os" value=${os} onChange=${(e) => { setOs(e.target.value); setVersion(OS_VERSIONS[e.target.value][0]); }}>
+            ${Object.keys(OS_VERSIONS).map((name) => html`<option value=${name}>${name}</option>`)}
+          </select></label>
+        <label>Version
+          <select name="version" value=${version} onChange=${(e) => setVersion(e.target.value)}>
+            ${OS_VERSIONS[os].map((v) => html`<option value=${v}>${v}</option>`)}
+          </select></label>
+        <label>Name <input name="name" placeholder="the VM id" autocomplete="off" /></label>
+        <label>VM id <input name="id" type="number" min="100" max="254" placeholder="next free" /></label>
+        <label>Node
+          <select name="node">
+            <option value="">main node</option>
+            ${nodes.map((n) => html`<option value=${n.node}>${n.node}</option>`)}
+          </select></label>
+        <label>vCPUs <input name="cpu" type="number" min="1" max="32" value="2" /></label>
+        <label>Memory (MiB) <input name="ram" type="number" min="512" step="512" value="2048" /></label>
+        <label>Disk (GiB) <input name="disk" type="number" min="16" value="16" /></label>
+        <label>User <input name="user" placeholder=${DEFAULT_USER[os]} autocomplete="off" /></label>
+        <label>Password
+          <input ref=${passwd} name="passwd" type="password" autocomplete="new-password"
+                 aria-describedby="passwd-help" />
+          <small id="passwd-help">Empty: cairn generates one and shows it once.</small></label>
+      </div>
+      <label>SSH public key <textarea name="pubkey" rows="2" placeholder="ssh-ed25519 AAAA… (optional)"></textarea></label>
+      <${ErrorNote} error=${error} />
+      <button type="submit" disabled=${busy} aria-busy=${busy}>${busy ? "Installing…" : "Install"}</button>
+    </form>`;
+}
+
+export function InstallVm() {
+  const vms = useLoad(api.vms);
+  const [records, setRecords] = useState([]);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const [secret, setSecret] = useState(null);
+  const [done, setDone] = useState(null);
+  const [user, setUser] = useState(null);
+  const abort = useRef(null);
+  useEffect(() => () => abort.current?.abort(), []);
+
+  const start = async (body) => {
+    abort.current?.abort();
+    abort.current = new AbortController();
+    setRecords([]);
+    setError(null);
+    setDone(null);
+    setSecret(null);
+    setUser(body.user || DEFAULT_USER[body.os]);
+    setBusy(true);
+    try {
+      for await (const { event, data } of api.install(body, abort.current.signal)) {
+        if (event === "close") break;
+        const match = PASSWORD.exec(data.message || "");
+        if (match) {
+          setSecret(match[1]);
+          data.message = "[*] Password: shown in its own box, never in this log";
+        }
+        setRecords((list) => [...list, data]);
+        if (data.status === "success" && data.vm_id && data.ip) setDone(data);
+      }
+    } catch (err) {
+      if (err.name !== "AbortError") setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return html`
+    <h1 tabindex="-1">Install a VM</h1>
+    <p><a href="#/vms">← All VMs</a></p>
+    <section>
+      <h2 id="install-h" class="visually-hidden">Install form</h2>
+      <${InstallForm} nodes=${vms.data?.cluster || []} onSubmit=${start} busy=${busy} error=${error} />
+    </section>
+    ${secret ? html`<${GeneratedPassword} secret=${secret} user=${user} onDone=${() => setSecret(null)} />` : null}
+    ${records.length || busy ? html`<${TaskStages} stages=${INSTALL_STAGES} records=${records} running=${busy}
+        done=${done ? html`VM ${done.vm_id} is ready at <code>${done.ip}</code>.
+          <a href=${`#/vm/${done.vm_id}`}>Open VM ${done.vm_id}</a>` : null} />` : null}`;
+}

@@ -1,0 +1,92 @@
+// What runs where, whether it is healthy, the cluster's nodes, and the latest events.
+
+import { html, useState } from "../lib.js";
+import { api } from "../api.js";
+import { recent, useEvents } from "../feed.js";
+import { mib, count } from "../format.js";
+import { ErrorNote, TimeAgo, useLoad } from "../ui.js";
+import { summary } from "./events.js";
+import { VM_CHANGES } from "./vms.js";
+
+function Services({ status }) {
+  const healthy = status.health.length === 1 && status.health[0] === "ok";
+  return html`
+    <section aria-labelledby="services-h">
+      <h2 id="services-h">Services</h2>
+      <p class=${healthy ? "ok" : "error"} role="status">
+        ${healthy ? "Healthy." : status.health.join("; ")}
+      </p>
+      <div class="table"><table>
+        <thead><tr><th scope="col">Service</th><th scope="col">Address</th></tr></thead>
+        <tbody>
+          ${Object.entries(status.services).map(([name, url]) => html`
+            <tr><td>${name}</td><td><code>${url}</code></td></tr>`)}
+        </tbody>
+      </table></div>
+      <p class="muted">
+        Message bus ${status.bus.connected ? "connected" : "disconnected"}
+        ${status.vm ? ` · ${status.vm.cluster} cluster` : ""}
+        ${status.quarantined && status.quarantined.length
+          ? ` · ${count(status.quarantined.length, "quarantined stream")}` : ""}
+      </p>
+    </section>`;
+}
+
+export function Nodes({ cluster }) {
+  return html`
+    <section aria-labelledby="nodes-h">
+      <h2 id="nodes-h">Nodes</h2>
+      <div class="cards">
+        ${cluster.map((node) => html`
+          <article class="node">
+            <header><strong>${node.node}</strong>
+              <span class=${`badge ${node.online ?? node.running ? "ok" : "bad"}`}>
+                ${node.online ?? node.running ? "online" : "offline"}</span></header>
+            <label>vCPUs assigned: ${node.cpu} of ${node.max_cpu} CPUs
+              <progress value=${Math.min(node.cpu, node.max_cpu)} max=${node.max_cpu}></progress></label>
+            <label>Memory in use: ${mib(node.memory_used)} of ${mib(node.max_memory)}
+              <progress value=${node.memory_used} max=${node.max_memory}></progress></label>
+          </article>`)}
+      </div>
+    </section>`;
+}
+
+function Latest() {
+  const [events, setEvents] = useState(() => recent().slice(0, 5));
+  useEvents((event) => setEvents((list) => [event, ...list].slice(0, 5)));
+  return html`
+    <section aria-labelledby="latest-h">
+      <h2 id="latest-h">Latest events</h2>
+      <ol class="latest">
+        ${events.length === 0 ? html`<li class="muted">Waiting for events…</li>` : null}
+        ${events.map((e) => html`
+          <li key=${e.position}><code>${e.type}</code> ${summary(e)} · <${TimeAgo} when=${e.recorded_at} /></li>`)}
+      </ol>
+      <p><a href="#/events">All events</a></p>
+    </section>`;
+}
+
+export function Overview() {
+  const status = useLoad(api.status);
+  const vms = useLoad(api.vms);
+  useEvents(() => vms.reload(), VM_CHANGES);
+  const list = vms.data?.list || [];
+  const running = list.filter((vm) => vm.running).length;
+  return html`
+    <h1 tabindex="-1">Overview</h1>
+    <div class="grid-2">
+      <div>
+        <${ErrorNote} error=${status.error} />
+        ${status.data ? html`<${Services} status=${status.data} />` : html`<p aria-busy="true">Loading…</p>`}
+      </div>
+      <div>
+        <section aria-labelledby="vms-h">
+          <h2 id="vms-h">VMs</h2>
+          <${ErrorNote} error=${vms.error} />
+          <p>${count(list.length, "VM")}, ${running} running. <a href="#/vms">All VMs</a> · <a href="#/vms/new">Install a VM</a></p>
+        </section>
+        <${Latest} />
+      </div>
+    </div>
+    ${vms.data ? html`<${Nodes} cluster=${vms.data.cluster} />` : null}`;
+}

@@ -1,0 +1,130 @@
+// The search databases with their indexing progress, and searching one by keyword or meaning.
+
+import { html, useState } from "../lib.js";
+import { api } from "../api.js";
+import { useEvents } from "../feed.js";
+import { ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
+
+function Progress({ status }) {
+  if (!status) return html`<span class="muted">—</span>`;
+  const { chunks, embedded, pending, failed } = status;
+  return html`
+    <label class="progress">
+      <span>${embedded} of ${chunks} chunks embedded${pending ? `, ${pending} pending` : ""}${failed ? `, ${failed} failed` : ""}</span>
+      <progress value=${embedded} max=${chunks || 1}></progress>
+    </label>`;
+}
+
+function Databases({ list, statuses }) {
+  const byDb = new Map((statuses || []).map((s) => [s.db, s]));
+  if (list.registered.length === 0) {
+    return html`<p class="muted">No databases. Add one with <code>cairn search add NAME</code>, then drop files into <code>inbox/NAME/</code>.</p>`;
+  }
+  return html`
+    <div class="table"><table>
+      <thead><tr><th scope="col">Database</th><th scope="col">Registered</th><th scope="col">State</th>
+        <th scope="col" class="num">Documents</th><th scope="col">Semantic index</th></tr></thead>
+      <tbody>${list.registered.map((entry) => {
+        const status = byDb.get(entry.db);
+        const loaded = list.loaded.includes(entry.db);
+        return html`
+          <tr key=${entry.db} data-db=${entry.db}>
+            <td>${entry.db}</td>
+            <td><${TimeAgo} when=${entry.createAt} /></td>
+            <td>${loaded ? status?.state || "loaded" : html`<span title="loaded at the next start">registered</span>`}</td>
+            <td class="num">${status ? status.documents : "—"}</td>
+            <td><${Progress} status=${status} /></td>
+          </tr>`;
+      })}</tbody>
+    </table></div>`;
+}
+
+function Groups({ groups }) {
+  if (groups.length === 0) return html`<p class="muted">No match.</p>`;
+  return html`${groups.map((group) => html`
+    <article class="hit">
+      <header><code>${group.source}</code></header>
+      ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}</small> ${m.content}</p>`)}
+    </article>`)}`;
+}
+
+function Results({ results }) {
+  const branches = ["keyword", "semantic"].filter((b) => b in results);
+  return html`
+    <div class=${branches.length > 1 ? "grid-2" : ""}>
+      ${branches.map((branch) => html`
+        <section aria-labelledby=${`${branch}-h`} data-branch=${branch}>
+          <h3 id=${`${branch}-h`}>${branch === "keyword" ? "By keyword" : "By meaning"}</h3>
+          <${Groups} groups=${results[branch]} />
+        </section>`)}
+    </div>`;
+}
+
+export function SearchPage() {
+  const list = useLoad(api.databases);
+  const status = useLoad(api.searchStatus);
+  const [statuses, setStatuses] = useState(null);
+  const refresh = useThrottled(() => { list.reload(); status.reload(); }, 2000);
+  useEvents((event) => {
+    if (event.type === "search.progress") {
+      setStatuses((current) => {
+        const base = current || status.data?.databases || [];
+        return [...base.filter((s) => s.db !== event.data.db), event.data];
+      });
+    } else {
+      refresh();
+    }
+  }, ["search."]);
+  const shownStatuses = statuses || status.data?.databases || null;
+
+  const [results, setResults] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const submit = async (e) => {
+    e.preventDefault();
+    const form = new FormData(e.target);
+    setBusy(true);
+    setError(null);
+    try {
+      setResults(await api.search({
+        db: form.get("db"), q: form.get("q"), target: form.get("target"), limit: form.get("limit"),
+      }));
+    } catch (err) {
+      setResults(null);
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const loaded = list.data?.loaded || [];
+
+  return html`
+    <h1 tabindex="-1">Search</h1>
+    <section aria-labelledby="dbs-h">
+      <h2 id="dbs-h">Databases</h2>
+      <${ErrorNote} error=${list.error} />
+      ${list.data ? html`<${Databases} list=${list.data} statuses=${shownStatuses} />` : null}
+    </section>
+    <section aria-labelledby="query-h">
+      <h2 id="query-h">Search a database</h2>
+      <form onSubmit=${submit}>
+        <div class="grid-form">
+          <label>Database
+            <select name="db" required>
+              ${loaded.map((db) => html`<option value=${db}>${db}</option>`)}
+            </select></label>
+          <label>Results <input name="limit" type="number" min="1" max="100" value="10" /></label>
+        </div>
+        <label>Query <input name="q" type="search" required placeholder="words or a question" /></label>
+        <fieldset class="row">
+          <legend>Match by</legend>
+          <label><input type="radio" name="target" value="both" checked /> both</label>
+          <label><input type="radio" name="target" value="keyword" /> keyword</label>
+          <label><input type="radio" name="target" value="semantic" /> meaning</label>
+        </fieldset>
+        <button type="submit" disabled=${busy || loaded.length === 0} aria-busy=${busy}>Search</button>
+      </form>
+      <${ErrorNote} error=${error} />
+      ${results ? html`<${Results} results=${results} />` : null}
+    </section>`;
+}

@@ -1,0 +1,206 @@
+// One VM: its details and live state, its actions (with a confirmation), and its task as it runs.
+
+import { html, useEffect, useRef, useState } from "../lib.js";
+import { api } from "../api.js";
+import { useEvents } from "../feed.js";
+import { gib, mib } from "../format.js";
+import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad } from "../ui.js";
+import { TaskStages } from "./task.js";
+
+const ACTIONS = {
+  start: { label: "Start", streamed: true, when: "stopped" },
+  shutdown: {
+    label: "Shut down", when: "running",
+    confirm: "The guest is asked to power off (ACPI), as a power button press would.",
+  },
+  reboot: {
+    label: "Reboot", streamed: true, when: "running",
+    confirm: "The guest restarts; its SSH comes back when it is up again.",
+  },
+  stop: {
+    label: "Stop", when: "running",
+    confirm: "The VM is powered off at once, like pulling the plug: unsaved data in the guest is lost.",
+  },
+  destroy: {
+    label: "Destroy", when: "stopped", danger: true,
+    confirm: "The VM and its disk are deleted. This cannot be undone.",
+  },
+};
+
+function Details({ vm }) {
+  const rows = [
+    ["State", html`<${StateBadge} state=${vm.state} />`],
+    ["Node", vm.node],
+    ["Operating system", [vm.os, vm.version].filter(Boolean).join(" ")],
+    ["IP address", vm.ip ? html`<code>${vm.ip}</code>` : "—"],
+    ["User", vm.user || "—"],
+    ["vCPUs", vm.cpu],
+    ["Memory", vm.memory_used ? `${mib(vm.memory_used)} used of ${mib(vm.memory)}` : mib(vm.memory)],
+    ["Disk", gib(vm.disk)],
+    ["Created", vm.created_at ? html`<${TimeAgo} when=${vm.created_at} />` : "—"],
+    ["Created by cairn", vm.created_by_cairn ? "yes" : "no: cairn never destroys or migrates it"],
+  ];
+  return html`
+    <dl class="details">
+      ${rows.map(([name, value]) => html`<div><dt>${name}</dt><dd>${value}</dd></div>`)}
+    </dl>`;
+}
+
+function SetForm({ id, what, label, unit, min, max, value, disabled, onDone, confirm }) {
+  const [error, setError] = useState(null);
+  const [note, setNote] = useState(null);
+  const submit = (e) => {
+    e.preventDefault();
+    const raw = new FormData(e.target).get(what);
+    const body = what === "disk" ? { disk: `${raw}G` } : { [what]: Number(raw) };
+    confirm(`${label}: ${raw} ${unit}`, "The VM is changed while it is stopped.", async () => {
+      setError(null);
+      setNote(null);
+      try {
+        await api.act(id, `set/${what}`, body);
+        setNote("Done.");
+        onDone();
+      } catch (err) {
+        setError(err);
+      }
+    });
+  };
+  return html`
+    <form class="inline" onSubmit=${submit}>
+      <label>${label} (${unit})
+        <input name=${what} type="number" min=${min} max=${max} value=${value} required disabled=${disabled} /></label>
+      <button type="submit" class="secondary" disabled=${disabled}>Apply</button>
+      <span role="status" class="muted">${note}</span>
+      <${ErrorNote} error=${error} />
+    </form>`;
+}
+
+export function VmDetail({ id }) {
+  const detail = useLoad(() => api.vm(id), [id]);
+  const list = useLoad(api.vms);
+  const [records, setRecords] = useState([]);
+  const [streaming, setStreaming] = useState(false);
+  const [error, setError] = useState(null);
+  const [note, setNote] = useState(null);
+  const [asking, setAsking] = useState(null);
+  const abort = useRef(null);
+  useEffect(() => () => abort.current?.abort(), []);
+  useEvents(() => { detail.reload(); list.reload(); }, (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
+
+  const live = list.data?.list.find((vm) => String(vm.vmid) === String(id));
+  const gone = detail.error?.status === 404;
+  const vm = detail.data && !gone ? { ...detail.data, ...(live || {}) } : null;
+  const state = vm?.state;
+
+  const follow = async (iterator) => {
+    abort.current?.abort();
+    abort.current = new AbortController();
+    setRecords([]);
+    setStreaming(true);
+    try {
+      for await (const { event, data } of iterator(abort.current.signal)) {
+        if (event === "close") break;
+        setRecords((r) => [...r, data]);
+      }
+    } catch (err) {
+      if (err.name !== "AbortError") setError(err);
+    } finally {
+      setStreaming(false);
+    }
+  };
+
+  // A task started elsewhere (another tab, the API, an install): follow it here.
+  const runningTask = vm?.last_task?.status === "running" ? vm.last_task.task : null;
+  useEffect(() => {
+    if (runningTask && !streaming) follow((signal) => api.task(id, signal));
+  }, [runningTask]);
+
+  const run = async (action, body) => {
+    setError(null);
+    setNote(null);
+    const spec = ACTIONS[action];
+    if (spec?.streamed || action === "set/node") {
+      await follow((signal) => api.streamed(id, action, body, signal));
+      return;
+    }
+    try {
+      await api.act(id, action, body);
+      setNote(action === "destroy" ? `VM ${id} destroyed.` : `${spec.label}: done.`);
+    } catch (err) {
+      setError(err);
+    }
+  };
+
+  const confirm = (title, text, onYes, danger = false) =>
+    setAsking({ title, text, danger, action: "Confirm", onYes });
+  const ask = (action) => {
+    const spec = ACTIONS[action];
+    if (!spec.confirm) return run(action);
+    setAsking({
+      title: `${spec.label} VM ${id}${vm?.name ? ` (${vm.name})` : ""}?`,
+      text: spec.confirm,
+      danger: spec.danger,
+      action: spec.label,
+      onYes: () => run(action),
+    });
+  };
+  const nodes = (list.data?.cluster || []).map((n) => n.node).filter((n) => n !== vm?.node);
+  const stopped = state === "stopped";
+
+  return html`
+    <h1 tabindex="-1">VM ${id}${vm?.name ? html` <small>${vm.name}</small>` : null}</h1>
+    <p><a href="#/vms">← All VMs</a></p>
+    ${detail.error && !note ? html`<${ErrorNote} error=${detail.error} />` : null}
+    ${note ? html`<p class="ok" role="status">${note}</p>` : null}
+    ${vm ? html`
+      <div class="grid-2">
+        <section aria-labelledby="details-h">
+          <h2 id="details-h">Details</h2>
+          <${Details} vm=${vm} />
+        </section>
+        <section aria-labelledby="actions-h">
+          <h2 id="actions-h">Actions</h2>
+          <div class="row actions">
+            ${Object.entries(ACTIONS).map(([action, spec]) => html`
+              <button type="button" class=${spec.danger ? "danger" : "secondary"}
+                      disabled=${streaming || state !== spec.when}
+                      title=${state !== spec.when ? `needs a ${spec.when} VM` : ""}
+                      onClick=${() => ask(action)}>${spec.label}</button>`)}
+          </div>
+          <${ErrorNote} error=${error} />
+          <h3>Resize</h3>
+          ${stopped ? null : html`<p class="muted">Stop the VM to resize or migrate it.</p>`}
+          <${SetForm} id=${id} what="cpu" label="vCPUs" unit="cores" min="1" max="32" value=${vm.cpu}
+                      disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
+          <${SetForm} id=${id} what="memory" label="Memory" unit="MiB" min="512" value=${vm.memory}
+                      disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
+          <${SetForm} id=${id} what="disk" label="Grow disk by" unit="GiB" min="1" value="8"
+                      disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
+          <h3>Migrate</h3>
+          <form class="inline" onSubmit=${(e) => {
+            e.preventDefault();
+            const node = new FormData(e.target).get("node");
+            confirm(`Migrate VM ${id} to ${node}?`, "Its disk is copied to the other node.", () => run("set/node", { node }));
+          }}>
+            <label>To node
+              <select name="node" disabled=${!stopped || streaming || nodes.length === 0}>
+                ${nodes.map((n) => html`<option value=${n}>${n}</option>`)}
+              </select></label>
+            <button type="submit" class="secondary" disabled=${!stopped || streaming || nodes.length === 0}>Migrate</button>
+          </form>
+        </section>
+      </div>` : detail.loading ? html`<p aria-busy="true">Loading…</p>` : null}
+    ${records.length || streaming ? html`<${TaskStages} records=${records} running=${streaming} />` : vm?.last_task ? html`
+      <section aria-labelledby="last-h">
+        <h2 id="last-h">Last task</h2>
+        <p>${vm.last_task.command}: ${vm.last_task.status}
+          ${vm.last_task.ended_at ? html` · <${TimeAgo} when=${vm.last_task.ended_at} />` : null}
+          ${vm.last_task.error ? html`<br /><span class="error">${vm.last_task.error}</span>` : null}</p>
+      </section>` : null}
+    <${Confirm} open=${!!asking} title=${asking?.title} action=${asking?.action}
+                danger=${asking?.danger}
+                onCancel=${() => setAsking(null)}
+                onConfirm=${() => { const yes = asking.onYes; setAsking(null); yes(); }}>
+      <p>${asking?.text}</p>
+    </${Confirm}>`;
+}

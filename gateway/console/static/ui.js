@@ -1,0 +1,95 @@
+// Small pieces every page uses: an error note, a confirmation dialog, times that keep up.
+
+import { html, useEffect, useRef, useState } from "./lib.js";
+import { absolute, ago, toMillis } from "./format.js";
+
+// A message from a service, shown where the action was; `role=alert` so it is announced.
+export function ErrorNote({ error }) {
+  if (!error) return null;
+  const status = error.status ? `${error.status}: ` : "";
+  return html`<p class="error" role="alert">${status}${error.message}</p>`;
+}
+
+// A shared clock, so every "3 s ago" on a page moves on together.
+const clockListeners = new Set();
+setInterval(() => {
+  const now = Date.now();
+  for (const fn of clockListeners) fn(now);
+}, 1000);
+
+export function useNow() {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    clockListeners.add(setNow);
+    return () => clockListeners.delete(setNow);
+  }, []);
+  return now;
+}
+
+export function TimeAgo({ when }) {
+  const now = useNow();
+  const ms = toMillis(when);
+  const iso = ms === null || Number.isNaN(ms) ? "" : new Date(ms).toISOString();
+  return html`<time datetime=${iso} title=${absolute(when)}>${ago(when, now)}</time>`;
+}
+
+// A modal confirmation: `open` shows it; Escape or Cancel calls onCancel.
+export function Confirm({ open, title, children, action, danger, onConfirm, onCancel }) {
+  const ref = useRef(null);
+  useEffect(() => {
+    const dialog = ref.current;
+    if (!dialog) return;
+    if (open && !dialog.open) dialog.showModal();
+    if (!open && dialog.open) dialog.close();
+  }, [open]);
+  return html`
+    <dialog ref=${ref} onCancel=${(e) => { e.preventDefault(); onCancel(); }} aria-labelledby="confirm-title">
+      <article>
+        <h2 id="confirm-title">${title}</h2>
+        ${children}
+        <footer>
+          <button type="button" class="secondary" onClick=${onCancel}>Cancel</button>
+          <button type="button" class=${danger ? "danger" : ""} onClick=${onConfirm}>${action}</button>
+        </footer>
+      </article>
+    </dialog>`;
+}
+
+// Loads `load()` when `deps` change; returns {data, error, reload}.
+export function useLoad(load, deps = []) {
+  const [state, setState] = useState({ data: null, error: null, loading: true });
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    let live = true;
+    load()
+      .then((data) => live && setState({ data, error: null, loading: false }))
+      .catch((error) => live && setState((s) => ({ data: s.data, error, loading: false })));
+    return () => {
+      live = false;
+    };
+  }, [...deps, tick]);
+  return { ...state, reload: () => setTick((t) => t + 1) };
+}
+
+export function StateBadge({ state }) {
+  const kind = { running: "ok", stopped: "off", failed: "bad", absent: "off" }[state] || "busy";
+  return html`<span class=${`badge ${kind}`}>${state}</span>`;
+}
+
+// `fn` at most once per `ms`, the last call always honoured (for reloads driven by events).
+export function useThrottled(fn, ms = 1000) {
+  const state = useRef({ timer: null, last: 0 });
+  const latest = useRef(fn);
+  latest.current = fn;
+  useEffect(() => () => clearTimeout(state.current.timer), []);
+  return () => {
+    const s = state.current;
+    if (s.timer) return;
+    const wait = Math.max(0, s.last + ms - Date.now());
+    s.timer = setTimeout(() => {
+      s.timer = null;
+      s.last = Date.now();
+      latest.current();
+    }, wait);
+  };
+}

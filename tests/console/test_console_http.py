@@ -1,0 +1,280 @@
+"""The console's server side over real HTTP: its files, the forwarding to the services, the
+read models, the event feed, ALLOW_IPS and its headers. The functions and image services run
+beside it for real; the console reaches them through `runtime.listen`, as under `cairn up`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from actors.images.events import stored
+from events.nats_server import free_port
+from gateway import services as catalogue
+from gateway.config import ConfigError
+from gateway.console import assets
+from gateway.console.headers import CSP
+from gateway.runtime import Runtime
+from tests.functions.conftest import SERVICE_ENV
+from tests.images.imagedata import encoded
+
+
+@attrs.define
+class Console:
+    base: str
+    http: aiohttp.ClientSession
+    runtime: Runtime
+
+    async def get(self, path: str, **kw: Any) -> tuple[int, str, Any]:
+        async with self.http.get(self.base + path, **kw) as resp:
+            return resp.status, await resp.text(), resp.headers
+
+
+async def serve(app: web.Application, servers: list[TestServer]) -> int:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    servers.append(server)
+    assert server.port is not None
+    return server.port
+
+
+@pytest.fixture
+async def console(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Console]:
+    runtime.env = {**runtime.env, **SERVICE_ENV}
+    servers: list[TestServer] = []
+    for name in ("functions", "images"):
+        app = await catalogue.build_app(catalogue.load(name), runtime)
+        runtime.listen[name] = ("127.0.0.1", await serve(app, servers))
+    port = await serve(await catalogue.build_app(catalogue.load("status"), runtime), servers)
+    async with aiohttp.ClientSession() as http:
+        yield Console(f"http://127.0.0.1:{port}", http, runtime)
+    for server in reversed(servers):
+        await server.close()
+
+
+async def test_the_page_and_its_assets_come_from_here_with_a_strict_policy(
+    console: Console,
+) -> None:
+    status, html, headers = await console.get("/")
+    assert status == 200
+    assert headers["Content-Security-Policy"] == CSP
+    assert "script-src 'self'" in CSP and "unsafe" not in CSP and "default-src 'none'" in CSP
+    assert headers["X-Frame-Options"] == "DENY"
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    # Every script and style of the page is local, and none is inline.
+    assert "<style" not in html and "style=" not in html
+    assert html.count("<script") == 1 and 'src="/console/static/app.js"' in html
+    for path, kind in (
+        ("/console/static/app.js", "javascript"),
+        ("/console/vendor/preact-htm/standalone.module.js", "javascript"),
+        ("/console/vendor/eventsource-parser/index.js", "javascript"),
+        ("/console/vendor/pico/pico.min.css", "text/css"),
+    ):
+        status, body, headers = await console.get(path)
+        assert status == 200, path
+        assert kind in headers["Content-Type"], path
+        assert "http://" not in body.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in body or path.endswith(".css")  # pico names its home page
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/vendor/pico/../package.json",
+        "/console/vendor/pico/%2e%2e/package.json",
+        "/console/vendor/pico/..%2f..%2f..%2fpackage.json",
+        "/console/vendor/esbuild/package.json",
+        "/console/static/../app.py",
+        "/console/static/%2e%2e/app.py",
+    ],
+)
+async def test_nothing_else_of_the_disk_is_served(console: Console, path: str) -> None:
+    status, body, _ = await console.get(path)
+    assert status in (403, 404)
+    assert "cairn-ops-tools" not in body and "def mount" not in body
+
+
+async def test_without_the_npm_packages_the_page_says_what_to_run(tmp_path: Path) -> None:
+    app = web.Application()
+    assets.add_routes(app, root=tmp_path / "node_modules")
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http, http.get(server.make_url("/")) as resp:
+            assert resp.status == 503
+            assert "run ops/setup" in await resp.text()
+    finally:
+        await server.close()
+
+
+async def test_forwarding_keeps_status_messages_bodies_and_encoded_paths(
+    console: Console,
+) -> None:
+    svc = console.base + "/console/svc"
+    # A service's own refusal, status and message, unchanged.
+    async with console.http.post(f"{svc}/functions/upload", data=b"{") as resp:
+        assert (resp.status, await resp.text()) == (400, "Invalid request payload")
+    # A multipart upload streamed through, then listed, read and deleted.
+    form = aiohttp.FormData(quote_fields=False)  # names as browsers send them
+    form.add_field("filepath", encoded("PNG", (6, 4)), filename="a b%.png")
+    async with console.http.post(f"{svc}/images/upload/x%2Fy", data=form) as resp:
+        assert resp.status == 201, await resp.text()
+        assert (await resp.json())["src"] == "/c/img/x/y/a%20b%25.png"
+    async with console.http.get(f"{svc}/images/ls/x/y") as resp:
+        assert [e["name"] for e in (await resp.json())["entries"]] == ["a b%.png"]
+    async with console.http.get(
+        f"{svc}/images/c/img/x/y/a%20b%25.png?t=png&w=3", headers={"Accept": "image/png"}
+    ) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "image/png"
+        assert resp.headers["ETag"]
+        etag = resp.headers["ETag"]
+    async with console.http.get(
+        f"{svc}/images/c/img/x/y/a%20b%25.png?t=png&w=3", headers={"If-None-Match": etag}
+    ) as resp:
+        assert resp.status == 304
+    async with console.http.delete(f"{svc}/images/del/x/y/a%20b%25.png") as resp:
+        assert resp.status == 200
+    async with console.http.get(f"{svc}/images/ls/..%2f..") as resp:
+        assert (resp.status, await resp.text()) == (400, "invalid path")
+
+
+async def test_a_stream_arrives_through_the_console_as_it_is_written(console: Console) -> None:
+    code = "import time\nprint('first', flush=True)\ntime.sleep(1)\nreturn 42\n"
+    async with console.http.post(
+        console.base + "/console/svc/functions/run-now",
+        json={"language": "python", "code": code, "stream": True},
+    ) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        first = await resp.content.readline()
+        # The log line is here while the run still sleeps: its result has not been sent.
+        assert json.loads(first.decode().removeprefix("data: ")) == {
+            "event": "log",
+            "data": "first",
+            "type": "text",
+        }
+        rest = (await resp.read()).decode()
+    assert '"event":"result","data":"42","type":"number"' in rest
+
+
+async def test_unknown_absent_and_unreachable_services_are_said_so(console: Console) -> None:
+    status, text, _ = await console.get("/console/svc/mail/x")
+    assert (status, text) == (404, "unknown service 'mail'")
+    status, text, _ = await console.get("/console/svc/vm/api/vm/list")
+    assert (status, text) == (503, "the vm service does not run in this cairn process")
+    console.runtime.listen["search"] = ("127.0.0.1", free_port())
+    status, text, _ = await console.get("/console/svc/search/api/list")
+    assert status == 502
+    assert text.startswith("the search service at http://127.0.0.1:")
+    assert "is not reachable" in text
+
+
+async def test_allow_ips_refuses_changes_from_other_addresses(
+    runtime: Runtime, console: Console
+) -> None:
+    runtime.env = {**runtime.env, "ALLOW_IPS": "10.9.9.9, 192.168.0.0/24"}
+    port = free_port()
+    app = await catalogue.build_app(catalogue.load("status"), runtime)
+    server = TestServer(app, host="127.0.0.1", port=port)
+    await server.start_server()
+    try:
+        base = f"http://127.0.0.1:{port}/console/svc"
+        refused = "this IP is not allowed to perform this action (client address 127.0.0.1)"
+        async with console.http.post(f"{base}/functions/upload", data=b"{}") as resp:
+            assert (resp.status, await resp.text()) == (403, refused)
+        async with console.http.delete(f"{base}/images/del/a.png") as resp:
+            assert (resp.status, await resp.text()) == (403, refused)
+        async with console.http.get(f"{base}/vm/api/vm/101/task") as resp:
+            assert (resp.status, await resp.text()) == (403, refused)
+        async with console.http.get(f"{base}/images/ls") as resp:
+            assert resp.status == 200  # reads stay open, as on the VM API
+    finally:
+        await server.close()
+
+
+async def test_beyond_loopback_the_console_needs_allow_ips(runtime: Runtime) -> None:
+    runtime.listen["status"] = ("0.0.0.0", 8000)
+    with pytest.raises(ConfigError, match="ALLOW_IPS: must be set when the console"):
+        await catalogue.build_app(catalogue.load("status"), runtime)
+    runtime.env = {**runtime.env, "ALLOW_IPS": "10.0.0.0/8"}
+    await catalogue.build_app(catalogue.load("status"), runtime)
+
+
+async def test_stored_functions_and_their_code_from_the_events(console: Console) -> None:
+    svc = console.base + "/console/svc/functions"
+    versions = []
+    for code in ("return 1\n", "return 2\n"):
+        async with console.http.post(
+            f"{svc}/upload", json={"path": "/a/b", "language": "python", "code": code}
+        ) as resp:
+            versions.append((await resp.json())["version"])
+    async with console.http.post(
+        f"{svc}/upload", json={"path": "z", "language": "javascript", "code": "return 3"}
+    ) as resp:
+        assert resp.status == 200
+    status, body, _ = await console.get("/console/api/functions")
+    listed = json.loads(body)
+    first = listed[0]
+    assert (first["path"], first["language"], first["versions"], first["latest"]) == (
+        "a/b",
+        "python",
+        versions,
+        versions[1],
+    )
+    assert [f["path"] for f in listed] == ["a/b", "z"]
+    status, code, headers = await console.get("/console/api/functions/a/b/code")
+    assert (status, code, headers["X-Function-Version"]) == (200, "return 2\n", str(versions[1]))
+    status, code, _ = await console.get(f"/console/api/functions/a/b/code?version={versions[0]}")
+    assert (status, code) == (200, "return 1\n")
+    status, text, _ = await console.get("/console/api/functions/a/b/code?version=7")
+    assert (status, text) == (404, "assign version not found")
+    status, text, _ = await console.get("/console/api/functions/nope/code")
+    assert (status, text) == (404, "script not found")
+
+
+async def test_a_vm_that_is_not_there(console: Console) -> None:
+    assert (await console.get("/console/api/vm/123"))[:2] == (404, "VM 123 not found")
+    assert (await console.get("/console/api/vm/x1"))[:2] == (400, "invalid VM id 'x1'")
+
+
+async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    event_id = ""
+    while len(found) < count:
+        line = (await asyncio.wait_for(resp.content.readline(), 30)).decode().rstrip("\n")
+        if line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            found.append((event_id, json.loads(line[6:])))
+    return found
+
+
+async def test_the_event_feed_sends_the_latest_then_live_events_and_resumes(
+    console: Console,
+) -> None:
+    store = console.runtime.store
+    await store.append("images:store", 0, [stored("old.png", "image/png", 1)])
+    url = console.base + "/console/events"
+    async with console.http.get(url) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        [(first_id, first)] = await read_events(resp, 1)
+        assert first["type"] == "images.stored" and first["data"]["path"] == "old.png"
+        assert first_id == str(first["position"])
+        await store.append("images:store", 1, [stored("new.png", "image/png", 2)])
+        [(live_id, live)] = await read_events(resp, 1)
+        assert live["data"]["path"] == "new.png" and live["stream"] == "images:store"
+    # A client that comes back says where it was, and gets what it missed, from the store.
+    await store.append("images:store", 2, [stored("missed.png", "image/png", 3)])
+    async with console.http.get(url, headers={"Last-Event-ID": live_id}) as resp:
+        [(_, missed)] = await read_events(resp, 1)
+        assert missed["data"]["path"] == "missed.png"
+    async with console.http.get(url, headers={"Last-Event-ID": "yesterday"}) as resp:
+        assert (resp.status, await resp.text()) == (400, "Last-Event-ID: must be an event position")
