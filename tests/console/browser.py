@@ -1,0 +1,221 @@
+"""A real Chromium (Debian's `chromium`, driven by Playwright's Python API) and a real cairn:
+`cairn up` as its own process, on free ports, with a search database and the simulated cluster.
+
+Playwright's own browser download does not work here, and a user's host has the distribution's
+browser anyway: Playwright drives `/usr/bin/chromium` (`ops/apt-packages-dev.txt`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import attrs
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Route
+
+from events.nats_server import free_port
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+CAIRN = str(Path(sys.executable).parent / "cairn")
+# What the search database of every stack holds: one text about foxes, one about clusters.
+DOCUMENTS = {
+    "fox.txt": "The quick brown fox jumps over the lazy dog.\n",
+    "cluster.txt": "Proxmox clusters keep their VMs on nodes; each node runs qemu guests.\n",
+}
+T = TypeVar("T")
+
+
+def launch(playwright: Playwright) -> Browser:
+    if not os.access(CHROMIUM, os.X_OK):
+        raise RuntimeError(f"{CHROMIUM} is missing: `ops/setup --dev` installs Debian's chromium")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def is_loopback(host: str | None) -> bool:
+    if host in ("localhost", "[::1]"):
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``condition`` until truthy, for state that offers nothing to await."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@attrs.define
+class Stack:
+    """A running `cairn up`: the console's address and the way to its services."""
+
+    root: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[str]
+    lines: list[str]
+    base: str
+
+    def url(self, page: str = "") -> str:
+        return f"{self.base}/#/{page}"
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """A plain HTTP client (no Origin, like curl) against the console."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def upload_image(self, folder: str, name: str, data: bytes) -> dict[str, Any]:
+        """A multipart upload as a form would send it, through the console."""
+        boundary = "cairn-test-boundary"
+        body = b"".join((
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"filepath\"; ".encode(),
+            f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
+            data,
+            f"\r\n--{boundary}--\r\n".encode(),
+        ))  # fmt: skip
+        req = urllib.request.Request(
+            f"{self.base}/console/svc/images/upload/{folder}", data=body, method="POST"
+        )
+        req.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert resp.status == 201
+            reply: dict[str, Any] = json.loads(resp.read())
+            return reply
+
+    def json(self, path: str) -> Any:
+        status, text = self.request("GET", path)
+        assert status == 200, (path, status, text)
+        return json.loads(text)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+def start_stack(root: Path, databases: dict[str, dict[str, str]] | None = None) -> Stack:
+    root.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env.update(
+        CAIRN_DATA=str(root / "data"),
+        XDG_CONFIG_HOME=str(root / "config"),
+        SEARCH_INBOX=str(root / "inbox"),
+        CAIRN_PORT=str(free_port()),
+        VM_PORT=str(free_port()),
+        FUNCTIONS_PORT=str(free_port()),
+        IMAGES_PORT=str(free_port()),
+        PVESIM_DELAY_SCALE="0",
+        VM_SSH_POLL="0.05",
+        VM_POLL_INTERVAL="1",
+        RUN_WARM="0",
+    )
+    for db, files in (databases if databases is not None else {"notes": DOCUMENTS}).items():
+        subprocess.run([CAIRN, "search", "add", db], env=env, cwd=root, check=True,
+                       capture_output=True)  # fmt: skip
+        inbox = root / "inbox" / db
+        inbox.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (inbox / name).write_text(text)
+    proc = subprocess.Popen(
+        [CAIRN, "up"], cwd=root, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "cairn: ready" in line:
+                ready.set()
+        ready.set()  # it exited: let the waiter see that
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(180) or proc.poll() is not None:
+        proc.kill()
+        raise AssertionError("cairn up did not start:\n" + "".join(lines))
+    return Stack(root, env, proc, lines, f"http://127.0.0.1:{env['CAIRN_PORT']}")
+
+
+def stop_stack(stack: Stack) -> None:
+    stack.proc.send_signal(signal.SIGTERM)
+    try:
+        code = stack.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        stack.proc.kill()
+        raise AssertionError("cairn up did not stop on SIGTERM:\n" + stack.output()) from None
+    assert code == 0, stack.output()
+    assert "Traceback" not in stack.output(), stack.output()
+
+
+@contextlib.contextmanager
+def running_stack(root: Path) -> Iterator[Stack]:
+    stack = start_stack(root)
+    try:
+        yield stack
+    finally:
+        stop_stack(stack)
+
+
+@attrs.define
+class Watch:
+    """What a page did that it must not: requests beyond loopback, script errors, CSP
+    violations."""
+
+    outside: list[str] = attrs.Factory(list)
+    errors: list[str] = attrs.Factory(list)
+
+    def guard(self, route: Route) -> None:
+        if is_loopback(urlsplit(route.request.url).hostname):
+            route.continue_()
+        else:
+            self.outside.append(route.request.url)
+            route.abort()
+
+    def attach(self, context: BrowserContext, page: Page) -> None:
+        context.route("**/*", lambda route: self.guard(route))
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
+        page.on(
+            "console",
+            lambda m: self.errors.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+
+    def assert_clean(self) -> None:
+        assert not self.outside, f"requests left loopback: {self.outside}"
+        assert not self.errors, f"the page reported: {self.errors}"

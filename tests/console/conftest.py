@@ -1,0 +1,49 @@
+"""Fixtures of the browser tests: one Chromium for the whole run, one `cairn up` per module,
+and a fresh browser context per test that fails on any request beyond loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.console.browser import Stack, Watch, launch, running_stack
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = launch(playwright)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("cairn")) as running:
+        yield running
+
+
+@pytest.fixture
+def watch() -> Watch:
+    return Watch()
+
+
+@pytest.fixture
+def page(browser: Browser, stack: Stack, watch: Watch) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    tab = context.new_page()
+    watch.attach(context, tab)
+    yield tab
+    context.close()
+    watch.assert_clean()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests last and together: the one Chromium of the package lives through them
+    only, and async tests never run while its synchronous driver is open."""
+    browser_items = [i for i in items if "browser" in getattr(i, "fixturenames", ())]
+    others = [i for i in items if i not in browser_items]
+    items[:] = others + browser_items

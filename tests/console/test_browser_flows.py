@@ -1,0 +1,313 @@
+"""The console in a real Chromium against a real `cairn up` on the simulated cluster: what a
+user does, and what they see."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from playwright.sync_api import Page, expect
+
+from tests.console.browser import Stack, wait_until
+
+# Records every state the stage list went through, so a test can tell a stream that arrived
+# live from one that arrived at the end. Installed before the page's own scripts run.
+RECORD_STAGES = """
+window.__stages = [];
+new MutationObserver(() => {
+  const rows = [...document.querySelectorAll('ol.stages li')];
+  if (rows.length) window.__stages.push(rows.map((r) => r.dataset.status).join(','));
+}).observe(document, { subtree: true, childList: true, attributes: true });
+"""
+
+
+def install_from_the_form(page: Page, stack: Stack, name: str) -> tuple[int, str]:
+    """Fill the form, install, watch the stages; the VM's id and the password shown once."""
+    page.add_init_script(RECORD_STAGES)
+    page.goto(stack.url("vms/new"))
+    page.get_by_label("Operating system").select_option("debian")
+    page.get_by_label("Version").select_option("12")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("User").fill("deploy")
+    page.get_by_role("button", name="Install").click()
+    final = page.locator('li[data-step="VM initialization > finalizing"]')
+    expect(final).to_have_attribute("data-status", "success", timeout=60_000)
+    ready = page.get_by_text(re.compile(r"VM \d+ is ready at"))
+    expect(ready).to_be_visible()
+    vmid = int(re.search(r"VM (\d+)", ready.inner_text()).group(1))  # type: ignore[union-attr]
+    secret = page.locator("#secret-text").input_value()
+    return vmid, secret
+
+
+def test_install_a_vm_and_watch_its_stages_arrive(page: Page, stack: Stack) -> None:
+    vmid, secret = install_from_the_form(page, stack, "web")
+    # Every stage of the spec is listed, each in its state; no stage failed.
+    statuses = page.locator("ol.stages li").evaluate_all("rows => rows.map(r => r.dataset.status)")
+    assert len(statuses) == 18
+    assert set(statuses) <= {"success", "skipped"}
+    assert statuses.count("skipped") == 1  # migrating: only when a node is asked for
+    # The stages arrived one after another while the install ran, not all at its end.
+    seen: list[str] = page.evaluate("window.__stages")
+    partial = [s for s in seen if "success" in s and ("pending" in s or "processing" in s)]
+    assert len(partial) >= 3, seen
+
+    # The generated password: in its own box, hidden until asked for, never in the log.
+    assert len(secret) >= 16
+    box = page.get_by_role("dialog")
+    expect(box).to_contain_text("only now")
+    expect(page.locator("#secret-text")).to_have_attribute("type", "password")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#secret-text")).to_have_attribute("type", "text")
+    assert secret not in (page.locator("section.task").text_content() or "")
+    assert "shown in its own box" in (page.locator("pre.log").text_content() or "")
+    page.get_by_role("button", name="I have saved it").click()
+    expect(box).to_have_count(0)
+    # Forgotten: not in the page, not in any storage.
+    assert secret not in page.content()
+    assert page.evaluate("localStorage.length + sessionStorage.length") == 0
+
+    # The VM is in the list, running, with the name given.
+    page.get_by_role("link", name=f"Open VM {vmid}").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"VM {vmid}")
+    expect(page.locator("dl.details")).to_contain_text("deploy")
+    page.goto(stack.url("vms"))
+    row = page.locator(f'tr[data-vmid="{vmid}"]')
+    expect(row).to_contain_text("web")
+    expect(row.locator(".badge")).to_have_text("running")
+
+
+def test_stop_and_destroy_a_vm_after_confirming(page: Page, stack: Stack) -> None:
+    status, _ = stack.request("POST", "/console/svc/vm/api/vm/install",
+                              {"os": "ubuntu", "version": "24.04", "name": "doomed"})  # fmt: skip
+    assert status == 200
+    vm = next(v for v in stack.json("/console/svc/vm/api/vm/list")["list"] if v["name"] == "doomed")
+    page.goto(stack.url(f"vm/{vm['vmid']}"))
+    state = page.locator("dl.details .badge")
+    expect(state).to_have_text("running")
+
+    # Stop asks first; Cancel (or Escape) leaves the VM alone.
+    page.get_by_role("button", name="Stop", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"Stop VM {vm['vmid']} (doomed)?")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    page.get_by_role("button", name="Stop", exact=True).focus()
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    assert stack.request("GET", f"/console/svc/vm/api/vm/{vm['vmid']}/status") == (200, "running")
+
+    page.get_by_role("button", name="Stop", exact=True).click()
+    dialog.get_by_role("button", name="Stop").click()
+    expect(state).to_have_text("stopped")
+
+    page.get_by_role("button", name="Destroy").click()
+    expect(dialog).to_contain_text("cannot be undone")
+    dialog.get_by_role("button", name="Destroy").click()
+    expect(page.get_by_text(f"VM {vm['vmid']} destroyed.")).to_be_visible()
+    listed = [v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"]]
+    assert vm["vmid"] not in listed
+    page.goto(stack.url("vms"))
+    expect(page.locator("table.vms, p.muted").first).to_be_visible()
+    expect(page.locator(f'tr[data-vmid="{vm["vmid"]}"]')).to_have_count(0)
+
+
+RECORD_OUTPUT = """
+window.__output = [];
+new MutationObserver(() => {
+  const out = document.querySelector('pre.output');
+  const outcome = document.querySelector('.outcome');
+  if (out) window.__output.push([out.textContent, outcome ? outcome.textContent : '']);
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+
+FUNCTION = """import time
+print("hello from", event["name"], flush=True)
+time.sleep(0.5)
+print("still here", flush=True)
+return {"greeted": event["name"]}
+"""
+
+
+def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack: Stack) -> None:
+    page.add_init_script(RECORD_OUTPUT)
+    page.goto(stack.url("functions"))
+    page.get_by_label("Path").fill("demo/greet")
+    page.get_by_label("Language").select_option("python")
+    page.get_by_label("Code").fill(FUNCTION)
+    page.get_by_role("button", name="Store").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("demo/greet")
+    expect(page.get_by_label(re.compile("Code of version"))).to_have_value(FUNCTION)
+
+    page.get_by_label(re.compile("^Input")).fill('{"name": "Ada"}')
+    page.get_by_role("button", name="Run the latest version").click()
+    outcome = page.locator(".outcome")
+    expect(outcome).to_contain_text('Result (json): {"greeted":"Ada"}')
+    expect(page.locator("pre.output")).to_have_text("hello from Ada\nstill here")
+    # The first line was on screen while the function still ran (before its result came).
+    seen = page.evaluate("window.__output")
+    assert ["hello from Ada", ""] in seen, seen
+
+    # A bad input: the service's own message, where the run was asked for.
+    page.get_by_label(re.compile("^Input")).fill("{name: Ada}")
+    page.get_by_role("button", name="Run the latest version").click()
+    expect(page.locator("#run-h ~ p.error")).to_have_text("400: input is not valid JSON")
+
+    # Edited and stored again: a second version, listed.
+    editor = page.get_by_label(re.compile("Code of version"))
+    editor.fill(FUNCTION.replace("hello from", "hi from"))
+    page.get_by_role("button", name="Store as a new version").click()
+    expect(page.get_by_role("status").filter(has_text="Stored as version")).to_be_visible()
+    page.goto(stack.url("functions"))
+    expect(page.locator("tr", has_text="demo/greet")).to_contain_text("2 versions")
+
+
+def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -> None:
+    # Both documents indexed and embedded (the inbox is read at start-up, in the background).
+    def ready() -> bool:
+        query = "/console/svc/search/api/search?db=notes&target=semantic&q=hypervisor%20machines"
+        return bool(stack.json(query)["semantic"])
+
+    wait_until(ready, timeout=60, what="the notes database to be embedded")
+    page.goto(stack.url("search"))
+    expect(page.locator('tr[data-db="notes"]')).to_contain_text("notes")
+    page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+    page.get_by_label("Query").fill("fox")
+    page.get_by_label("keyword").check()
+    page.get_by_role("button", name="Search").click()
+    keyword = page.locator('[data-branch="keyword"]')
+    expect(keyword).to_contain_text("fox.txt")
+    expect(keyword).to_contain_text("The quick brown fox")
+    expect(page.locator('[data-branch="semantic"]')).to_have_count(0)
+
+    # By meaning: no word of the query is in the document it finds.
+    page.get_by_label("Query").fill("hypervisor machines")
+    page.get_by_label("meaning").check()
+    page.get_by_role("button", name="Search").click()
+    semantic = page.locator('[data-branch="semantic"]')
+    expect(semantic.locator("article.hit").first).to_contain_text("cluster.txt")
+    expect(page.locator('[data-branch="keyword"]')).to_have_count(0)
+
+    # Both at once, side by side; and a database that is not there, with the service's words.
+    page.get_by_label("both").check()
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator('[data-branch="keyword"]')).to_contain_text("No match.")
+    expect(page.locator('[data-branch="semantic"]')).to_contain_text("cluster.txt")
+
+
+def png(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 80, 40)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_upload_an_image_see_its_thumbnail_and_delete_it(
+    page: Page, stack: Stack, tmp_path: Path
+) -> None:
+    picture = tmp_path / "sunset.png"
+    picture.write_bytes(png(640, 360))
+    page.goto(stack.url("images"))
+    page.get_by_label("Into folder").fill("holiday/2026")
+    with page.expect_file_chooser() as chooser:
+        page.get_by_text("Drop files here, or choose them").click()
+    chooser.value.set_files(str(picture))
+    expect(page).to_have_url(re.compile(r"#/images/holiday/2026$"))
+    tile = page.locator('li.tile[data-name="sunset.png"]')
+    thumb = tile.locator("img.thumb")
+    expect(thumb).to_be_visible()
+    # The thumbnail is a resized copy, rendered by the image service and actually decoded.
+    expect(thumb).to_have_attribute(
+        "src", re.compile(r"/console/svc/images/c/img/holiday/2026/sunset\.png\?s=320$")
+    )
+    wait_until(lambda: thumb.evaluate("img => img.complete && img.naturalWidth") == 320,
+               what="the thumbnail to load")  # fmt: skip
+    expect(tile).to_contain_text("KiB")
+    crumbs = page.get_by_role("navigation", name="Folder").get_by_role("link")
+    expect(crumbs).to_have_text(["images", "holiday", "2026"])
+
+    tile.get_by_role("button", name="Delete sunset.png").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete holiday/2026/sunset.png?")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(tile).to_have_count(0)
+    expect(page.get_by_text("This folder is empty.")).to_be_visible()
+    assert stack.json("/console/svc/images/ls/holiday/2026")["entries"] == []
+
+
+def test_an_upload_the_service_refuses_shows_its_message(
+    page: Page, stack: Stack, tmp_path: Path
+) -> None:
+    text = tmp_path / "notes.png"
+    text.write_bytes(b"this is not an image at all, whatever its name says")
+    page.goto(stack.url("images"))
+    page.locator('input[type="file"]').set_input_files(str(text))
+    expect(page.locator("ul.uploads")).to_contain_text("notes.png: 415: unsupported file type")
+
+
+class _Attacker(BaseHTTPRequestHandler):
+    """Pages of another site that try to use the console, and the services, through the
+    visitor's browser."""
+
+    pages: dict[str, str] = {}
+
+    def do_GET(self) -> None:
+        body = self.pages.get(self.path, "").encode()
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def attacker() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    # `localhost` is another site than the console's 127.0.0.1, as evil.example would be.
+    yield f"http://localhost:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def form_page(action: str, payload: dict[str, str]) -> str:
+    # The classic text/plain trick: the body reads as the JSON the API expects.
+    raw = json.dumps(payload)
+    name, value = raw[:-2], raw[-2:]
+    return (
+        f'<form method="post" action="{action}" enctype="text/plain">'
+        f"<input type=\"hidden\" name='{name}' value='{value}'>"
+        '<button id="go">Win a prize</button></form>'
+    )
+
+
+def test_a_cross_site_post_is_refused(page: Page, stack: Stack, attacker: str) -> None:
+    functions_port = stack.env["FUNCTIONS_PORT"]
+    payload = {"path": "evil", "language": "python", "code": "return 1"}
+    _Attacker.pages = {
+        "/console": form_page(f"{stack.base}/console/svc/functions/upload", payload),
+        "/direct": form_page(f"http://127.0.0.1:{functions_port}/upload", payload),
+    }
+    for path in ("/console", "/direct"):
+        page.goto(attacker + path)
+        page.locator("#go").click()
+        expect(page.locator("body")).to_contain_text("cross-site request refused")
+    # The same site's other port is refused too (Sec-Fetch-Site: same-site).
+    _Attacker.pages["/near"] = form_page(f"{stack.base}/console/svc/functions/upload", payload)
+    page.goto(attacker.replace("localhost", "127.0.0.1") + "/near")
+    page.locator("#go").click()
+    expect(page.locator("body")).to_contain_text("Sec-Fetch-Site: same-site")
+    assert all(f["path"] != "evil" for f in stack.json("/console/api/functions"))
+    # The same upload from a client that is not a browser page (curl) is stored.
+    assert stack.request("POST", "/console/svc/functions/upload", payload)[0] == 200
