@@ -9,8 +9,9 @@
 | ``GET /console/api/functions`` | stored functions ``[{path, language, versions, latest}]`` |
 | ``GET /console/api/functions/<path>/code`` | one version's code (``?version=N``; the latest) |
 | ``GET /console/api/vm/<id>`` | one VM's details and last task |
+| ``GET /console/api/search/<db>/documents`` | a database's files: indexed or dismissed |
 
-The last three are projections of the events (``readmodels.py``) for what no service route
+The last four are projections of the events (``readmodels.py``) for what no service route
 offers yet. The console holds no state: every answer is read from a service, the store or NATS.
 """
 
@@ -28,7 +29,7 @@ from gateway.console.access import ConsoleAccess, check_exposure
 from gateway.console.feed import EventFeed
 from gateway.console.headers import on_prepare
 from gateway.console.proxy import ServiceProxy
-from gateway.console.readmodels import project_functions, project_vm
+from gateway.console.readmodels import project_documents, project_functions, project_vm
 from gateway.runtime import Runtime
 
 REGISTRY_STREAM = "functions:registry"
@@ -74,6 +75,13 @@ class ReadModels:
             return web.Response(status=404, text=f"VM {vmid} not found")
         return web.json_response(found)
 
+    async def documents(self, request: web.Request) -> web.Response:
+        db = request.match_info["db"]
+        if len(db) > 200:
+            return web.Response(status=400, text="database name too long")
+        records = await self.runtime.store.read_stream(f"search:{db}")
+        return web.json_response(project_documents(records))
+
 
 def mount(app: web.Application, runtime: Runtime) -> None:
     host = runtime.listen.get("status", ("127.0.0.1", 0))[0]
@@ -87,6 +95,7 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     app.router.add_get("/console/api/functions", models.functions)
     app.router.add_get("/console/api/functions/{path:.+}/code", models.code)
     app.router.add_get("/console/api/vm/{id}", models.vm)
+    app.router.add_get("/console/api/search/{db}/documents", models.documents)
     app.router.add_route("*", "/console/svc/{service}/{tail:.*}", proxy.forward)
     app.on_startup.append(proxy.start)
     app.on_cleanup.append(proxy.stop)

@@ -3,7 +3,9 @@ events on each request (the console keeps nothing between requests).
 
 * the stored functions: ``[{path, language, versions, latest}]`` from the registry's stream;
 * one VM's details: what was installed or adopted, its changes since and its last task, from
-  the VM's stream (the live power state comes from ``/api/vm/list``).
+  the VM's stream (the live power state comes from ``/api/vm/list``);
+* a search database's documents: each file of its inbox that was indexed (with its chunks) or
+  dismissed (with the reason), from the database's stream.
 
 Each is a pure function over the records, so what it shows is tested without a server. They are
 shaped like the service routes planned for the same data (``GET /functions``,
@@ -16,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.functions.events import FunctionVersionStored
+from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
 from actors.vm.events import (
     Adopted,
     Disowned,
@@ -116,3 +119,27 @@ def project_vm(vmid: int, records: Iterable[Recorded]) -> dict[str, Any] | None:
     if vm is None or vm.get("state") == "absent":
         return None
     return {**vm, "last_task": _task_summary(task) if task is not None else None}
+
+
+def project_documents(records: Iterable[Recorded]) -> list[dict[str, Any]]:
+    """The files of a database's inbox as indexing last left them, by name."""
+    documents: dict[str, dict[str, Any]] = {}
+    for record in records:
+        event = record.event
+        if isinstance(event, DocumentIndexed):
+            documents[event.source] = {
+                "source": event.source,
+                "status": "indexed",
+                "chunks": event.chunks,
+                "at": record.recorded_at,
+            }
+        elif isinstance(event, DocumentDismissed):
+            documents[event.source] = {
+                "source": event.source,
+                "status": "dismissed",
+                "reason": event.reason,
+                "at": record.recorded_at,
+            }
+        elif isinstance(event, DocumentRemoved):
+            documents.pop(event.source, None)
+    return [documents[source] for source in sorted(documents)]

@@ -39,10 +39,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 CAIRN = str(Path(sys.executable).parent / "cairn")
-# What the search database of every stack holds: one text about foxes, one about clusters.
+# What the search database of every stack holds: one text about foxes, one about clusters, and
+# a file of a kind search does not read.
 DOCUMENTS = {
     "fox.txt": "The quick brown fox jumps over the lazy dog.\n",
     "cluster.txt": "Proxmox clusters keep their VMs on nodes; each node runs qemu guests.\n",
+    "scan.xyz": "not a format search reads\n",
 }
 T = TypeVar("T")
 

@@ -83,7 +83,7 @@ def test_install_a_vm_and_watch_its_stages_arrive(page: Page, stack: Stack) -> N
     expect(row.locator(".badge")).to_have_text("running")
 
 
-def test_stop_and_destroy_a_vm_after_confirming(page: Page, stack: Stack) -> None:
+def test_stop_resize_migrate_start_and_destroy_a_vm_after_confirming(page: Page, stack: Stack) -> None:
     status, _ = stack.request("POST", "/console/svc/vm/api/vm/install",
                               {"os": "ubuntu", "version": "24.04", "name": "doomed"})  # fmt: skip
     assert status == 200
@@ -105,6 +105,31 @@ def test_stop_and_destroy_a_vm_after_confirming(page: Page, stack: Stack) -> Non
     expect(dialog).to_be_hidden()
     assert stack.request("GET", f"/console/svc/vm/api/vm/{vm['vmid']}/status") == (200, "running")
 
+    page.get_by_role("button", name="Stop", exact=True).click()
+    dialog.get_by_role("button", name="Stop").click()
+    expect(state).to_have_text("stopped")
+
+    # Stopped, it can be resized and migrated, each after confirming.
+    details = page.locator("dl.details")
+    page.get_by_label("vCPUs (cores)").fill("4")
+    page.get_by_label("vCPUs (cores)").press("Enter")
+    expect(dialog).to_contain_text("vCPUs: 4 cores")
+    dialog.get_by_role("button", name="Confirm").click()
+    expect(details.locator("div", has_text="vCPUs")).to_contain_text("4")
+    page.get_by_label("To node").select_option("pve2")
+    page.get_by_role("button", name="Migrate").click()
+    expect(dialog).to_contain_text(f"Migrate VM {vm['vmid']} to pve2?")
+    dialog.get_by_role("button", name="Confirm").click()
+    expect(page.locator('li[data-step="migrate > migrating VM"]')).to_have_attribute(
+        "data-status", "success"
+    )
+    expect(details.locator("div", has_text="Node")).to_contain_text("pve2")
+    # Start streams its task here, stage by stage, until SSH answers.
+    page.get_by_role("button", name="Start").click()
+    expect(page.locator('li[data-step="start > waiting for ready"]')).to_have_attribute(
+        "data-status", "success"
+    )
+    expect(state).to_have_text("running")
     page.get_by_role("button", name="Stop", exact=True).click()
     dialog.get_by_role("button", name="Stop").click()
     expect(state).to_have_text("stopped")
@@ -179,6 +204,14 @@ def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -
     wait_until(ready, timeout=60, what="the notes database to be embedded")
     page.goto(stack.url("search"))
     expect(page.locator('tr[data-db="notes"]')).to_contain_text("notes")
+    # Its documents, from the indexer's events: what was indexed, what was not, and why.
+    documents = page.locator('details[data-documents="notes"]')
+    expect(documents.locator("summary")).to_have_text("notes: 2 documents, 1 dismissed")
+    documents.locator("summary").click()
+    expect(documents.locator("tr", has_text="cluster.txt")).to_contain_text("s ago")
+    expect(documents.locator("tr", has_text="scan.xyz")).to_contain_text(
+        "not indexed: unsupported file type '.xyz'"
+    )
     page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
     page.get_by_label("Query").fill("fox")
     page.get_by_label("keyword").check()

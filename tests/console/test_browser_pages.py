@@ -31,6 +31,14 @@ UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, bu
   .map((el) => el.outerHTML.slice(0, 120))"""
 
 
+REPORT = """const name: string = event.name ?? "world";
+for (const step of ["fetch", "render", "publish"]) {
+  console.log(`${step}: done`);
+}
+return { greeting: `hello ${name}`, steps: 3 };
+"""
+
+
 def png(width: int, height: int, colour: tuple[int, int, int]) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), colour).save(out, "PNG")
@@ -48,7 +56,7 @@ def seeded(stack: Stack) -> Stack:
     status, _ = stack.request(
         "POST",
         "/console/svc/functions/upload",
-        {"path": "reports/daily", "language": "typescript", "code": "return 1"},
+        {"path": "reports/daily", "language": "typescript", "code": REPORT},
     )
     assert status == 200
     for name, size, colour in (

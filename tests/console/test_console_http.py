@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from actors.images.events import stored
+from actors.search.events import DocumentDismissed
 from events.nats_server import free_port
 from gateway import services as catalogue
 from gateway.config import ConfigError
@@ -238,6 +239,15 @@ async def test_stored_functions_and_their_code_from_the_events(console: Console)
     assert (status, text) == (404, "assign version not found")
     status, text, _ = await console.get("/console/api/functions/nope/code")
     assert (status, text) == (404, "script not found")
+
+
+async def test_a_databases_documents_from_its_events(console: Console) -> None:
+    dismissed = DocumentDismissed(db="notes", source="x.bin", reason="unreadable")
+    await console.runtime.store.append("search:notes", 0, [dismissed])
+    status, body, _ = await console.get("/console/api/search/notes/documents")
+    assert status == 200
+    assert [(d["source"], d["status"]) for d in json.loads(body)] == [("x.bin", "dismissed")]
+    assert (await console.get("/console/api/search/empty/documents"))[:2] == (200, "[]")
 
 
 async def test_a_vm_that_is_not_there(console: Console) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actors.functions.events import version_stored
+from actors.search.events import DocumentDismissed, DocumentIndexed, DocumentRemoved
 from actors.vm.events import (
     Adopted,
     Disowned,
@@ -15,7 +16,7 @@ from actors.vm.events import (
 )
 from events.model import Event
 from events.store import Recorded
-from gateway.console.readmodels import project_functions, project_vm
+from gateway.console.readmodels import project_documents, project_functions, project_vm
 
 
 def history(*events: Event, stream: str = "vm:150") -> list[Recorded]:
@@ -148,4 +149,27 @@ def test_functions_by_path_with_their_versions() -> None:
          "updated_at": 1002.0},
         {"path": "b", "versions": [10, 12], "language": "typescript", "latest": 12, "size": 7,
          "updated_at": 1003.0},
+    ]  # fmt: skip
+
+
+def test_documents_as_indexing_last_left_them() -> None:
+    def indexed(source: str, chunks: int) -> DocumentIndexed:
+        return DocumentIndexed(
+            db="notes", source=source, sha256="0" * 64, chunks=chunks, embedded=chunks, retired=0
+        )
+
+    records = history(
+        indexed("b.md", 3),
+        indexed("a.txt", 1),
+        DocumentDismissed(db="notes", source="c.exe", reason="unsupported file type '.exe'"),
+        indexed("b.md", 5),  # edited: indexed again
+        indexed("gone.txt", 2),
+        DocumentRemoved(db="notes", source="gone.txt", retired=2),
+        stream="search:notes",
+    )
+    assert project_documents(records) == [
+        {"source": "a.txt", "status": "indexed", "chunks": 1, "at": 1002.0},
+        {"source": "b.md", "status": "indexed", "chunks": 5, "at": 1004.0},
+        {"source": "c.exe", "status": "dismissed", "reason": "unsupported file type '.exe'",
+         "at": 1003.0},
     ]  # fmt: skip

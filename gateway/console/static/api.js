@@ -122,6 +122,7 @@ export const api = {
 
   // Search (docs/search.md)
   databases: () => getJson(svc("search", "api/list")),
+  documents: (db) => getJson(`/console/api/search/${encodeURIComponent(db)}/documents`),
   // Indexing progress per database; null where this search service has no status route.
   searchStatus: async () => {
     try {

@@ -3,6 +3,7 @@
 import { html, useState } from "../lib.js";
 import { api } from "../api.js";
 import { useEvents } from "../feed.js";
+import { count } from "../format.js";
 import { ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
 
 function Progress({ status }) {
@@ -15,11 +16,39 @@ function Progress({ status }) {
     </label>`;
 }
 
-function Databases({ list, statuses }) {
+function Documents({ db, documents }) {
+  if (!documents) return null;
+  const indexed = documents.filter((d) => d.status === "indexed");
+  return html`
+    <details data-documents=${db}>
+      <summary>${db}: ${count(indexed.length, "document")}${indexed.length < documents.length
+        ? `, ${documents.length - indexed.length} dismissed` : ""}</summary>
+      <div class="table"><table>
+        <thead><tr><th scope="col">File</th><th scope="col" class="num">Chunks</th>
+          <th scope="col">Indexed</th></tr></thead>
+        <tbody>${documents.map((d) => html`
+          <tr key=${d.source}>
+            <td><code>${d.source}</code></td>
+            <td class="num">${d.status === "indexed" ? d.chunks : "—"}</td>
+            <td>${d.status === "indexed" ? html`<${TimeAgo} when=${d.at} />`
+              : html`<span class="error">not indexed: ${d.reason}</span>`}</td>
+          </tr>`)}
+        </tbody>
+      </table></div>
+    </details>`;
+}
+
+function Databases({ list, statuses, documents }) {
   const byDb = new Map((statuses || []).map((s) => [s.db, s]));
   if (list.registered.length === 0) {
     return html`<p class="muted">No databases. Add one with <code>cairn search add NAME</code>, then drop files into <code>inbox/NAME/</code>.</p>`;
   }
+  const counted = (db) => {
+    const status = byDb.get(db);
+    if (status) return status.documents;
+    const docs = documents[db];
+    return docs ? docs.filter((d) => d.status === "indexed").length : "—";
+  };
   return html`
     <div class="table"><table>
       <thead><tr><th scope="col">Database</th><th scope="col">Registered</th><th scope="col">State</th>
@@ -32,11 +61,12 @@ function Databases({ list, statuses }) {
             <td>${entry.db}</td>
             <td><${TimeAgo} when=${entry.createAt} /></td>
             <td>${loaded ? status?.state || "loaded" : html`<span title="loaded at the next start">registered</span>`}</td>
-            <td class="num">${status ? status.documents : "—"}</td>
+            <td class="num">${counted(entry.db)}</td>
             <td><${Progress} status=${status} /></td>
           </tr>`;
       })}</tbody>
-    </table></div>`;
+    </table></div>
+    ${list.registered.map((entry) => html`<${Documents} key=${entry.db} db=${entry.db} documents=${documents[entry.db]} />`)}`;
 }
 
 function Groups({ groups }) {
@@ -63,8 +93,14 @@ function Results({ results }) {
 export function SearchPage() {
   const list = useLoad(api.databases);
   const status = useLoad(api.searchStatus);
+  const registered = (list.data?.registered || []).map((e) => e.db);
+  const documents = useLoad(async () => {
+    const found = {};
+    for (const db of registered) found[db] = await api.documents(db);
+    return found;
+  }, [registered.join("\n")]);
   const [statuses, setStatuses] = useState(null);
-  const refresh = useThrottled(() => { list.reload(); status.reload(); }, 2000);
+  const refresh = useThrottled(() => { list.reload(); status.reload(); documents.reload(); }, 2000);
   useEvents((event) => {
     if (event.type === "search.progress") {
       setStatuses((current) => {
@@ -103,7 +139,9 @@ export function SearchPage() {
     <section aria-labelledby="dbs-h">
       <h2 id="dbs-h">Databases</h2>
       <${ErrorNote} error=${list.error} />
-      ${list.data ? html`<${Databases} list=${list.data} statuses=${shownStatuses} />` : null}
+      <${ErrorNote} error=${documents.error} />
+      ${list.data ? html`<${Databases} list=${list.data} statuses=${shownStatuses}
+                                       documents=${documents.data || {}} />` : null}
     </section>
     <section aria-labelledby="query-h">
       <h2 id="query-h">Search a database</h2>
