@@ -26,6 +26,8 @@ def test_the_product_list_holds_no_test_only_debian_package() -> None:
     assert "bubblewrap" in product
     # nginx would start on port 80 of a Proxmox node the moment it is installed.
     assert "nginx-light" in dev
+    # The console's browser tests need a browser; running cairn does not.
+    assert "chromium" in dev and "chromium" not in product
     assert not product & dev
 
 
@@ -46,9 +48,13 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     assert (bin_dir / "cairn").exists()
     assert not (bin_dir / "pytest").exists()
     assert not (bin_dir / "ruff").exists()
+    assert not (bin_dir / "playwright").exists()
     modules = clone / "ops" / "node_modules"
     assert (modules / "esbuild").is_dir()
     assert not (modules / "tsx").exists()
+    # The web console's front end is part of the product, served from here.
+    assert (modules / "htm" / "preact" / "standalone.module.js").is_file()
+    assert (modules / "@picocss" / "pico" / "css" / "pico.min.css").is_file()
     # A second run finds nothing missing and installs nothing.
     again = subprocess.run(
         [str(clone / "ops" / "setup")], env=env, capture_output=True, text=True, timeout=120
