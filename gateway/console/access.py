@@ -12,7 +12,6 @@ start there unless ``ALLOW_IPS`` says who may (the VM service's own rule).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -20,6 +19,7 @@ from aiohttp import web
 from gateway.config import ConfigError, env_list, env_networks
 from gateway.crosssite import SAFE_METHODS
 from gateway.vm import FORBIDDEN, ClientFilter
+from gateway.vm import _is_loopback as is_loopback  # the VM service's own exposure rule
 
 _ALLOW_ALL = ("0.0.0.0", "0.0.0.0/0")
 
@@ -30,15 +30,6 @@ def client_filter(env: Mapping[str, str]) -> ClientFilter:
     return ClientFilter(
         env_networks(env, "ALLOW_IPS"), env_networks(env, "TRUSTED_PROXIES"), allow_all
     )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, env: Mapping[str, str]) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import attrs
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Route
 
-from events.nats_server import free_port
+from tests.gateway.test_cli_up import up_env
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -132,15 +132,8 @@ class Stack:
 
 def start_stack(root: Path, databases: dict[str, dict[str, str]] | None = None) -> Stack:
     root.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env = up_env(root)  # its own data, config, inbox and free ports, as `cairn up` tests use
     env.update(
-        CAIRN_DATA=str(root / "data"),
-        XDG_CONFIG_HOME=str(root / "config"),
-        SEARCH_INBOX=str(root / "inbox"),
-        CAIRN_PORT=str(free_port()),
-        VM_PORT=str(free_port()),
-        FUNCTIONS_PORT=str(free_port()),
-        IMAGES_PORT=str(free_port()),
         PVESIM_DELAY_SCALE="0",
         VM_SSH_POLL="0.05",
         VM_POLL_INTERVAL="1",

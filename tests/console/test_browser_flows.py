@@ -83,7 +83,9 @@ def test_install_a_vm_and_watch_its_stages_arrive(page: Page, stack: Stack) -> N
     expect(row.locator(".badge")).to_have_text("running")
 
 
-def test_stop_resize_migrate_start_and_destroy_a_vm_after_confirming(page: Page, stack: Stack) -> None:
+def test_stop_resize_migrate_start_and_destroy_a_vm_after_confirming(
+    page: Page, stack: Stack
+) -> None:
     status, _ = stack.request("POST", "/console/svc/vm/api/vm/install",
                               {"os": "ubuntu", "version": "24.04", "name": "doomed"})  # fmt: skip
     assert status == 200
