@@ -54,6 +54,8 @@ RESPONSE_HEADERS = (
     "X-Accel-Buffering",
     "X-VM-Id",
     "X-Task-Id",
+    "X-Function-Version",
+    "X-Function-Language",
 )
 CHUNK = 64 * 1024
 

@@ -196,6 +196,16 @@ def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack:
     page.goto(stack.url("functions"))
     expect(page.locator("tr", has_text="demo/greet")).to_contain_text("2 versions")
 
+    # Deleted after confirming: every version goes.
+    page.get_by_role("link", name="demo/greet").click()
+    page.get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete demo/greet?")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.get_by_text("demo/greet deleted, with every version")).to_be_visible()
+    paths = [f["path"] for f in stack.json("/console/svc/functions/functions")["functions"]]
+    assert "demo/greet" not in paths
+
 
 def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -> None:
     # Both documents indexed and embedded (the inbox is read at start-up, in the background).
@@ -343,6 +353,7 @@ def test_a_cross_site_post_is_refused(page: Page, stack: Stack, attacker: str) -
     page.goto(attacker.replace("localhost", "127.0.0.1") + "/near")
     page.locator("#go").click()
     expect(page.locator("body")).to_contain_text("Sec-Fetch-Site: same-site")
-    assert all(f["path"] != "evil" for f in stack.json("/console/api/functions"))
+    stored = stack.json("/console/svc/functions/functions")["functions"]
+    assert all(f["path"] != "evil" for f in stored)
     # The same upload from a client that is not a browser page (curl) is stored.
     assert stack.request("POST", "/console/svc/functions/upload", payload)[0] == 200

@@ -123,6 +123,15 @@ async def test_forwarding_keeps_status_messages_bodies_and_encoded_paths(
     # A service's own refusal, status and message, unchanged.
     async with console.http.post(f"{svc}/functions/upload", data=b"{") as resp:
         assert (resp.status, await resp.text()) == (400, "Invalid request payload")
+    # The headers an answer carries its facts in.
+    async with console.http.post(
+        f"{svc}/functions/upload", json={"path": "f", "language": "python", "code": "return 1"}
+    ) as resp:
+        version = (await resp.json())["version"]
+    async with console.http.get(f"{svc}/functions/code/f") as resp:
+        assert await resp.text() == "return 1"
+        assert resp.headers["X-Function-Version"] == str(version)
+        assert resp.headers["X-Function-Language"] == "python"
     # A multipart upload streamed through, then listed, read and deleted.
     form = aiohttp.FormData(quote_fields=False)  # names as browsers send them
     form.add_field("filepath", encoded("PNG", (6, 4)), filename="a b%.png")
@@ -209,38 +218,6 @@ async def test_beyond_loopback_the_console_needs_allow_ips(runtime: Runtime) -> 
     await catalogue.build_app(catalogue.load("status"), runtime)
 
 
-async def test_stored_functions_and_their_code_from_the_events(console: Console) -> None:
-    svc = console.base + "/console/svc/functions"
-    versions = []
-    for code in ("return 1\n", "return 2\n"):
-        async with console.http.post(
-            f"{svc}/upload", json={"path": "/a/b", "language": "python", "code": code}
-        ) as resp:
-            versions.append((await resp.json())["version"])
-    async with console.http.post(
-        f"{svc}/upload", json={"path": "z", "language": "javascript", "code": "return 3"}
-    ) as resp:
-        assert resp.status == 200
-    status, body, _ = await console.get("/console/api/functions")
-    listed = json.loads(body)
-    first = listed[0]
-    assert (first["path"], first["language"], first["versions"], first["latest"]) == (
-        "a/b",
-        "python",
-        versions,
-        versions[1],
-    )
-    assert [f["path"] for f in listed] == ["a/b", "z"]
-    status, code, headers = await console.get("/console/api/functions/a/b/code")
-    assert (status, code, headers["X-Function-Version"]) == (200, "return 2\n", str(versions[1]))
-    status, code, _ = await console.get(f"/console/api/functions/a/b/code?version={versions[0]}")
-    assert (status, code) == (200, "return 1\n")
-    status, text, _ = await console.get("/console/api/functions/a/b/code?version=7")
-    assert (status, text) == (404, "assign version not found")
-    status, text, _ = await console.get("/console/api/functions/nope/code")
-    assert (status, text) == (404, "script not found")
-
-
 async def test_a_databases_documents_from_its_events(console: Console) -> None:
     dismissed = DocumentDismissed(db="notes", source="x.bin", reason="unreadable")
     await console.runtime.store.append("search:notes", 0, [dismissed])
@@ -248,11 +225,6 @@ async def test_a_databases_documents_from_its_events(console: Console) -> None:
     assert status == 200
     assert [(d["source"], d["status"]) for d in json.loads(body)] == [("x.bin", "dismissed")]
     assert (await console.get("/console/api/search/empty/documents"))[:2] == (200, "[]")
-
-
-async def test_a_vm_that_is_not_there(console: Console) -> None:
-    assert (await console.get("/console/api/vm/123"))[:2] == (404, "VM 123 not found")
-    assert (await console.get("/console/api/vm/x1"))[:2] == (400, "invalid VM id 'x1'")
 
 
 async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[tuple[str, Any]]:

@@ -1,9 +1,8 @@
 // The console's client module: every HTTP call the pages make, in one place.
 //
 // Service calls go to /console/svc/<service>/<the service's own path>, which the console
-// forwards to that service's API as it is; read models no service offers yet come from
-// /console/api/… (projections of the events). When a service grows the route (GET /api/vm/<id>,
-// GET /functions, GET /runtimes), only this file changes.
+// forwards to that service's API as it is; the one read model no service offers (a search
+// database's documents) comes from /console/api/…, a projection of the events.
 //
 // A failed call throws an ApiError carrying the service's own status and message, which the
 // pages show where the call was made.
@@ -81,7 +80,6 @@ export async function* stream(url, options = {}) {
   }
 }
 
-export const LANGUAGES = ["python", "javascript", "typescript"];
 export const OS_VERSIONS = {
   debian: ["12", "13", "11"],
   ubuntu: ["24.04", "22.04", "20.04"],
@@ -89,11 +87,16 @@ export const OS_VERSIONS = {
 };
 
 export const api = {
-  status: () => getJson("/status"),
+  // The gateway's own /status: 503 when something is down, with the same body.
+  status: async () => {
+    const response = await fetch("/status");
+    if (response.ok || response.status === 503) return response.json();
+    throw await failure(response);
+  },
 
   // VMs (the VM service, docs/vm.md)
   vms: () => getJson(svc("vm", "api/vm/list")),
-  vm: (id) => getJson(`/console/api/vm/${encodeURIComponent(id)}`), // becomes GET /api/vm/<id>
+  vm: (id) => getJson(svc("vm", `api/vm/${encodeURIComponent(id)}`)),
   install: (body, signal) => stream(svc("vm", "api/vm/install"), { json: body, signal }),
   streamed: (id, action, body, signal) =>
     stream(svc("vm", `api/vm/${id}/${action}`), { json: body, signal }),
@@ -102,11 +105,14 @@ export const api = {
   task: (id, signal) => stream(svc("vm", `api/vm/${id}/task`), { method: "GET", signal }),
 
   // Functions (docs/functions.md)
-  functions: () => getJson("/console/api/functions"), // becomes GET /functions
-  languages: async () => LANGUAGES, // becomes GET /runtimes
+  functions: async () => (await getJson(svc("functions", "functions"))).functions,
+  languages: async () => {
+    const runtimes = await getJson(svc("functions", "runtimes"));
+    return [...new Set(runtimes.map((r) => r.language))];
+  },
   code: async (path, version) => {
     const query = version ? `?version=${encodeURIComponent(version)}` : "";
-    const response = await send(`/console/api/functions/${encodePath(path)}/code${query}`);
+    const response = await send(svc("functions", `code/${encodePath(path)}${query}`));
     return {
       code: await response.text(),
       version: Number(response.headers.get("X-Function-Version")),
@@ -114,6 +120,8 @@ export const api = {
     };
   },
   upload: (fn) => getJson(svc("functions", "upload"), { method: "POST", json: fn }),
+  deleteFunction: (path) =>
+    getJson(svc("functions", `functions/${encodePath(path)}`), { method: "DELETE" }),
   run: (path, input, signal, version = null) =>
     stream(svc("functions", `run/${encodePath(path)}${version ? `?version=${version}` : ""}`), {
       json: { input, stream: true },

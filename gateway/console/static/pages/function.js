@@ -2,9 +2,10 @@
 // while its output streams in.
 
 import { html, useEffect, useRef, useState } from "../lib.js";
-import { api, encodePath, LANGUAGES } from "../api.js";
+import { api, encodePath } from "../api.js";
 import { absolute } from "../format.js";
-import { ErrorNote, useLoad } from "../ui.js";
+import { Confirm, ErrorNote, useLoad } from "../ui.js";
+import { LanguageSelect } from "./functions.js";
 
 function Run({ path, version }) {
   const [input, setInput] = useState('{"name": "cairn"}');
@@ -85,10 +86,7 @@ function Editor({ path, shown, onStored }) {
   return html`
     <form onSubmit=${save} aria-labelledby="code-h">
       <h2 id="code-h">Code</h2>
-      <label>Language
-        <select value=${language} onChange=${(e) => setLanguage(e.target.value)}>
-          ${LANGUAGES.map((l) => html`<option value=${l}>${l}</option>`)}
-        </select></label>
+      <${LanguageSelect} value=${language} onChange=${setLanguage} />
       <label>Code of version ${shown.version}
         <textarea class="code" rows="12" spellcheck="false" value=${code}
           onInput=${(e) => setCode(e.target.value)}></textarea></label>
@@ -103,16 +101,37 @@ function Editor({ path, shown, onStored }) {
 export function FunctionPage({ path, version }) {
   const functions = useLoad(api.functions);
   const shown = useLoad(() => api.code(path, version), [path, version]);
+  const [asking, setAsking] = useState(false);
+  const [deleted, setDeleted] = useState(null);
+  const [error, setError] = useState(null);
   const fn = functions.data?.find((f) => f.path === path);
   const versions = fn ? [...fn.versions].reverse() : [];
   const choose = (e) => {
     const v = e.target.value;
     location.hash = `#/function/${encodePath(path)}${v && Number(v) !== fn.latest ? `?version=${v}` : ""}`;
   };
+  const remove = async () => {
+    setAsking(false);
+    setError(null);
+    try {
+      await api.deleteFunction(path);
+      setDeleted(path);
+    } catch (err) {
+      setError(err);
+    }
+  };
+  if (deleted) {
+    return html`
+      <h1 tabindex="-1">${path}</h1>
+      <p class="ok" role="status">${path} deleted, with every version. <a href="#/functions">All functions</a></p>`;
+  }
   return html`
-    <h1 tabindex="-1">${path}</h1>
+    <div class="title-row">
+      <h1 tabindex="-1">${path}</h1>
+      ${fn ? html`<button type="button" class="danger" onClick=${() => setAsking(true)}>Delete</button>` : null}
+    </div>
     <p><a href="#/functions">← All functions</a></p>
-    <${ErrorNote} error=${shown.error || functions.error} />
+    <${ErrorNote} error=${error || shown.error || functions.error} />
     ${fn ? html`
       <label class="inline">Version
         <select value=${shown.data?.version || fn.latest} onChange=${choose}>
@@ -122,5 +141,9 @@ export function FunctionPage({ path, version }) {
       <div>${shown.data ? html`<${Editor} path=${path} shown=${shown.data}
             onStored=${() => { functions.reload(); location.hash = `#/function/${encodePath(path)}`; shown.reload(); }} />` : null}</div>
       <div><${Run} path=${path} version=${version} /></div>
-    </div>`;
+    </div>
+    <${Confirm} open=${asking} title=${`Delete ${path}?`} action="Delete" danger
+                onCancel=${() => setAsking(false)} onConfirm=${remove}>
+      <p>Every version of it goes; runs of it then answer "script not found".</p>
+    </${Confirm}>`;
 }

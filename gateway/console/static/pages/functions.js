@@ -1,7 +1,7 @@
 // Stored functions, and a form to store a new one.
 
 import { html, useState } from "../lib.js";
-import { api, encodePath, LANGUAGES } from "../api.js";
+import { api, encodePath } from "../api.js";
 import { useEvents } from "../feed.js";
 import { count } from "../format.js";
 import { ErrorNote, TimeAgo, useLoad } from "../ui.js";
@@ -11,6 +11,18 @@ export const SAMPLE = {
   javascript: 'const name = event.name ?? "world";\nconsole.log("greeting", name);\nreturn { hello: name };\n',
   typescript: 'const name: string = event.name ?? "world";\nconsole.log("greeting", name);\nreturn { hello: name };\n',
 };
+
+// The languages the runner hosts run (GET /runtimes); the current one until they answer.
+export function LanguageSelect({ value, onChange }) {
+  const languages = useLoad(api.languages);
+  const list = languages.data || [value];
+  return html`
+    <label>Language
+      <select name="language" value=${value} onChange=${(e) => onChange(e.target.value)}>
+        ${list.map((l) => html`<option value=${l}>${l}</option>`)}
+      </select></label>
+    <${ErrorNote} error=${languages.error} />`;
+}
 
 export function NewFunction({ onStored }) {
   const [language, setLanguage] = useState("python");
@@ -36,14 +48,10 @@ export function NewFunction({ onStored }) {
       <h2 id="new-h">Store a function</h2>
       <div class="grid-form">
         <label>Path <input name="path" required placeholder="greet/hello" autocomplete="off" /></label>
-        <label>Language
-          <select name="language" value=${language} onChange=${(e) => {
-            const next = e.target.value;
-            if (code === SAMPLE[language]) setCode(SAMPLE[next]);
-            setLanguage(next);
-          }}>
-            ${LANGUAGES.map((l) => html`<option value=${l}>${l}</option>`)}
-          </select></label>
+        <div><${LanguageSelect} value=${language} onChange=${(next) => {
+          if (code === SAMPLE[language] && SAMPLE[next]) setCode(SAMPLE[next]);
+          setLanguage(next);
+        }} /></div>
       </div>
       <label>Code <textarea name="code" class="code" rows="8" spellcheck="false"
         value=${code} onInput=${(e) => setCode(e.target.value)}></textarea></label>

@@ -9,23 +9,32 @@ import { summary } from "./events.js";
 import { VM_CHANGES } from "./vms.js";
 
 function Services({ status }) {
-  const healthy = status.health.length === 1 && status.health[0] === "ok";
+  const up = status.status === "up";
+  const cluster = status.services.vm?.cluster;
   return html`
     <section aria-labelledby="services-h">
       <h2 id="services-h">Services</h2>
-      <p class=${healthy ? "ok" : "error"} role="status">
-        ${healthy ? "Healthy." : status.health.join("; ")}
+      <p class=${up ? "ok" : "error"} role="status">
+        ${up ? "Every service is up." : status.problems.length ? status.problems.join("; ") : "Something is down."}
       </p>
       <div class="table"><table>
-        <thead><tr><th scope="col">Service</th><th scope="col">Address</th></tr></thead>
+        <thead><tr><th scope="col">Service</th><th scope="col">State</th><th scope="col">Address</th></tr></thead>
         <tbody>
-          ${Object.entries(status.services).map(([name, url]) => html`
-            <tr><td>${name}</td><td><code>${url}</code></td></tr>`)}
+          ${Object.entries(status.services).map(([name, service]) => {
+            const notes = [...(service.problems || []), ...(service.warnings || [])];
+            return html`
+              <tr data-service=${name}>
+                <td>${name}</td>
+                <td><span class=${`badge ${service.status === "up" ? "ok" : "bad"}`}>${service.status}</span>
+                  ${notes.length ? html`<br /><small class="error">${notes.join("; ")}</small>` : null}</td>
+                <td><code>${service.url}</code></td>
+              </tr>`;
+          })}
         </tbody>
       </table></div>
       <p class="muted">
         Message bus ${status.bus.connected ? "connected" : "disconnected"}
-        ${status.vm ? ` · ${status.vm.cluster} cluster` : ""}
+        ${cluster ? ` · ${cluster} cluster` : ""}
         ${status.quarantined && status.quarantined.length
           ? ` · ${count(status.quarantined.length, "quarantined stream")}` : ""}
       </p>

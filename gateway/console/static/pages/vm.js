@@ -27,6 +27,11 @@ const ACTIONS = {
   },
 };
 
+function taskOutcome(task) {
+  if (task.ok === null || task.ok === undefined) return "running";
+  return task.ok ? "done" : "failed";
+}
+
 function Details({ vm }) {
   const rows = [
     ["State", html`<${StateBadge} state=${vm.state} />`],
@@ -85,11 +90,10 @@ export function VmDetail({ id }) {
   const [asking, setAsking] = useState(null);
   const abort = useRef(null);
   useEffect(() => () => abort.current?.abort(), []);
-  useEvents(() => { detail.reload(); list.reload(); }, (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
+  useEvents(() => detail.reload(), (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
 
-  const live = list.data?.list.find((vm) => String(vm.vmid) === String(id));
   const gone = detail.error?.status === 404;
-  const vm = detail.data && !gone ? { ...detail.data, ...(live || {}) } : null;
+  const vm = detail.data && !gone ? detail.data : null;
   const state = vm?.state;
 
   const follow = async (iterator) => {
@@ -110,7 +114,7 @@ export function VmDetail({ id }) {
   };
 
   // A task started elsewhere (another tab, the API, an install): follow it here.
-  const runningTask = vm?.last_task?.status === "running" ? vm.last_task.task : null;
+  const runningTask = vm?.task || null;
   useEffect(() => {
     if (runningTask && !streaming) follow((signal) => api.task(id, signal));
   }, [runningTask]);
@@ -193,7 +197,7 @@ export function VmDetail({ id }) {
     ${records.length || streaming ? html`<${TaskStages} records=${records} running=${streaming} />` : vm?.last_task ? html`
       <section aria-labelledby="last-h">
         <h2 id="last-h">Last task</h2>
-        <p>${vm.last_task.command}: ${vm.last_task.status}
+        <p>${vm.last_task.command}: ${taskOutcome(vm.last_task)}
           ${vm.last_task.ended_at ? html` · <${TimeAgo} when=${vm.last_task.ended_at} />` : null}
           ${vm.last_task.error ? html`<br /><span class="error">${vm.last_task.error}</span>` : null}</p>
       </section>` : null}
