@@ -113,7 +113,9 @@ class ServiceProxy:
         headers = CIMultiDict(
             (name, value) for name in REQUEST_HEADERS for value in request.headers.getall(name, ())
         )
-        headers["X-Forwarded-For"] = request.remote or ""
+        # The browser's address as the console's own ALLOW_IPS check saw it (behind a trusted
+        # proxy, the address that proxy forwarded), for the service's log and its own check.
+        headers["X-Forwarded-For"] = self.access.filter.client(request)
         body = None
         if request.method not in SAFE_METHODS and request.body_exists:
             body = request.content.iter_chunked(CHUNK)

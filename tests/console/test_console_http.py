@@ -260,3 +260,33 @@ async def test_the_event_feed_sends_the_latest_then_live_events_and_resumes(
         assert missed["data"]["path"] == "missed.png"
     async with console.http.get(url, headers={"Last-Event-ID": "yesterday"}) as resp:
         assert (resp.status, await resp.text()) == (400, "Last-Event-ID: must be an event position")
+
+
+async def test_behind_a_trusted_proxy_the_browsers_address_decides_and_goes_along(
+    runtime: Runtime,
+) -> None:
+    """nginx in front (docs/deploy.md): the console believes its X-Forwarded-For, checks
+    ALLOW_IPS against the browser's address, and hands that address to the VM service, whose
+    own check (trusting the console on loopback) passes for the same reason."""
+    runtime.env = {
+        **runtime.env,
+        "ALLOW_IPS": "10.1.2.3",
+        "TRUSTED_PROXIES": "127.0.0.1",
+    }
+    servers: list[TestServer] = []
+    sim = attrs.evolve(runtime, flags=frozenset({"sim"}))
+    vm = await catalogue.build_app(catalogue.load("vm"), sim)
+    runtime.listen["vm"] = ("127.0.0.1", await serve(vm, servers))
+    port = await serve(await catalogue.build_app(catalogue.load("status"), runtime), servers)
+    url = f"http://127.0.0.1:{port}/console/svc/vm/api/vm/999/stop"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, headers={"X-Forwarded-For": "10.1.2.3"}) as resp:
+                # Past both checks: the VM service's own answer about the VM.
+                assert (resp.status, await resp.text()) == (404, "VM 999 not found")
+            async with http.post(url, headers={"X-Forwarded-For": "10.9.9.9"}) as resp:
+                assert resp.status == 403
+                assert "(client address 10.9.9.9)" in await resp.text()
+    finally:
+        for server in reversed(servers):
+            await server.close()
