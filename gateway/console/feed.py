@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from nats.aio.client import Client
 
+from events.bus import BUS_DOWN
 from events.relay import wire_payload
 from events.store import EventStore
 from events.subjects import EVENT_SUBJECT_PREFIX
@@ -62,6 +63,9 @@ class EventFeed:
         after = parse_after(header)
         if header is not None and after is None:
             return web.Response(status=400, text="Last-Event-ID: must be an event position")
+        if not self.nc.is_connected:
+            # The browser's EventSource tries again by itself (with Last-Event-ID).
+            return web.Response(status=503, text=BUS_DOWN)
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
         async def on_msg(msg: Any) -> None:

@@ -18,12 +18,14 @@ from aiohttp.test_utils import TestServer
 
 from actors.images.events import stored
 from actors.search.events import DocumentDismissed
-from events.nats_server import free_port
+from events.bus import BUS_DOWN
+from events.nats_server import EmbeddedNats, free_port
 from gateway import services as catalogue
 from gateway.config import ConfigError
 from gateway.console import assets
 from gateway.console.headers import CSP
 from gateway.runtime import Runtime
+from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV
 from tests.images.imagedata import encoded
 
@@ -290,3 +292,16 @@ async def test_behind_a_trusted_proxy_the_browsers_address_decides_and_goes_alon
     finally:
         for server in reversed(servers):
             await server.close()
+
+
+async def test_while_nats_is_down_the_feed_says_so_and_comes_back(
+    console: Console, nats_server: EmbeddedNats
+) -> None:
+    await nats_server.stop()
+    await wait_for(lambda: not console.runtime.nc.is_connected, what="the client to notice")
+    status, text, _ = await console.get("/console/events")
+    assert (status, text) == (503, BUS_DOWN)
+    await nats_server.start()  # same port: the client reconnects by itself
+    await wait_for(lambda: console.runtime.nc.is_connected, timeout=30, what="the reconnect")
+    async with console.http.get(console.base + "/console/events") as resp:
+        assert resp.status == 200
