@@ -254,7 +254,7 @@ def png(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-def test_upload_an_image_see_its_thumbnail_and_delete_it(
+def test_upload_an_image_see_its_thumbnail_delete_it_and_drop_another(
     page: Page, stack: Stack, tmp_path: Path
 ) -> None:
     picture = tmp_path / "sunset.png"
@@ -285,6 +285,20 @@ def test_upload_an_image_see_its_thumbnail_and_delete_it(
     expect(tile).to_have_count(0)
     expect(page.get_by_text("This folder is empty.")).to_be_visible()
     assert stack.json("/console/svc/images/ls/holiday/2026")["entries"] == []
+
+    # Dropped onto the page instead: the same upload, into the folder shown.
+    dropped = page.evaluate_handle(
+        """bytes => {
+            const files = new DataTransfer();
+            files.items.add(new File([new Uint8Array(bytes)], "dropped.png", {type: "image/png"}));
+            return files;
+        }""",
+        list(png(200, 100)),
+    )
+    page.dispatch_event("label.drop", "drop", {"dataTransfer": dropped})
+    expect(page.locator('li.tile[data-name="dropped.png"] img.thumb')).to_be_visible()
+    listed = stack.json("/console/svc/images/ls/holiday/2026")["entries"]
+    assert [(e["name"], e["type"]) for e in listed] == [("dropped.png", "image/png")]
 
 
 def test_an_upload_the_service_refuses_shows_its_message(
