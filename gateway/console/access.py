@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from gateway.config import ConfigError, env_list, env_networks
+from actors.config import ConfigError, env_list, env_networks
 from gateway.crosssite import SAFE_METHODS
 from gateway.vm import FORBIDDEN, ClientFilter
 from gateway.vm import _is_loopback as is_loopback  # the VM service's own exposure rule

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors.platform import Runtime
 from gateway.console import assets
 from gateway.console.access import ConsoleAccess, check_exposure
 from gateway.console.feed import EventFeed
 from gateway.console.headers import on_prepare
 from gateway.console.proxy import ServiceProxy
 from gateway.console.readmodels import project_documents
-from gateway.runtime import Runtime
 
 
 class ReadModels:

@@ -215,7 +215,11 @@ def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -
 
     wait_until(ready, timeout=60, what="the notes database to be embedded")
     page.goto(stack.url("search"))
-    expect(page.locator('tr[data-db="notes"]')).to_contain_text("notes")
+    row = page.locator('tr[data-db="notes"]')
+    # The search service's own progress report: both files searchable, every chunk embedded.
+    expect(row.locator("td.num")).to_have_text("2")
+    expect(row).to_contain_text("2 of 2 chunks embedded")
+    expect(row).to_contain_text("idle")
     # Its documents, from the indexer's events: what was indexed, what was not, and why.
     documents = page.locator('details[data-documents="notes"]')
     expect(documents.locator("summary")).to_have_text("notes: 2 documents, 1 dismissed")

@@ -16,15 +16,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from actors.config import ConfigError
 from actors.images.events import stored
+from actors.platform import Runtime
 from actors.search.events import DocumentDismissed
 from events.bus import BUS_DOWN
 from events.nats_server import EmbeddedNats, free_port
 from gateway import services as catalogue
-from gateway.config import ConfigError
 from gateway.console import assets
 from gateway.console.headers import CSP
-from gateway.runtime import Runtime
 from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV
 from tests.images.imagedata import encoded

@@ -13,9 +13,9 @@ import attrs
 import pytest
 from aiohttp.test_utils import TestServer
 
+from actors.platform import Runtime
 from gateway import services as catalogue
 from gateway.crosssite import REFUSED
-from gateway.runtime import Runtime
 
 Serve = Callable[..., Awaitable[str]]
 

@@ -14,9 +14,7 @@ def history(*events: Event, stream: str) -> list[Recorded]:
 
 def test_documents_as_indexing_last_left_them() -> None:
     def indexed(source: str, chunks: int) -> DocumentIndexed:
-        return DocumentIndexed(
-            db="notes", source=source, sha256="0" * 64, chunks=chunks, embedded=chunks, retired=0
-        )
+        return DocumentIndexed(db="notes", source=source, sha256="0" * 64, chunks=chunks, retired=0)
 
     records = history(
         indexed("b.md", 3),

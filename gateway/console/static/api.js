@@ -131,7 +131,7 @@ export const api = {
   // Search (docs/search.md)
   databases: () => getJson(svc("search", "api/list")),
   documents: (db) => getJson(`/console/api/search/${encodeURIComponent(db)}/documents`),
-  // Indexing progress per database; null where this search service has no status route.
+  // Indexing progress per database; null from a search service without the route (older).
   searchStatus: async () => {
     try {
       return await getJson(svc("search", "api/status"));
