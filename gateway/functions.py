@@ -46,6 +46,7 @@ from events.bus import (
     deadline_headers,
 )
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
 
@@ -422,6 +423,7 @@ async def build(runtime: Runtime) -> web.Application:
         warnings=quarantined(runtime, "functions"),
         details=lambda: {"languages": [language.value for language in Language]},
     )
+    add_openapi(app, "functions", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
         await client.stop()

@@ -40,6 +40,7 @@ from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 
 log = logging.getLogger("cairn.images")
@@ -461,6 +462,7 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
     add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
+    add_openapi(app, "images", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
         for sub in [event_sub, *command_subs]:

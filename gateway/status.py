@@ -14,6 +14,7 @@ from aiohttp import web
 
 from actors.platform import Runtime
 from gateway.health import add_health, runtime_problems
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 
 
@@ -57,6 +58,7 @@ async def build(runtime: Runtime) -> web.Application:
         return web.json_response(body, status=503 if body["status"] == "down" else 200)
 
     app.router.add_get("/status", status)
+    add_openapi(app, "status", runtime.env)
     return app
 
 

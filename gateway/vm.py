@@ -63,6 +63,7 @@ from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import EventStream, last_event_id
 
@@ -647,6 +648,7 @@ async def build(runtime: Runtime) -> web.Application:
         api.router.add_post(f"/vm/{{id}}/{{action:{action}}}", gw.action)
     for what in ("cpu", "memory", "disk", "node"):
         api.router.add_post(f"/vm/{{id}}/set/{{what:{what}}}", gw.set)
+    add_openapi(api, "vm", runtime.env, mounted_at="/api")
     app.add_subapp("/api", api)
     app.router.add_static("/sh/", SCRIPTS_DIR, show_index=False, follow_symlinks=False)
 

@@ -46,8 +46,11 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     assert (bin_dir / "cairn").exists()
     assert not (bin_dir / "pytest").exists()
     assert not (bin_dir / "ruff").exists()
+    assert not (bin_dir / "schemathesis").exists()
     modules = clone / "ops" / "node_modules"
     assert (modules / "esbuild").is_dir()
+    # The services' API reference pages are part of the product.
+    assert (modules / "swagger-ui-dist" / "swagger-ui-bundle.js").is_file()
     assert not (modules / "tsx").exists()
     # A second run finds nothing missing and installs nothing.
     again = subprocess.run(
