@@ -46,6 +46,9 @@ from gateway.services import ServiceDef
 log = logging.getLogger("cairn.images")
 
 READ_PREFIX = "/c/img/"
+# The rest of the path, every character: a "." would stop at an encoded newline (%0A), and
+# that request would miss the route and get 404 `Not Found` instead of the path's answer.
+REST = r"{path:[\s\S]*}"
 SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
 OUTPUT_MIME = {"webp": "image/webp", "avif": "image/avif", "jpg": "image/jpeg", "png": "image/png"}
 UPLOAD_CHUNK = 256 * 1024
@@ -456,10 +459,10 @@ async def build(runtime: Runtime) -> web.Application:
 
     app = web.Application(middlewares=[not_found])
     app[IMAGES] = service
-    app.router.add_get(READ_PREFIX + "{path:.*}", service.timed(service.read))
-    app.router.add_post("/upload/{path:.*}", service.timed(service.upload))
+    app.router.add_get(READ_PREFIX + REST, service.timed(service.read))
+    app.router.add_post("/upload/" + REST, service.timed(service.upload))
     app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
-    app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
+    app.router.add_delete("/del/" + REST, service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
     add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
     add_openapi(app, "images", runtime.env)

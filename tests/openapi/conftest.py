@@ -4,7 +4,8 @@ on the simulated cluster), kept with its aiohttp app and the prefix of its docum
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from pvesim.cluster import SimCluster
 from actors.platform import open_runtime
 from actors.search.registry import Registry, config_dir
 from events.nats_server import EmbeddedNats
-from gateway import functions, images, search, status, vm
+from gateway import functions, images, logs, search, status, vm
 from tests.functions.conftest import SERVICE_ENV as FUNCTIONS_ENV
 from tests.vm.conftest import service_env
 from tests.vm.mirror import mirror_files, serve_mirror
@@ -91,6 +92,14 @@ async def start(
         app = await build(runtime)
         url = await stack.enter_async_context(served(app))
         yield Running(name, app, url, env)
+
+
+@pytest.fixture
+def cairn_log_filters() -> Iterator[None]:
+    """The logger filters cairn installs at start-up (gateway/logs.py)."""
+    logs.install_filters()
+    yield
+    logging.getLogger("aiohttp.server").removeFilter(logs.MALFORMED_REQUESTS)
 
 
 @pytest.fixture(params=SERVICES)
