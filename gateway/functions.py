@@ -46,6 +46,7 @@ from events.bus import (
     deadline_headers,
 )
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
 
@@ -409,11 +410,13 @@ async def build(runtime: Runtime) -> web.Application:
     app[FUNCTIONS_HOST] = host
     app.router.add_post("/upload", service.upload)
     app.router.add_post("/run-now", service.run_now)
-    app.router.add_post("/run/{target:.*}", service.run_stored)
+    # The rest of the path, every character: "." would stop at an encoded newline (%0A), and
+    # that request would miss the route (aiohttp's own 404) instead of getting the path's answer.
+    app.router.add_post(r"/run/{target:[\s\S]*}", service.run_stored)
     app.router.add_get("/functions", service.list)
-    app.router.add_get("/functions/{target:.+}", service.describe)
-    app.router.add_delete("/functions/{target:.+}", service.delete)
-    app.router.add_get("/code/{target:.+}", service.code)
+    app.router.add_get(r"/functions/{target:[\s\S]+}", service.describe)
+    app.router.add_delete(r"/functions/{target:[\s\S]+}", service.delete)
+    app.router.add_get(r"/code/{target:[\s\S]+}", service.code)
     app.router.add_get("/runtimes", service.runtimes)
     add_health(
         app,
@@ -422,6 +425,7 @@ async def build(runtime: Runtime) -> web.Application:
         warnings=quarantined(runtime, "functions"),
         details=lambda: {"languages": [language.value for language in Language]},
     )
+    add_openapi(app, "functions", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
         await client.stop()

@@ -41,11 +41,15 @@ from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 
 log = logging.getLogger("cairn.images")
 
 READ_PREFIX = "/c/img/"
+# The rest of the path, every character: a "." would stop at an encoded newline (%0A), and
+# that request would miss the route and get 404 `Not Found` instead of the path's answer.
+REST = r"{path:[\s\S]*}"
 SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
 OUTPUT_MIME = {"webp": "image/webp", "avif": "image/avif", "jpg": "image/jpeg", "png": "image/png"}
 UPLOAD_CHUNK = 256 * 1024
@@ -471,14 +475,15 @@ async def build(runtime: Runtime) -> web.Application:
 
     app = web.Application(middlewares=[not_found])
     app[IMAGES] = service
-    app.router.add_get(READ_PREFIX + "{path:.*}", service.timed(service.read))
-    app.router.add_post("/upload/{path:.*}", service.timed(service.upload))
+    app.router.add_get(READ_PREFIX + REST, service.timed(service.read))
+    app.router.add_post("/upload/" + REST, service.timed(service.upload))
     app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
-    app.router.add_delete("/del/{path:.*}", service.timed(service.delete))
+    app.router.add_delete("/del/" + REST, service.timed(service.delete))
     app.router.add_get("/check/state", service.state)
     app.router.add_get("/ls", service.timed(service.listing))
     app.router.add_get("/ls/{path:.*}", service.timed(service.listing))
     add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
+    add_openapi(app, "images", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
         for sub in [event_sub, *command_subs]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 from pythonjsonlogger.json import JsonFormatter
 
 from actors.config import env_choice
@@ -87,6 +88,32 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (a header holding a NUL, a broken request line)
+    at ERROR with a traceback, as if cairn had failed. The client gets its 400 and the access
+    log its line; here the record becomes one INFO line saying what was wrong. The same
+    message with any other exception (a handler that crashed) stays an ERROR with its
+    traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            what = " ".join(line.strip() for line in exc.message.splitlines() if line.strip())
+            client = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "malformed request from %s: %d %s", (client, exc.code, what)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+MALFORMED_REQUESTS = MalformedRequestFilter()
+
+
+def install_filters() -> None:
+    """The filters that belong to a logger, not to a handler (idempotent)."""
+    logging.getLogger("aiohttp.server").addFilter(MALFORMED_REQUESTS)
+
+
 def configure(env: Mapping[str, str], *, verbose: bool = False) -> None:
     """Set the root logger from ``LOG_LEVEL`` (default info; ``-v`` means debug) and
     ``LOG_FORMAT`` (text or json), writing to standard error."""
@@ -112,6 +139,7 @@ def configure(env: Mapping[str, str], *, verbose: bool = False) -> None:
     root.setLevel(level)
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else logging.WARNING)
+    install_filters()
 
 
 class AccessLogger(AbstractAccessLogger):

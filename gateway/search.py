@@ -27,6 +27,7 @@ from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
+from gateway.openapi import add_openapi
 from gateway.search_service import BadRequest, SearchService, Unavailable, parse_limit
 from gateway.services import ServiceDef
 
@@ -234,6 +235,7 @@ async def build(runtime: Runtime) -> web.Application:
         warnings=lambda: [f"database {db}: {why}" for db, why in quarantined.items()],
         details=lambda: {"databases": sorted(engines), "embedding": provider is not None},
     )
+    add_openapi(app, "search", env, prefix="/api")
     listen = runtime.listen.get("search")
     base_url = endpoint_url(*listen) if listen is not None else None
     if base_url is not None:

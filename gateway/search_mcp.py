@@ -324,6 +324,9 @@ async def serve_asgi(app: ASGIApp, request: web.Request) -> web.StreamResponse:
             headers: CIMultiDict[str] = CIMultiDict()
             for name, value in message.get("headers", []):
                 headers.add(name.decode("latin-1"), value.decode("latin-1"))
+            # The SDK answers some refusals with a bare sentence and no Content-Type
+            # ("Invalid Content-Type header"); aiohttp would call that application/octet-stream.
+            headers.setdefault("Content-Type", "text/plain; charset=utf-8")
             response = web.StreamResponse(status=message["status"], headers=headers)
             await response.prepare(request)
         elif message["type"] == "http.response.body":

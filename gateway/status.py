@@ -15,6 +15,7 @@ from aiohttp import web
 from actors.platform import Runtime
 from gateway.console.app import mount as mount_console
 from gateway.health import add_health, runtime_problems
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 
 
@@ -59,6 +60,7 @@ async def build(runtime: Runtime) -> web.Application:
 
     app.router.add_get("/status", status)
     mount_console(app, runtime)
+    add_openapi(app, "status", runtime.env)
     return app
 
 

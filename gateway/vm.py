@@ -16,6 +16,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -63,6 +64,7 @@ from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
+from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import EventStream, last_event_id
 
@@ -528,6 +530,25 @@ async def _refusals(request: web.Request, handler: Handler) -> web.StreamRespons
         return web.Response(status=exc.status, text=exc.message)
 
 
+def init_scripts(directory: Path) -> Handler:
+    """`GET /sh/<file>`: an OS init script, as text to read. Only the scripts there at start-up
+    are served, so no request names a path; any other name is 404 listing those there are."""
+    names = sorted(p.name for p in directory.glob("*.sh") if p.is_file())
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["file"]
+        if name not in names:
+            shown = repr(name[:64])
+            return web.Response(
+                status=404, text=f"no init script {shown}; there are {', '.join(names)}"
+            )
+        return web.FileResponse(
+            directory / name, headers={"Content-Type": "text/plain; charset=utf-8"}
+        )
+
+    return script
+
+
 def settings_from(runtime: Runtime) -> VmSettings:
     try:
         return load_settings(runtime.env)
@@ -638,7 +659,8 @@ async def build(runtime: Runtime) -> web.Application:
     api = web.Application(middlewares=[_refusals])
     api.router.add_get("/health", gw.health)
     api.router.add_get("/vm/list", gw.list)
-    api.router.add_get("/vm/{id}", gw.detail)
+    # Not the words of the routes beside it: GET /vm/install is 405, not "invalid VM id".
+    api.router.add_get("/vm/{id:(?!install$|list$)[^{}/]+}", gw.detail)
     api.router.add_get("/vm/{id}/status", gw.status)
     api.router.add_get("/vm/{id}/task", gw.reattach)
     api.router.add_post("/vm/install", gw.install)
@@ -647,8 +669,9 @@ async def build(runtime: Runtime) -> web.Application:
         api.router.add_post(f"/vm/{{id}}/{{action:{action}}}", gw.action)
     for what in ("cpu", "memory", "disk", "node"):
         api.router.add_post(f"/vm/{{id}}/set/{{what:{what}}}", gw.set)
+    add_openapi(api, "vm", runtime.env, mounted_at="/api")
     app.add_subapp("/api", api)
-    app.router.add_static("/sh/", SCRIPTS_DIR, show_index=False, follow_symlinks=False)
+    app.router.add_get("/sh/{file}", init_scripts(SCRIPTS_DIR))
 
     async def cleanup(_: web.Application) -> None:
         await service.stop()

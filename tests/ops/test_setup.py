@@ -49,8 +49,11 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     assert not (bin_dir / "pytest").exists()
     assert not (bin_dir / "ruff").exists()
     assert not (bin_dir / "playwright").exists()
+    assert not (bin_dir / "schemathesis").exists()
     modules = clone / "ops" / "node_modules"
     assert (modules / "esbuild").is_dir()
+    # The services' API reference pages are part of the product.
+    assert (modules / "swagger-ui-dist" / "swagger-ui-bundle.js").is_file()
     assert not (modules / "tsx").exists()
     # The web console's front end is part of the product, served from here.
     assert (modules / "htm" / "preact" / "standalone.module.js").is_file()
