@@ -4,7 +4,7 @@
 |---|---|
 | ``GET /`` | the page (a Preact app in ES modules, ``static/``) |
 | ``GET /console/static/…``, ``/console/vendor/…`` | its scripts and styles, all local |
-| ``* /console/svc/<service>/<path>`` | the service's own API (``proxy.py``) |
+| ``GET|POST|DELETE /console/svc/<service>/<path>`` | the service's own API (``proxy.py``) |
 | ``GET /console/events`` | every event, live, as SSE (``feed.py``) |
 | ``GET /console/api/search/<db>/documents`` | a database's files: indexed or dismissed |
 
@@ -47,7 +47,9 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     assets.add_routes(app)
     app.router.add_get("/console/events", feed.stream)
     app.router.add_get("/console/api/search/{db}/documents", models.documents)
-    app.router.add_route("*", "/console/svc/{service}/{tail:.*}", proxy.forward)
+    # The methods the services take; any other is 405 here, not a trip to the service.
+    for method in ("GET", "POST", "DELETE"):
+        app.router.add_route(method, "/console/svc/{service}/{tail:.*}", proxy.forward)
     app.on_startup.append(proxy.start)
     app.on_cleanup.append(proxy.stop)
     app.on_response_prepare.append(on_prepare)

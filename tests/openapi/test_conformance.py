@@ -18,6 +18,9 @@ METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 Routes = set[tuple[str, str]]
 
 
+CONSOLE_ASSETS = ("/console/static", "/console/vendor/")
+
+
 def served_routes(app: web.Application) -> Routes:
     """(method, path template) of every route, sub-apps included; a placeholder pinned to one
     word is that word (`/api/vm/{id}/start`), a static folder `<prefix>/{file}`, a route for
@@ -29,6 +32,8 @@ def served_routes(app: web.Application) -> Routes:
         assert route.resource is not None
         info = route.resource.get_info()
         static = "directory" in info
+        if static and str(info["prefix"]).startswith(CONSOLE_ASSETS):
+            continue  # the console page's own scripts and styles: files, not an API
         path = f"{str(info['prefix']).rstrip('/')}/{{file}}" if static else route_path(info)
         routes.add((route.method.lower(), path))
     return routes

@@ -24,7 +24,10 @@ from tests.openapi.conftest import Running
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 # Settings beyond the command line, per service.
-CONFIG = {"vm": Path(__file__).with_name("schemathesis-vm.toml")}
+CONFIG = {
+    "vm": Path(__file__).with_name("schemathesis-vm.toml"),
+    "status": Path(__file__).with_name("schemathesis-status.toml"),
+}
 CHECKS = (
     "status_code_conformance",  # no undocumented status, 5xx included
     "content_type_conformance",
