@@ -1,8 +1,10 @@
-"""Is a Host or Origin header a loopback name? The search service answers only those (DNS
-rebinding), and its stdio MCP client only connects to them."""
+"""Is a Host or Origin header, or a listen address, a loopback name? The search service answers
+only loopback Host headers (DNS rebinding) and its stdio MCP client only connects to them; the
+VM service and the console ask for ALLOW_IPS when they listen anywhere else."""
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -24,3 +26,13 @@ def is_loopback_origin(origin: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and is_loopback_host(parts.netloc)
+
+
+def is_loopback_address(host: str) -> bool:
+    """A listen address (``127.0.0.1``, ``::1``, ``localhost``) only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

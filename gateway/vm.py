@@ -64,6 +64,7 @@ from events.codec import to_dict
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
+from gateway.loopback import is_loopback_address
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import EventStream, last_event_id
@@ -603,7 +604,7 @@ def _check_exposure(runtime: Runtime) -> None:
     """Beyond loopback, a VM service that lets anyone install and destroy VMs must be asked
     for (ALLOW_IPS=0.0.0.0), never the silent default."""
     host = runtime.listen.get("vm", ("127.0.0.1", 0))[0]
-    if _is_loopback(host):
+    if is_loopback_address(host):
         return
     allow = runtime.env.get("ALLOW_IPS", "").strip()
     if not allow:
@@ -616,15 +617,6 @@ def _check_exposure(runtime: Runtime) -> None:
     if any(e.strip() in ("0.0.0.0", "0.0.0.0/0") for e in allow.split(",")):
         print(f"cairn: vm: WARNING: ALLOW_IPS=0.0.0.0 lets any client that reaches {host} "
               "install, stop and destroy VMs", flush=True)  # fmt: skip
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def build(runtime: Runtime) -> web.Application:

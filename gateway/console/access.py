@@ -18,8 +18,8 @@ from aiohttp import web
 
 from actors.config import ConfigError, env_list, env_networks
 from gateway.crosssite import SAFE_METHODS
+from gateway.loopback import is_loopback_address
 from gateway.vm import FORBIDDEN, ClientFilter
-from gateway.vm import _is_loopback as is_loopback  # the VM service's own exposure rule
 
 _ALLOW_ALL = ("0.0.0.0", "0.0.0.0/0")
 
@@ -33,7 +33,7 @@ def client_filter(env: Mapping[str, str]) -> ClientFilter:
 
 
 def check_exposure(host: str, env: Mapping[str, str]) -> None:
-    if is_loopback(host) or env_list(env, "ALLOW_IPS"):
+    if is_loopback_address(host) or env_list(env, "ALLOW_IPS"):
         return
     raise ConfigError(
         "ALLOW_IPS",
