@@ -15,6 +15,8 @@ const { SourceMap } = require('module');
 // columns), and TypeScript's lines are mapped back through esbuild's source map.
 const HEADER = '(async function (event, input, require) {';
 let fileName = 'main.js';
+// esbuild's inline map, base64; parsed only when a stack is shown (most runs never need it).
+let sourceMapData = null;
 let sourceMap = null;
 let userLines = Infinity; // a syntax error at the end of the code is on its last line
 let finished = false;
@@ -44,7 +46,10 @@ function finish(payload) {
 
 // "main.ts:L:C" of esbuild's output -> the user's line and column.
 function userPosition(line, column) {
-  if (sourceMap === null) return [line, column];
+  if (sourceMapData === null) return [line, column];
+  if (sourceMap === null) {
+    sourceMap = new SourceMap(JSON.parse(Buffer.from(sourceMapData, 'base64')));
+  }
   const entry = sourceMap.findEntry(line - 1, column - 1);
   if (!entry || entry.originalLine === undefined) return [line, column];
   return [entry.originalLine + 1, entry.originalColumn + 1];
@@ -123,7 +128,7 @@ function compile(code, transpiled) {
   if (transpiled) {
     fileName = 'main.ts';
     const inline = /\/\/# sourceMappingURL=data:application\/json;base64,(\S+)\s*$/.exec(code);
-    if (inline) sourceMap = new SourceMap(JSON.parse(Buffer.from(inline[1], 'base64')));
+    if (inline) sourceMapData = inline[1];
     return new vm.Script(code, { filename: fileName }).runInThisContext();
   }
   userLines = code.split('\n').length;
