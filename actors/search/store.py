@@ -234,7 +234,7 @@ class Database:
         with self.transaction() as conn:
             conn.execute("DELETE FROM kw_piece")
             rows = conn.execute("SELECT id, content FROM chunks WHERE active = 1 ORDER BY id")
-            self.keywords.add(conn, ((cid, document_tokens(text)) for cid, text in rows))
+            self.keywords.add(conn, rows)
             _set_meta(conn, "keyword_index", wanted)
 
     # -- writes (indexer only) ------------------------------------------------------------------
@@ -262,17 +262,19 @@ class Database:
         return flat, keys
 
     def write(self, changes: Sequence[Change]) -> list[Written]:
-        """Apply a batch of changes in one transaction, in order."""
+        """Apply a batch of changes in one transaction, in order.
+
+        New chunks, their queue entries, documents and keyword postings are written with one
+        statement each per batch (per-file statements were a fifth of the keyword stage's
+        time); a source changed twice in one batch flushes them first, so order holds."""
         out: list[Written] = []
         with self.transaction() as conn:
-            postings: list[tuple[int, list[str]]] = []
+            known = self._known_sources(conn, [change.source for change in changes])
+            pending = _PendingChunks(self._next_chunk_id(conn))
             for change in changes:
-                was_known = (
-                    conn.execute(
-                        "SELECT 1 FROM documents WHERE source = ?", (change.source,)
-                    ).fetchone()
-                    is not None
-                )
+                if change.source in pending.sources:
+                    pending.flush(conn, self.keywords)
+                was_known = change.source in known
                 if isinstance(change, Touch):
                     conn.execute(
                         "UPDATE documents SET size = ?, mtime_ns = ? WHERE source = ?",
@@ -280,45 +282,41 @@ class Database:
                     )
                     out.append(Written([], [], [], was_known))
                     continue
-                retired, keys = self._retire(conn, change.source)
+                retired, keys = self._retire(conn, change.source) if was_known else ([], [])
                 if isinstance(change, Remove):
                     conn.execute("DELETE FROM documents WHERE source = ?", (change.source,))
+                    known.discard(change.source)
                     out.append(Written([], retired, keys, was_known))
                     continue
-                new_ids = self._insert_chunks(conn, change.source, change.chunks)
-                postings.extend(
-                    (cid, document_tokens(text))
-                    for cid, text in zip(new_ids, change.chunks, strict=True)
-                )
-                conn.execute(
-                    "INSERT OR REPLACE INTO documents (source, size, mtime_ns, sha256)"
-                    " VALUES (?, ?, ?, ?)",
-                    (change.source, change.state.size, change.state.mtime_ns, change.state.sha256),
-                )
+                new_ids = pending.add(change)
+                known.add(change.source)
                 out.append(Written(new_ids, retired, keys, was_known))
-            self.keywords.add(conn, postings)
+            pending.flush(conn, self.keywords)
         return out
 
     @staticmethod
-    def _insert_chunks(conn: sqlite3.Connection, source: str, chunks: Sequence[str]) -> list[int]:
-        if not chunks:
-            return []
-        # One statement per file; AUTOINCREMENT ids of one statement are consecutive.
-        first = (
-            int(
-                conn.execute(
-                    "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'chunks'"
-                ).fetchone()[0]
+    def _known_sources(conn: sqlite3.Connection, sources: Sequence[str]) -> set[str]:
+        known: set[str] = set()
+        for i in range(0, len(sources), 500):
+            part = sources[i : i + 500]
+            marks = ",".join("?" * len(part))
+            known.update(
+                row[0]
+                for row in conn.execute(
+                    f"SELECT source FROM documents WHERE source IN ({marks})", part
+                )
             )
-            + 1
-        )
-        conn.executemany(
-            "INSERT INTO chunks (id, source, chunk, content) VALUES (?, ?, ?, ?)",
-            ((first + number, source, number, content) for number, content in enumerate(chunks)),
-        )
-        ids = list(range(first, first + len(chunks)))
-        conn.executemany("INSERT INTO embed_queue (chunk_id) VALUES (?)", ((i,) for i in ids))
-        return ids
+        return known
+
+    @staticmethod
+    def _next_chunk_id(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT max(seq) FROM sqlite_sequence WHERE name = 'chunks'").fetchone()
+        return int(row[0] or 0) + 1
+
+    def next_chunk_id(self) -> int:
+        """The id the next chunk written will get (ids only grow)."""
+        with self.snapshot() as conn:
+            return self._next_chunk_id(conn)
 
     def replace_document(
         self, source: str, state: DocumentState, chunks: Sequence[str]
@@ -460,6 +458,46 @@ class Database:
                 " (SELECT count(*) FROM embed_queue WHERE failed = 1)"
             ).fetchone()
         return Progress(documents, chunks, embedded, pending, failed)
+
+
+class _PendingChunks:
+    """New chunks of a write batch, held until one statement per table writes them all."""
+
+    def __init__(self, next_id: int) -> None:
+        self.next_id = next_id
+        self.sources: set[str] = set()
+        self.chunks: list[tuple[int, str, int, str]] = []
+        self.documents: list[tuple[str, int, int, str]] = []
+
+    def add(self, change: Replace) -> list[int]:
+        first = self.next_id
+        self.next_id += len(change.chunks)
+        self.chunks += [
+            (first + number, change.source, number, content)
+            for number, content in enumerate(change.chunks)
+        ]
+        self.documents.append(
+            (change.source, change.state.size, change.state.mtime_ns, change.state.sha256)
+        )
+        self.sources.add(change.source)
+        return list(range(first, self.next_id))
+
+    def flush(self, conn: sqlite3.Connection, keywords: keyword.KeywordIndex) -> None:
+        # Explicit ids: AUTOINCREMENT still records the largest in sqlite_sequence.
+        conn.executemany(
+            "INSERT INTO chunks (id, source, chunk, content) VALUES (?, ?, ?, ?)", self.chunks
+        )
+        conn.executemany(
+            "INSERT INTO embed_queue (chunk_id) VALUES (?)", ((c[0],) for c in self.chunks)
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO documents (source, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
+            self.documents,
+        )
+        keywords.add(conn, ((c[0], c[3]) for c in self.chunks))
+        self.sources.clear()
+        self.chunks.clear()
+        self.documents.clear()
 
 
 def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:

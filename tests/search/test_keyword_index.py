@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from actors.search import keyword
-from actors.search.store import Database, DocumentState
+from actors.search.store import Database, DocumentState, Remove, Replace
 from actors.search.tokenize import document_tokens, query_tokens
 
 STATE = DocumentState(size=1, mtime_ns=1, sha256="x")
@@ -79,3 +79,23 @@ def test_removed_and_replaced_chunks_are_never_returned(tmp_path: Path) -> None:
     db.remove_document("a.txt")
     assert db.keyword_search("old new words", 10) == []
     assert db.stats() == (0, 0)
+
+
+def test_a_source_changed_twice_in_one_batch_keeps_only_its_last_change(tmp_path: Path) -> None:
+    db = Database(tmp_path / "db.sqlite")
+    db.write(
+        [
+            Replace("a.txt", STATE, ["first words"]),
+            Replace("b.txt", STATE, ["other words"]),
+            Replace("a.txt", STATE, ["second words"]),
+            Replace("c.txt", STATE, ["gone words"]),
+            Remove("c.txt"),
+        ]
+    )
+    found = db.keyword_search("first second other gone words", 10)
+    assert sorted((r.source, r.content) for r in found) == [
+        ("a.txt", "second words"),
+        ("b.txt", "other words"),
+    ]
+    assert db.stats() == (2, 2)
+    assert db.progress().pending == 2

@@ -3,7 +3,7 @@
 import pytest
 
 from actors.search._marks import MARK_RANGES, compute_mark_ranges
-from actors.search.tokenize import document_tokens, query_tokens
+from actors.search.tokenize import document_postings, document_tokens, query_tokens
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,19 @@ def test_ascii_fast_path_agrees_with_the_regex_path() -> None:
 
 def test_stored_mark_ranges_match_this_python() -> None:
     assert compute_mark_ranges() == MARK_RANGES
+
+
+def test_many_texts_at_once_give_each_text_its_own_tokens() -> None:
+    texts = [
+        "Hello, World! hello again_and AGAIN",
+        "",
+        "Straße café 東京タワー",
+        "nul\x00inside text",
+        "   ",
+        "x_y 42 ü",
+        "plain ASCII, the common case",
+    ]
+    owners, tokens = document_postings(texts)
+    for i, text in enumerate(texts):
+        mine = {t for owner, t in zip(owners.tolist(), tokens, strict=True) if owner == i}
+        assert mine == set(document_tokens(text)), text
