@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.search import minilm
+from actors.search import minilm, minilm_weights
 from actors.search.embedding import (
     DIMENSIONS,
     E5Provider,
@@ -149,6 +149,6 @@ def test_make_provider_choices() -> None:
 def test_a_missing_model_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(FileNotFoundError, match=r"config\.json is missing"):
         minilm.MiniLM.load(tmp_path)
-    monkeypatch.setattr(minilm, "PACKAGE", "no_such_model_package")
+    monkeypatch.setattr(minilm_weights, "PACKAGE", "no_such_model_package")
     with pytest.raises(FileNotFoundError, match="ops/setup installs it"):
         minilm.model_dir()
