@@ -141,8 +141,9 @@ class LocalProvider:
         except (ImportError, FileNotFoundError) as exc:
             raise EmbeddingError(f"the local embedding model is not available: {exc}") from exc
         # numpy and ONNX float32 give the same vectors; int8 weights move them by up to 1%, a
-        # space of their own. Long chunks are embedded in windows of `minilm.WINDOW` tokens.
-        space = "int8" if runtime == "onnx-int8" else "float32"
+        # space of their own, and one per choice of int8 products (v2: query, key, value,
+        # ffn_in). Long chunks are embedded in windows of `minilm.WINDOW` tokens.
+        space = "int8v2" if runtime == "onnx-int8" else "float32"
         self.fingerprint = f"local:all-minilm-l6-v2:{space}:window{minilm.WINDOW}"
         self._workers = threads or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(

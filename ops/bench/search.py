@@ -1,12 +1,14 @@
 """Search benchmark: 100,000 generated chunks, keyword vs a LIKE scan, semantic, the keyword
 stage's writes, the embedding runtimes, and their rankings' agreement.
 
-Run: .venv/bin/python -m ops.bench.search [--chunks N] [--embedding-only] [--agreement].
+Run: .venv/bin/python -m ops.bench.search [--chunks N] [--embedding-only] [--agreement]
+[--no-ingest].
 Prints medians/p99 and ratios measured in this one process. Targets: keyword median <= 10 ms
 and >= 20x faster than the LIKE scan; semantic median <= 10 ms with a cached query embedding;
 keyword stage >= 20,000 chunks/s; embedding >= 150 chunks/s; query embedding < 10 ms; the
 default runtime's top-10 the same as numpy's in >= 95% of queries. The service end to end
-(backlogs, live drops, queries while indexing, peak RSS) is `ops/bench/search_ingest.py`.
+(backlogs, live drops, queries while indexing, peak RSS) is `ops/bench/search_ingest.py`,
+whose default scenarios this run ends with.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from actors.search.store import Database, DocumentState, Replace
 from actors.search.tokenize import query_tokens
 from actors.search.vectors import VectorIndex
 
+from . import search_ingest
 from .stats import ms_line
 
 STATE = DocumentState(size=1, mtime_ns=1, sha256="x")
@@ -163,10 +166,17 @@ async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
         )
 
 
+# A fair agreement check (printed next to the issue's strict one): a query agrees when every
+# chunk of its ten best scores, by the reference vectors, at least the reference's tenth-best
+# score minus this, i.e. the two lists differ only by swaps among chunks tied within it.
+TIE = 0.005
+
+
 def agreement() -> None:
     """Rankings of the ONNX runtimes against the numpy vectors (the reference) over this
-    repository's docs: queries are 6-word spans of every third chunk; a query agrees when its
-    ten best chunks are the same set."""
+    repository's docs: queries are 6-word spans of every third chunk. Strict (the issue's): a
+    query agrees when its ten best chunks are the same set. Fair: when they differ only among
+    chunks whose reference scores are within `TIE` of the tenth best."""
     root = Path(__file__).parents[2]
     corpus: list[str] = []
     for path in [*sorted((root / "docs").glob("*.md")), root / "README.md"]:
@@ -182,15 +192,20 @@ def agreement() -> None:
     for runtime, model in models.items():
         docs = np.stack([v[0] for v in model.encode_windows(corpus, workers=2)])
         scores[runtime] = model.encode(queries, workers=2) @ docs.T
-    reference = np.argsort(-scores["numpy"], axis=1)[:, :10]
+    reference = scores["numpy"]
+    best = np.argsort(-reference, axis=1)[:, :10]
+    tenth = np.sort(reference, axis=1)[:, -10]
     print(f"agreement with numpy over {len(corpus)} chunks of the docs, {len(queries)} queries:")
     for runtime in ("onnx", "onnx-int8"):
         top = np.argsort(-scores[runtime], axis=1)[:, :10]
-        same = [set(a) == set(b) for a, b in zip(reference, top, strict=True)]
-        overlap = [len(set(a) & set(b)) / 10 for a, b in zip(reference, top, strict=True)]
+        same = [set(a) == set(b) for a, b in zip(best, top, strict=True)]
+        overlap = [len(set(a) & set(b)) / 10 for a, b in zip(best, top, strict=True)]
+        fair = [bool((reference[i, top[i]] >= tenth[i] - TIE).all()) for i in range(len(top))]
+        drift = np.abs(scores[runtime] - reference).max()
         print(
-            f"  {runtime}: same top-10 in {statistics.mean(same):.0%} of queries "
-            f"(target >= 95%), mean top-10 overlap {statistics.mean(overlap):.1%}"
+            f"  {runtime}: same top-10 in {statistics.mean(same):.0%} of queries (strict, target "
+            f">= 95%), {statistics.mean(fair):.0%} up to ties within {TIE} (fair); mean top-10 "
+            f"overlap {statistics.mean(overlap):.1%}; largest score difference {drift:.4f}"
         )
 
 
@@ -247,6 +262,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--embedding-only", action="store_true", help="only the provider figures")
     parser.add_argument("--agreement", action="store_true", help="only the rankings' agreement")
+    parser.add_argument(
+        "--no-ingest", action="store_true", help="without the service's ingest scenarios"
+    )
     args = parser.parse_args()
     if args.embedding_only:
         asyncio.run(embedding_rates(np.random.default_rng(7)))
@@ -310,6 +328,10 @@ def main() -> None:
         db.close()
     asyncio.run(embedding_rates(rng))
     agreement()
+    if not args.no_ingest:
+        # The service end to end, each scenario in a child process of its own (peak RSS).
+        for kind, chunks in (("backlog", 20_000), ("backlog", 100_000), ("live", 20_000)):
+            search_ingest.report(search_ingest.run_child(kind, chunks, False, 20.0))
 
 
 if __name__ == "__main__":
