@@ -99,3 +99,31 @@ def test_a_source_changed_twice_in_one_batch_keeps_only_its_last_change(tmp_path
     ]
     assert db.stats() == (2, 2)
     assert db.progress().pending == 2
+
+
+def test_an_index_of_an_older_layout_is_rebuilt_when_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written as version 2 did: blocks of 4,096 ids, so pieces start at 4096.
+    monkeypatch.setattr(keyword, "BLOCK", 4096)
+    monkeypatch.setattr(keyword, "FORMAT_VERSION", 2)
+    db = Database(tmp_path / "db.sqlite")
+    rng = random.Random(9)
+    db.write(
+        [
+            Replace(f"d{i}", STATE, [" ".join(rng.choices(WORDS, k=5)) for _ in range(50)])
+            for i in range(100)
+        ]
+    )
+    db.close()
+    monkeypatch.undo()
+    db = Database(tmp_path / "db.sqlite")
+    assert db.get_meta("keyword_index") == f"1.{keyword.FORMAT_VERSION}"
+    with db.snapshot() as conn:
+        starts = {row[0] for row in conn.execute("SELECT DISTINCT start FROM kw_piece")}
+    assert starts == {0}
+    for q in ["w1 w2", "猫 w3 café", "w59"]:
+        assert [r.id for r in db.keyword_search(q, 20)] == reference(db, q, 20)
+    # Edits after the rebuild find the rebuilt pieces.
+    db.remove_document("d3")
+    assert [r.id for r in db.keyword_search("w1 w2", 5000)] == reference(db, "w1 w2", 5000)
