@@ -24,6 +24,8 @@ _SPACE = re.compile(r"\s+")
 
 def cost(text: str) -> int:
     """Characters, with CJK characters weighted by how many tokens they become."""
+    if text.isascii():  # no CJK; skips the regex scan (a sixth of the keyword stage's time)
+        return len(text)
     return len(text) + (_CJK_WEIGHT - 1) * len(_CJK.findall(text))
 
 

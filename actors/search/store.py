@@ -388,6 +388,21 @@ class Database:
             rows = conn.execute("SELECT source, size, mtime_ns, sha256 FROM documents").fetchall()
         return {source: DocumentState(size, mtime, sha) for source, size, mtime, sha in rows}
 
+    def documents_of(self, sources: Sequence[str]) -> dict[str, DocumentState]:
+        """The indexed state of those of `sources` that are indexed."""
+        out: dict[str, DocumentState] = {}
+        with self.snapshot() as conn:
+            for i in range(0, len(sources), 500):
+                part = list(sources[i : i + 500])
+                marks = ",".join("?" * len(part))
+                rows = conn.execute(
+                    "SELECT source, size, mtime_ns, sha256 FROM documents"
+                    f" WHERE source IN ({marks})",
+                    part,
+                ).fetchall()
+                out.update((source, DocumentState(*state)) for source, *state in rows)
+        return out
+
     def document(self, source: str) -> DocumentState | None:
         with self.snapshot() as conn:
             row = conn.execute(
