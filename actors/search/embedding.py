@@ -111,7 +111,42 @@ def _shared_minilm(runtime: str) -> minilm.MiniLM:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-    return minilm.MiniLM.load(runtime=runtime)
+    model = minilm.MiniLM.load(runtime=runtime)
+    if runtime == "onnx-int8":
+        model = _checked_int8(model)
+    return model
+
+
+# The int8 model must stay this close (cosine) to float32 on every calibration sentence.
+INT8_AGREEMENT = 0.99
+
+
+def int8_agreement(model: minilm.MiniLM, reference: minilm.MiniLM) -> float:
+    """The worst cosine between `model` and `reference` over the calibration sentences, each
+    alone and all in batches (int8 activations share one scale per batch)."""
+    texts = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
+    want = reference.encode(texts)
+    together = model.encode(texts)
+    alone = np.concatenate([model.encode([text]) for text in texts])
+    return float(min((together * want).sum(axis=1).min(), (alone * want).sum(axis=1).min()))
+
+
+def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
+    """`model` if its vectors agree with float32 on this machine, else the float32 model:
+    int8 products run on CPU-specific kernels, and a vector space that drifted would rank
+    quietly worse. Costs ~1 s at start, once per process."""
+    reference = minilm.MiniLM.load(runtime="onnx")
+    worst = int8_agreement(model, reference)
+    if worst >= INT8_AGREEMENT:
+        log.info("int8 embeddings agree with float32 on this CPU (worst cosine %.4f)", worst)
+        return model
+    log.warning(
+        "EMBEDDING_RUNTIME=onnx-int8 refused on this CPU: its vectors drift from float32 "
+        "(worst cosine %.4f < %.2f); embedding with float32 ONNX instead",
+        worst,
+        INT8_AGREEMENT,
+    )
+    return reference
 
 
 def _lower_priority() -> None:
@@ -141,9 +176,10 @@ class LocalProvider:
         except (ImportError, FileNotFoundError) as exc:
             raise EmbeddingError(f"the local embedding model is not available: {exc}") from exc
         # numpy and ONNX float32 give the same vectors; int8 weights move them by up to 1%, a
-        # space of their own, and one per choice of int8 products (v2: query, key, value,
-        # ffn_in). Long chunks are embedded in windows of `minilm.WINDOW` tokens.
-        space = "int8v2" if runtime == "onnx-int8" else "float32"
+        # space of their own, and one per choice of int8 products (v3: query, key, value,
+        # ffn_in, 7-bit). `model.runtime`, not `runtime`: int8 may have been refused. Long
+        # chunks are embedded in windows of `minilm.WINDOW` tokens.
+        space = "int8v3" if self.model.runtime == "onnx-int8" else "float32"
         self.fingerprint = f"local:all-minilm-l6-v2:{space}:window{minilm.WINDOW}"
         self._workers = threads or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(

@@ -32,7 +32,8 @@ def onnx_model() -> minilm.MiniLM:
 
 @pytest.fixture(scope="module")
 def quantized() -> minilm.MiniLM:
-    return LocalProvider(runtime="onnx-int8").model
+    # The int8 file itself, without the provider's check (which would fall back to float32).
+    return minilm.MiniLM.load(runtime="onnx-int8")
 
 
 def test_the_float32_graph_is_the_numpy_forward_pass(reference: minilm.MiniLM) -> None:
@@ -184,3 +185,27 @@ def test_int8_quantizes_only_the_products_reading_a_layer_norm() -> None:
     chosen = minilm_onnx.quantized_products(model)
     assert len(chosen) == 6 * 4
     assert {name.split(".", 1)[1] for name in chosen} == {"query", "key", "value", "ffn_in"}
+
+
+def test_the_provider_keeps_int8_only_where_it_agrees(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On this CPU int8 agrees, and the provider keeps it; where it would not (a bar no model
+    can pass stands in for a CPU whose kernels drift), it embeds with float32 and says so."""
+    embedding._shared_minilm.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO):
+            kept = LocalProvider(runtime="onnx-int8")
+        assert kept.model.runtime == "onnx-int8"
+        assert "agree with float32 on this CPU" in caplog.text
+        embedding._shared_minilm.cache_clear()
+        caplog.clear()
+        monkeypatch.setattr(embedding, "INT8_AGREEMENT", 1.01)
+        with caplog.at_level(logging.WARNING):
+            refused = LocalProvider(runtime="onnx-int8")
+        assert refused.model.runtime == "onnx"
+        assert "onnx-int8 refused on this CPU" in caplog.text
+        assert refused.fingerprint == LocalProvider(runtime="onnx").fingerprint
+        assert refused.fingerprint != kept.fingerprint
+    finally:
+        embedding._shared_minilm.cache_clear()
