@@ -32,6 +32,7 @@ from actors.functions.results import (
     loads_strict,
 )
 from actors.functions.sandbox import (
+    ACCOUNT_FILES,
     LAUNCH_FAILED,
     WRAPPER_DIR,
     WRAPPER_FILE,
@@ -158,9 +159,10 @@ class Sandbox:
         self.sandboxes = sandboxes
         # Read once: every sandbox gets the wrappers and the filter by content.
         self.files = {
-            f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
-            for name in WRAPPER_FILE.values()
-        }
+            **{f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
+               for name in WRAPPER_FILE.values()},
+            **{dest: text.encode() for dest, text in ACCOUNT_FILES.items()},
+        }  # fmt: skip
         self.seccomp = seccomp.program()
 
     async def _spawn(

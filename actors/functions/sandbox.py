@@ -42,6 +42,15 @@ LAUNCH_FAILED = 125
 GO_RUNTIME_DATA = 80 * MIB
 
 
+# Who uid 65534 is inside, so getpwuid() (Python's pwd and getpass, node's os.userInfo())
+# answers instead of failing. "nobody" is the name the kernel's overflow uid has everywhere: it
+# is also what host files owned by unmapped users (root's /usr) show as inside.
+ACCOUNT_FILES = {
+    "/etc/passwd": f"nobody:x:{SANDBOX_UID}:{SANDBOX_UID}:nobody:{HOME}:/usr/sbin/nologin\n",
+    "/etc/group": f"nogroup:x:{SANDBOX_UID}:\n",
+}
+
+
 @attrs.frozen
 class Runtimes:
     python: str = "/usr/bin/python3"
@@ -100,14 +109,15 @@ WRAPPER_FILE = {"python": "run.py", "node": "run.js"}
 def program_for(language: Language, runtimes: Runtimes, limits: SandboxLimits) -> Program:
     """The runtime and the wrapper it starts, as seen inside the sandbox."""
     wrapper = f"{WRAPPER_DIR}/{WRAPPER_FILE[runtime_of(language)]}"
+    files = (wrapper, *ACCOUNT_FILES)
     if language is Language.PYTHON:
         # -I: no environment or user site; -S: no site import (≈10 ms per run; the standard
         # library is all a function gets); -B: /usr is read-only anyway.
-        return Program((runtimes.python, "-I", "-S", "-B", wrapper), (wrapper,), None, "-v")
+        return Program((runtimes.python, "-I", "-S", "-B", wrapper), files, None, "-v")
     # V8 must fail cleanly ("heap out of memory") before the cgroup's OOM killer steps in;
     # RLIMIT_AS is never used for node (V8 reserves far more address space than it uses).
     heap_mib = max(16, limits.memory_mib * 3 // 4)
-    return Program((runtimes.node, f"--max-old-space-size={heap_mib}", wrapper), (wrapper,))
+    return Program((runtimes.node, f"--max-old-space-size={heap_mib}", wrapper), files)
 
 
 def esbuild_program(esbuild: str, flags: Sequence[str]) -> Program:

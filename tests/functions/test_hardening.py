@@ -192,6 +192,41 @@ return [tried, opened, [...errors].sort(), fs.existsSync('/sys')];
 PROC_SYS["typescript"] = PROC_SYS["javascript"].replace("let st;", "let st: any;")
 
 
+WHO_AM_I = {
+    "python": """
+import getpass, os, pwd
+me = pwd.getpwuid(os.getuid())
+try:
+    open('/etc/passwd', 'a').close()
+    wrote = True
+except OSError:
+    wrote = False
+return [me.pw_name, getpass.getuser(), me.pw_dir, os.path.expanduser('~'), wrote]
+""",
+    "javascript": """
+const os = require('os'), fs = require('fs');
+const me = os.userInfo();
+let wrote = true;
+try { fs.appendFileSync('/etc/passwd', '') } catch (e) { wrote = false }
+return [me.username, me.username, me.homedir, os.homedir(), wrote];
+""",
+}
+WHO_AM_I["typescript"] = WHO_AM_I["javascript"].replace("let wrote", "let wrote: boolean")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+async def test_the_sandbox_user_has_a_name_and_a_home(hostile: Service, language: str) -> None:
+    """Libraries that ask who they run as (getpass, os.userInfo, ~ expansion) get an answer
+    instead of an exception; the account files are read-only like the rest of the tree."""
+    assert await data(hostile, language, WHO_AM_I[language]) == [
+        "nobody",
+        "nobody",
+        "/home/sandbox",
+        "/home/sandbox",
+        False,
+    ]
+
+
 @pytest.mark.parametrize("language", LANGUAGES)
 async def test_no_sysctl_can_be_opened_for_writing(hostile: Service, language: str) -> None:
     tried, opened, errors, sys_exists = await data(hostile, language, PROC_SYS[language])

@@ -28,7 +28,7 @@ USER = HostUser(999, 995)
 
 
 def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
-    argv = bwrap_argv(PYTHON, Descriptors(files=(7,), seccomp=8), limits=LIMITS)
+    argv = bwrap_argv(PYTHON, Descriptors(files=(5, 6, 7), seccomp=8), limits=LIMITS)
     assert argv == [
         "/usr/bin/bwrap",
         "--unshare-all", "--unshare-user", "--disable-userns",
@@ -45,7 +45,9 @@ def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
         "--dev", "/dev",
         "--perms", "1777", "--size", "16777216", "--tmpfs", "/tmp",
         "--perms", "0700", "--size", "16777216", "--tmpfs", "/home/sandbox",
-        "--ro-bind-data", "7", "/cairn/run.py",
+        "--ro-bind-data", "5", "/cairn/run.py",
+        "--ro-bind-data", "6", "/etc/passwd",
+        "--ro-bind-data", "7", "/etc/group",
         "--remount-ro", "/",
         "--remount-ro", "/dev",
         "--chdir", "/home/sandbox",
@@ -61,7 +63,7 @@ def test_bwrap_command_line_is_exactly_the_hardened_one() -> None:
 
 def test_no_network_no_host_paths_no_sys_and_no_environment_are_requested() -> None:
     for program, given in [
-        (PYTHON, Descriptors(files=(7,), seccomp=8)),
+        (PYTHON, Descriptors(files=(5, 6, 7), seccomp=8)),
         (ESBUILD, Descriptors(executable=6, seccomp=8)),
     ]:
         argv = bwrap_argv(program, given, limits=LIMITS)
@@ -88,11 +90,11 @@ def test_each_file_needs_its_descriptor() -> None:
 def test_programs() -> None:
     runtimes = Runtimes()
     assert PYTHON.argv == ("/usr/bin/python3", "-I", "-S", "-B", "/cairn/run.py")
-    assert PYTHON.files == ("/cairn/run.py",)
+    assert PYTHON.files == ("/cairn/run.py", "/etc/passwd", "/etc/group")
     node = ("/usr/bin/node", "--max-old-space-size=192", "/cairn/run.js")
     assert program_for(Language.JAVASCRIPT, runtimes, LIMITS).argv == node
     assert program_for(Language.TYPESCRIPT, runtimes, LIMITS).argv == node
-    assert program_for(Language.TYPESCRIPT, runtimes, LIMITS).files == ("/cairn/run.js",)
+    assert program_for(Language.TYPESCRIPT, runtimes, LIMITS).files[0] == "/cairn/run.js"
 
 
 def test_the_switch_to_the_sandbox_user() -> None:
@@ -150,7 +152,7 @@ def test_launcher_enters_cgroups_sets_limits_then_execs() -> None:
 
 
 def test_whole_command_line_passes_the_rest_as_arguments_not_as_script_text() -> None:
-    given = Descriptors(files=(7,), seccomp=8)
+    given = Descriptors(files=(5, 6, 7), seccomp=8)
     argv = sandbox_argv(
         PYTHON,
         Runtimes(),
