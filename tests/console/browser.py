@@ -137,6 +137,8 @@ def start_stack(root: Path, databases: dict[str, dict[str, str]] | None = None) 
         PVESIM_DELAY_SCALE="0",
         VM_SSH_POLL="0.05",
         VM_POLL_INTERVAL="1",
+        # A guest made never to answer SSH holds its install this long, then fails it.
+        VM_SSH_WAIT="15",
         RUN_WARM="0",
     )
     for db, files in (databases if databases is not None else {"notes": DOCUMENTS}).items():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from playwright.sync_api import Page, expect
+from pvesim.cluster import SimCluster
 
 from tests.console.browser import Stack, wait_until
 
@@ -145,6 +146,57 @@ def test_stop_resize_migrate_start_and_destroy_a_vm_after_confirming(
     page.goto(stack.url("vms"))
     expect(page.locator("table.vms, p.muted").first).to_be_visible()
     expect(page.locator(f'tr[data-vmid="{vm["vmid"]}"]')).to_have_count(0)
+
+
+def test_a_task_already_running_when_the_page_opens_is_followed_live(
+    page: Page, stack: Stack
+) -> None:
+    """An install started elsewhere (a plain client, as curl would) whose guest never answers
+    SSH: the VM's page, opened while it waits, shows the stages that passed, the wait as it
+    runs, then the failure with the service's own message, as the client got it."""
+    vmid = 190
+    SimCluster(stack.root / "data" / "pvesim").inject_failure("guest boot", vmid=vmid)
+    reply: dict[str, tuple[int, str]] = {}
+    body = {"os": "debian", "version": "12", "name": "late", "id": vmid}
+    client = threading.Thread(
+        target=lambda: reply.update(
+            install=stack.request("POST", "/console/svc/vm/api/vm/install", body)
+        )
+    )
+    client.start()
+    try:
+
+        def running_task() -> bool:
+            status, text = stack.request("GET", f"/console/svc/vm/api/vm/{vmid}")
+            return status == 200 and bool(json.loads(text)["task"])
+
+        wait_until(running_task, what="the VM to show its running install")
+        page.add_init_script(RECORD_STAGES)
+        page.goto(stack.url(f"vm/{vmid}"))
+        waiting = page.locator('li[data-step="VM initialization > waiting for ready"]')
+        expect(waiting).to_have_attribute("data-status", "processing")
+        expect(page.locator('li[data-step="VM creation > creating VM"]')).to_have_attribute(
+            "data-status", "success"
+        )
+        expect(waiting).to_have_attribute("data-status", "error", timeout=60_000)
+    finally:
+        client.join(90)
+    status, text = reply["install"]
+    assert status == 200
+    records = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    *_, last, closing = records
+    assert closing == {}  # `event: close`: the stream ended
+    assert last["status"] == "error" and last["step"] == "VM initialization > waiting for ready"
+    progress = page.get_by_role("region", name="Progress")
+    expect(progress.get_by_role("alert")).to_contain_text(last["message"])
+    # And the VM it was building is gone, as the page says.
+    expect(page.get_by_text(f"VM {vmid} not found")).to_be_visible()
+    # The wait was seen while it ran, not only at the end.
+    seen: list[str] = page.evaluate("window.__stages")
+    assert any("processing" in s and "error" not in s for s in seen), seen
+    # Failed installs leave nothing: the VM is gone from the list.
+    listed = [v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"]]
+    assert vmid not in listed
 
 
 RECORD_OUTPUT = """
