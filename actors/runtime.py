@@ -33,6 +33,12 @@ Faults:
   apply) is quarantined: logged once with its stream, position and error; asks to the actor
   raise that error (503 naming the problem), tells are dropped; every other actor starts.
 * :meth:`ActorHost.drain` waits, bounded, for running jobs at a graceful stop and says which.
+* Another writer of the same stream (a second host on a shared store) makes an append fail
+  with :class:`~events.store.ConcurrencyConflict`: the actor is reloaded from its stream (one
+  INFO line, no traceback). A message listed in ``redecide_on_conflict`` (a decision from
+  state alone, starting no job) is then handled again by the reloaded actor, up to
+  ``REDECIDE_ATTEMPTS`` times, so its caller gets a decision made on the stream as it is;
+  any other caller gets the conflict.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ import pykka
 
 from events.errors import CommandFailed, DamagedEvent, StoreWriteFailed
 from events.model import Event
-from events.store import EventStore, Recorded
+from events.store import ConcurrencyConflict, EventStore, Recorded
 from events.subjects import stream_name
 
 log = logging.getLogger(__name__)
@@ -105,6 +111,9 @@ class AggregateActor(pykka.ThreadingActor):
     ``setup(**kwargs)``, which runs before the replay."""
 
     aggregate: ClassVar[str]
+    # Message types whose handling is a decision from state alone (it records events and
+    # starts no job): safe to handle again after a reload when another writer came first.
+    redecide_on_conflict: ClassVar[tuple[type, ...]] = ()
 
     def __init__(
         self, ctx: ActorContext, ident: str, history: Sequence[Recorded], kwargs: dict[str, Any]
@@ -209,14 +218,19 @@ class AggregateActor(pykka.ThreadingActor):
             if follow_up is not None:
                 self._dispatch(follow_up, None)
         elif isinstance(message, _AppendFailed):
-            if not isinstance(message.error, StoreWriteFailed):
-                raise message.error
-            # Expected under a fault, not a bug: one line, no traceback, then stop as pykka
-            # does for a failure.
-            log.error("%s: stopping: %s", self.stream, message.error.message)
+            error = message.error
+            if isinstance(error, StoreWriteFailed):
+                # Expected under a fault, not a bug: one line, no traceback, then stop as
+                # pykka does for a failure.
+                log.error("%s: stopping: %s", self.stream, error.message)
+            elif isinstance(error, ConcurrencyConflict):
+                # Expected with several writers: our state is behind the stream.
+                log.info("%s: another writer appended first: reloading", self.stream)
+            else:
+                raise error
             pykka.ActorRegistry.unregister(self.actor_ref)
             self.actor_stopped.set()
-            self._failed(message.error)
+            self._failed(error)
         return None
 
     def _dispatch(self, message: Any, reply: ReplyCallback | None) -> None:
@@ -257,7 +271,7 @@ class AggregateActor(pykka.ThreadingActor):
             if self._append_failed:
                 return
             self._append_failed = True
-            if not isinstance(exc, StoreWriteFailed):
+            if not isinstance(exc, StoreWriteFailed | ConcurrencyConflict):
                 log.error("%s: append failed, restarting from the store: %s", self.stream, exc)
             with contextlib.suppress(pykka.ActorDeadError):
                 self.actor_ref.tell(_AppendFailed(exc))
@@ -297,6 +311,10 @@ def _outcome(future: concurrent.futures.Future[Any]) -> Any:
 A = TypeVar("A", bound=AggregateActor)
 
 
+# How often a message in ``redecide_on_conflict`` is handled again after conflicts in a row.
+REDECIDE_ATTEMPTS = 8
+
+
 class ActorHandle:
     """The event loop's way to an actor; stays valid across restarts."""
 
@@ -312,6 +330,21 @@ class ActorHandle:
         self.unavailable: CommandFailed | None = None
 
     async def ask(self, message: Any) -> Any:
+        attempt = 1
+        while True:
+            try:
+                return await self._ask_once(message)
+            except ConcurrencyConflict:
+                if (
+                    not isinstance(message, self.cls.redecide_on_conflict)
+                    or attempt >= REDECIDE_ATTEMPTS
+                ):
+                    raise
+                attempt += 1
+                # The actor is being reloaded; this message waits in its inbox meanwhile
+                # and is handed to the reloaded actor.
+
+    async def _ask_once(self, message: Any) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 

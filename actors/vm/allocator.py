@@ -55,6 +55,10 @@ def choose(
 
 class AllocatorActor(AggregateActor):
     aggregate = "vmalloc"
+    # Hosts sharing one store each run this actor on the one stream: the store's optimistic
+    # concurrency lets one reservation through per version, and the other host decides again
+    # on the reloaded holdings, so two hosts never hand out the same id.
+    redecide_on_conflict = (Reserve, Release)
 
     def setup(self, **kwargs: Any) -> None:
         settings: VmSettings = kwargs.pop("settings")
@@ -81,8 +85,9 @@ class AllocatorActor(AggregateActor):
                 self.record(IdReserved(picked, self.settings.ip_for(picked), task))
                 return picked
             case Release(vmid=vmid, reason=reason):
-                if vmid in self.held:
-                    self.record(IdReleased(vmid, reason))
+                # Recorded even when the id looks free here: with another host on the store
+                # this view may be behind, and only an append is checked against the stream.
+                self.record(IdReleased(vmid, reason))
                 return None
             case Holdings():
                 return dict(self.held)
