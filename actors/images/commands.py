@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from actors.images.layout import StoreLayout
-from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, StoreFile
+from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcile, StoreFile
 from actors.runtime import ActorHandle, ActorHost, Rejected
 from events.bus import serve_json
 
@@ -25,8 +25,12 @@ EVENTS_SUBJECT = "cairn.evt.images.*"
 async def serve_commands(
     nc: Client, actors: ActorHost, layout: StoreLayout
 ) -> tuple[ActorHandle, list[Subscription]]:
-    """Spawn the store actor and answer its two command subjects."""
+    """Spawn the store actor and answer its two command subjects. The actor first compares
+    the catalogue with the files (in a thread): a stop between a file's move into place and
+    its event's append, or files put into the store by hand while cairn was down, are
+    recorded, so other hosts purge their caches of them."""
     handle = await actors.spawn(ImageStoreActor, SINGLETON, layout=layout)
+    await handle.tell(Reconcile())
 
     async def on_store(payload: Any) -> Any:
         try:

@@ -61,7 +61,8 @@ class Entry:
 
 @attrs.frozen
 class Reconcile:
-    """After a failure: the files may have changed without their events being stored."""
+    """At start and after a failure: the files may have changed without their events being
+    stored."""
 
 
 @attrs.frozen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.images.commands import DELETE_SUBJECT, STORE_SUBJECT
+from actors.images.commands import DELETE_SUBJECT, STORE_SUBJECT, serve_commands
 from actors.images.store import SINGLETON, Entry, GetCatalogue, ImageStoreActor, Reconcile
 from actors.platform import Runtime
 from events.bus import request_json
@@ -90,3 +90,33 @@ async def test_after_a_failure_the_catalogue_catches_up_with_the_files(
         "images.stored",
         "images.deleted",
     ]
+
+
+async def test_at_start_the_catalogue_catches_up_with_files_changed_while_stopped(
+    images: Images, runtime: Runtime
+) -> None:
+    async with await images.upload("k", "a.png", encoded("PNG", (4, 4))) as resp:
+        assert resp.status == 201
+    await runtime.actors.stop(ImageStoreActor, SINGLETON)
+    # While it is stopped: a file put into the store by hand, another removed by hand.
+    images.put("k/by-hand.png", encoded("PNG", (5, 5)))
+    (images.layout.store / "k" / "a.png").unlink()
+    handle, subs = await serve_commands(runtime.nc, runtime.actors, images.layout)
+    try:
+
+        async def recorded() -> list[tuple[str, str]]:
+            records = await runtime.store.read_stream("images:store")
+            tail = [(r.event.type_name, getattr(r.event, "path", "")) for r in records]
+            return tail if len(tail) >= 3 else []
+
+        assert await wait_for(recorded, what="the changes stored") == [
+            ("images.stored", "k/a.png"),  # the upload, then what start-up found:
+            ("images.stored", "k/by-hand.png"),
+            ("images.deleted", "k/a.png"),
+        ]
+        assert await handle.ask(GetCatalogue()) == {
+            "k/by-hand.png": Entry("image/png", len(encoded("PNG", (5, 5))))
+        }
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
