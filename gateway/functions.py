@@ -60,6 +60,7 @@ DISCONNECT_POLL_S = 0.2
 QUEUE_FULL = "run queue is full"
 REGISTRY_SILENT = "the function registry is not answering"
 NO_RUNNER = "no runner host is available"
+HOST_SILENT = "the runner host stopped answering (it stopped, or lost its connection to NATS)"
 
 
 class RunFailed(Exception):
@@ -119,21 +120,34 @@ class RunClient:
                 reply=f"{self.prefix}.{run_id}",
                 headers=deadline_headers(ACCEPT_TIMEOUT_S),
             )
-            timeout = ACCEPT_TIMEOUT_S
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ACCEPT_TIMEOUT_S
+            # Set by a host that sends `alive`: how long its silence may last.
+            silence: float | None = None
             while True:
+                wait = deadline - loop.time()
+                if silence is not None:
+                    wait = min(wait, silence)
                 try:
-                    message = await asyncio.wait_for(queue.get(), timeout)
+                    message = await asyncio.wait_for(queue.get(), max(0.0, wait))
                 except TimeoutError:
+                    if loop.time() < deadline:
+                        raise RunFailed(500, f"{FAILED_TO_RUN}{HOST_SILENT}") from None
                     raise RunFailed(500, f"{FAILED_TO_RUN}no answer from the runner") from None
                 kind = message.get("t")
+                if kind == protocol.ALIVE:
+                    continue
                 if kind == "no-responders":
                     raise RunFailed(503, NO_RUNNER)
                 if kind == protocol.BUSY:
                     raise RunFailed(503, QUEUE_FULL)
                 if kind == protocol.ACCEPTED:
-                    timeout = self._queued_wait()
+                    deadline = loop.time() + self._queued_wait()
+                    every = message.get("alive")
+                    if isinstance(every, int | float) and every > 0:
+                        silence = every * protocol.ALIVE_MISSES
                 elif kind == protocol.STARTED:
-                    timeout = self.settings.limits.timeout_s + START_SLACK_S
+                    deadline = loop.time() + self.settings.limits.timeout_s + START_SLACK_S
                 finished = kind in protocol.FINAL
                 yield message
                 if finished:

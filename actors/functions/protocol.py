@@ -5,7 +5,10 @@ Commands to the registry are JSON request/reply (``events.bus``). A run is one r
 chosen host answers on the request's reply subject with a sequence of messages:
 
 ``accepted`` (queued) or ``busy`` (queue full), then ``started``, then ``log`` lines when the
-caller asked for a stream, then exactly one ``result`` or ``error``.
+caller asked for a stream, then exactly one ``result`` or ``error``. From ``accepted`` on, the
+host also sends ``alive`` every ``accepted.alive`` seconds until the run ends, so a caller
+knows within seconds that a host died with its run (a kill, a power cut, a lost network)
+instead of waiting out the run's whole time limit.
 """
 
 from __future__ import annotations
@@ -31,6 +34,12 @@ STARTED = "started"
 LOG = "log"
 RESULT = "result"
 ERROR = "error"
+ALIVE = "alive"
+# Seconds between a host's `alive` messages for each run it holds, and how many of them a
+# caller may miss before it gives the run up (NATS buffers a host's messages through a short
+# reconnect, so a blip does not count as missing).
+ALIVE_EVERY_S = 1.0
+ALIVE_MISSES = 5
 FINAL = frozenset({BUSY, RESULT, ERROR})
 
 

@@ -103,6 +103,8 @@ class RunnerHost:
         self.idle.set()
         self.cgroups: cgroups.Cgroups | None = None
         self._queued: set[str] = set()
+        # Reply subjects of the runs this host holds (queued or running): each hears `alive`.
+        self._held: dict[str, str] = {}
         self._cancelled: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
@@ -131,6 +133,7 @@ class RunnerHost:
         self._workers = [
             asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
         ]
+        self._workers.append(asyncio.create_task(self._heartbeat(), name="runner-alive"))
         languages = await describe_runtimes(self.settings.runtimes, self.settings.esbuild)
 
         async def on_runtimes(_: Any) -> Any:
@@ -198,8 +201,17 @@ class RunnerHost:
         self.taken += 1
         self.idle.clear()
         self._queued.add(job.id)
+        self._held[job.id] = job.reply
         self.queue.put_nowait(job)
-        await self._send(msg.reply, {"t": protocol.ACCEPTED})
+        await self._send(msg.reply, {"t": protocol.ACCEPTED, "alive": protocol.ALIVE_EVERY_S})
+
+    async def _heartbeat(self) -> None:
+        alive = protocol.encode({"t": protocol.ALIVE})
+        while True:
+            await asyncio.sleep(protocol.ALIVE_EVERY_S)
+            for reply in list(self._held.values()):
+                with contextlib.suppress(Exception):
+                    await self.nc.publish(reply, alive)
 
     async def _on_cancel(self, msg: Msg) -> None:
         with contextlib.suppress(ValueError, TypeError, KeyError):
@@ -249,6 +261,7 @@ class RunnerHost:
                 if self.settings.warm:
                     self._refill(runtime)
             finally:
+                self._held.pop(job.id, None)
                 self.pending -= 1
                 if self.pending == 0:
                     self.idle.set()

@@ -1,5 +1,11 @@
-"""Runner hosts as a NATS queue group: two hosts share the work, and runs go on when one
-stops between runs."""
+"""Runner hosts as a NATS queue group: two hosts share the work, runs go on when one stops
+between runs, and a host killed in the middle of a run fails that run within seconds."""
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
 
 from nats.aio.client import Client
 
@@ -7,7 +13,9 @@ from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
 from actors.platform import Runtime
 from events.bus import connect
+from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV, start_service
+from tests.functions.test_hardening import MARKED, processes_named
 
 
 async def test_two_runner_hosts_share_runs_and_survive_one_stopping(runtime: Runtime) -> None:
@@ -47,3 +55,51 @@ async def test_no_runner_host_at_all_is_503(runtime: Runtime) -> None:
             "text/plain",
             "no runner host is available",
         )
+
+
+async def test_a_runner_host_killed_mid_run_fails_that_run_at_once_and_others_carry_on(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """kill -9 of the only runner host while it runs a 60 s function: the caller hears within
+    seconds (the host's `alive` messages stop), not after the run's time limit, and nothing of
+    the run is left running. Runs then go to the hosts that are left."""
+    env = {**os.environ, **SERVICE_ENV, "RUN_TIMEOUT": "60", "NATS_URL": runtime.nats_url}
+    remote = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.functions.runner_process", str(tmp_path / "remote"),
+        env=env, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert remote.stdout is not None
+    try:
+        assert await asyncio.wait_for(remote.stdout.readline(), 60) == b"runner ready\n"
+        async with start_service(runtime, FUNCTIONS_RUNNER="0", RUN_TIMEOUT="60") as service:
+            code = MARKED["python"].format(mark="cairn-doomed")
+            run = asyncio.create_task(service.run_now("python", code))
+            await wait_for(lambda: processes_named("cairn-doomed"), what="the run to start")
+            remote.send_signal(signal.SIGKILL)
+            await remote.wait()
+            reply = await run
+            # Heard through the missing `alive` messages (the 60 s limit's end says "no
+            # answer from the runner").
+            assert (reply.status, reply.text) == (
+                500,
+                "failed to run: the runner host stopped answering"
+                " (it stopped, or lost its connection to NATS)",
+            )
+            # The sandbox died with its host (bwrap --die-with-parent): nothing runs unseen.
+            await wait_for(lambda: not processes_named("cairn-doomed"), what="the run to end")
+
+            other_nc: Client = await connect(runtime.nats_url)
+            other = RunnerHost(other_nc, FunctionsSettings.from_env(SERVICE_ENV), tmp_path / "b")
+            await other.start()
+            try:
+                for attempt in range(3):
+                    reply = await service.run_now("python", f"return {attempt}")
+                    assert reply.json() == {"data": attempt, "type": "number"}
+                assert other.taken == 3
+            finally:
+                await other.stop()
+                await other_nc.close()
+    finally:
+        if remote.returncode is None:
+            remote.kill()
+            await remote.wait()
