@@ -153,7 +153,15 @@ def _transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, OSError | OperationalError):
         return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    # PostgreSQL says why by SQLSTATE: another client's lock (55P03, after `lock_timeout`),
+    # a deadlock or serialization failure (40P01, 40001), the server shutting down or out
+    # of resources (57P01-57P03, class 53: a full disk is 53100), a broken connection (08).
+    state = str(getattr(exc.orig, "sqlstate", None) or "")
+    return state in _TRANSIENT_STATES or state.startswith(("53", "08"))
 
 
 _SELECT = sa.select(
@@ -190,7 +198,18 @@ class EventStore:
 
     @classmethod
     async def open(cls, url: str, retry: RetryPolicy | None = None) -> EventStore:
-        engine = create_async_engine(url)
+        if url.startswith("postgresql"):
+            engine = create_async_engine(
+                url,
+                # A connection the server dropped (a restart) is found before it is used.
+                pool_pre_ping=True,
+                # Short, like SQLite's busy_timeout: a write kept waiting by another client's
+                # lock fails and is retried by the store's own loop, which logs it and keeps
+                # to the retry budget (PostgreSQL would otherwise wait forever).
+                connect_args={"server_settings": {"lock_timeout": "1000"}},
+            )
+        else:
+            engine = create_async_engine(url)
         if engine.dialect.name == "sqlite":
             sa_event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
             database = engine.url.database
@@ -316,6 +335,13 @@ class EventStore:
         return recorded
 
     async def _insert(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+        if self._engine.dialect.name == "postgresql":
+            # Positions from a sequence are handed out when a row is inserted, not when its
+            # transaction commits: two hosts' appends could commit out of position order, and
+            # a reader that had seen position n+1 would never look back for n. One append at
+            # a time per database (a transaction-scoped advisory lock) keeps commit order and
+            # position order the same, which the outbox relay relies on.
+            await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK})
         if self._engine.dialect.name != "sqlite" or len(rows) == 1:
             result = await conn.execute(_INSERT_RETURNING, rows)
             return [int(p) for p in result.scalars()]
@@ -437,6 +463,12 @@ def _refused(exc: BaseException, spent: float) -> StoreWriteFailed:
         )
     tried = f" (retried for {spent:.0f} s)" if spent >= 1 else ""
     return StoreWriteFailed(f"the event store refuses writes: {reason(exc)}{tried}", full=False)
+
+
+_TRANSIENT_STATES = frozenset({"55P03", "40P01", "40001", "57P01", "57P02", "57P03"})
+
+# The advisory lock key appends take on PostgreSQL ("cairn" in ASCII).
+_APPEND_LOCK = 0x636169726E
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

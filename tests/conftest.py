@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from events.bus import connect
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
+from tests.postgres import SKIP_ENV as SKIP_POSTGRES
+from tests.postgres import PostgresServer, running_postgres
 
 load_all()
 
@@ -54,6 +57,21 @@ async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
     s = await EventStore.open(default_store_url(tmp_path))
     yield s
     await s.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL cluster for the session (about a second to start)."""
+    if os.environ.get(SKIP_POSTGRES):
+        pytest.skip(f"{SKIP_POSTGRES} is set")
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresServer) -> str:
+    """The store URL of a fresh database on the session's PostgreSQL."""
+    return postgres.url(postgres.new_database())
 
 
 @pytest.fixture

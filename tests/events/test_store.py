@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from events.store import ConcurrencyConflict, EventStore, default_store_url
+from events.store import ConcurrencyConflict, EventStore
 from events.subjects import split_stream, stream_name, subject_for
 from tests.events.sample_events import Incremented, Noted
 
@@ -54,8 +53,8 @@ async def test_two_writers_racing_one_wins(store: EventStore) -> None:
     assert len(await store.read_stream("counter:race")) == 1
 
 
-async def test_conflict_across_two_store_instances_on_one_file(tmp_path: Path) -> None:
-    url = default_store_url(tmp_path)
+async def test_conflict_across_two_store_instances_on_one_database(store_url: str) -> None:
+    url = store_url
     one, two = await EventStore.open(url), await EventStore.open(url)
     try:
         await one.append("counter:x", 0, [Incremented(1)])
@@ -75,8 +74,8 @@ async def test_read_all_is_global_order_from_a_position(store: EventStore) -> No
     assert [r.event for r in tail] == [Incremented(3)]
 
 
-async def test_events_survive_reopening_the_file(tmp_path: Path) -> None:
-    url = default_store_url(tmp_path)
+async def test_events_survive_reopening_the_database(store_url: str) -> None:
+    url = store_url
     s = await EventStore.open(url)
     await s.append("counter:a", 0, [Noted('tricky "text"\n', extra={"n": 1})])
     await s.close()
@@ -115,10 +114,10 @@ def test_subjects_escape_ids_into_one_token() -> None:
         stream_name("bad.aggregate", 1)
 
 
-async def test_a_writer_with_a_remembered_version_still_meets_a_conflict(tmp_path: Path) -> None:
+async def test_a_writer_with_a_remembered_version_still_meets_a_conflict(store_url: str) -> None:
     """The store skips re-reading versions it wrote itself; the unique key must then catch a
     writer in another process that appended in between."""
-    url = default_store_url(tmp_path)
+    url = store_url
     one, two = await EventStore.open(url), await EventStore.open(url)
     try:
         await one.append("counter:x", 0, [Incremented(1)])

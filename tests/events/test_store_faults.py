@@ -1,15 +1,18 @@
-"""The event store under faults, on a real SQLite file: another connection holding the write
-lock (briefly, then past the retry budget), a damaged row, a full disk told apart."""
+"""The event store under faults: on a real SQLite file, another connection holding the write
+lock (briefly, then past the retry budget) and a full disk told apart; on SQLite and
+PostgreSQL, a damaged row (PostgreSQL's own locks and restarts: test_store_faults_postgres)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import logging
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from nats.aio.client import Client
 
@@ -70,21 +73,32 @@ async def test_a_lock_held_past_the_budget_is_a_503_saying_why(
     assert [r.version for r in await budget_store.append("counter:b", 1, [Incremented(2)])] == [2]
 
 
-async def damage(tmp_path: Path, sql: str, *args: object) -> None:
+async def damage(store_url: str, sql: str, *args: object) -> None:
+    """Change stored rows behind the store's back, as a bad migration or a hand edit would
+    (`?` marks the arguments)."""
+    if store_url.startswith("postgresql"):
+        conn = await asyncpg.connect(store_url.replace("+asyncpg", ""))
+        try:
+            numbered = iter(range(1, len(args) + 1))
+            await conn.execute(re.sub(r"\?", lambda _: f"${next(numbered)}", sql), *args)
+        finally:
+            await conn.close()
+        return
+
     def run() -> None:
-        with sqlite3.connect(tmp_path / "events.sqlite3") as conn:
+        with sqlite3.connect(store_url.split("///", 1)[1]) as conn:
             conn.execute(sql, args)
 
     await asyncio.to_thread(run)
 
 
 async def test_a_damaged_row_is_named_by_stream_position_and_error(
-    store: EventStore, tmp_path: Path
+    store: EventStore, store_url: str
 ) -> None:
     await store.append("counter:c", 0, [Incremented(1), Incremented(2), Noted("x")])
     good = await store.append("counter:d", 0, [Incremented(5)])
     bad = (await store.read_stream("counter:c"))[1]
-    await damage(tmp_path, "UPDATE events SET data = '{\"by\": ' WHERE position = ?", bad.position)
+    await damage(store_url, "UPDATE events SET data = '{\"by\": ' WHERE position = ?", bad.position)
 
     with pytest.raises(DamagedEvent) as info:
         await store.read_stream("counter:c")
@@ -109,11 +123,11 @@ async def test_a_damaged_row_is_named_by_stream_position_and_error(
 
 
 async def test_check_lists_unknown_types_and_missing_fields(
-    store: EventStore, tmp_path: Path
+    store: EventStore, store_url: str
 ) -> None:
     await store.append("counter:e", 0, [Incremented(1), Noted("y")])
-    await damage(tmp_path, "UPDATE events SET type = 'test.renamed' WHERE version = 1")
-    await damage(tmp_path, "UPDATE events SET data = '{}' WHERE version = 2")
+    await damage(store_url, "UPDATE events SET type = 'test.renamed' WHERE version = 1")
+    await damage(store_url, "UPDATE events SET data = '{}' WHERE version = 2")
     count, damaged = await store.check(page_size=1)
     assert count == 2
     assert [(d.version, d.error) for d in damaged] == [
@@ -123,10 +137,10 @@ async def test_check_lists_unknown_types_and_missing_fields(
 
 
 async def test_the_relay_steps_over_a_damaged_row(
-    store: EventStore, nc: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: EventStore, nc: Client, store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     await store.append("counter:f", 0, [Incremented(1), Incremented(2), Incremented(3)])
-    await damage(tmp_path, "UPDATE events SET data = 'not json' WHERE version = 2")
+    await damage(store_url, "UPDATE events SET data = 'not json' WHERE version = 2")
     seen: list[int] = []
 
     async def on_msg(msg: object) -> None:
