@@ -88,7 +88,7 @@ async def connect(url: str, *, name: str = "cairn") -> Client:
         log.warning("nats: reconnected to %s", url)
 
     await nc.connect(
-        url,
+        server_urls(url),
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.1,  # type: ignore[arg-type]  # seconds; a float works
@@ -99,6 +99,12 @@ async def connect(url: str, *, name: str = "cairn") -> Client:
         reconnected_cb=on_reconnected,
     )
     return nc
+
+
+def server_urls(url: str) -> list[str]:
+    """``NATS_URL`` may name several servers of a cluster, comma-separated; nats-py takes a list
+    and fails over between them."""
+    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def deadline_headers(timeout: float) -> dict[str, str]:
