@@ -13,10 +13,11 @@ import attrs
 from nats.aio.client import Client
 
 from actors.config import data_dir as resolve_data_dir
-from actors.config import env_float, env_str
+from actors.config import env_float, env_int, env_str
 from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.bus import connect
+from events.jetstream import DUPLICATE_WINDOW, StreamSettings
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
@@ -65,9 +66,19 @@ async def open_runtime(
         store = await EventStore.open(url, retry)
         stack.push_async_callback(store.close)
         Journal().attach(store)
-        relay = OutboxRelay(store, nc)
+        relay = OutboxRelay(store, nc, stream=stream_settings(env))
         await relay.start()
         stack.push_async_callback(relay.stop)
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
         yield Runtime(root, env, nats_url, nc, store, host, relay, embedded, flags)
+
+
+def stream_settings(env: Mapping[str, str]) -> StreamSettings:
+    """The events stream's settings: ``CAIRN_EVENTS_REPLICAS`` (default 1; 3 on a three-server
+    cluster) and ``CAIRN_EVENTS_MAX_AGE`` (seconds an event stays in the stream)."""
+    replicas = env_int(env, "CAIRN_EVENTS_REPLICAS", 1, min=1, max=5)
+    assert replicas is not None
+    default = StreamSettings()
+    max_age = env_float(env, "CAIRN_EVENTS_MAX_AGE", default.max_age, min=DUPLICATE_WINDOW)
+    return StreamSettings(replicas=replicas, max_age=max_age)

@@ -1,10 +1,15 @@
-"""The outbox relay: publishes stored events on NATS in global order, at least once.
+"""The outbox relay: publishes stored events into the JetStream stream ``CAIRN_EVENTS`` in
+global order, each exactly once.
 
-Its cursor (the last published position) is kept in the store. Fresh appends are handed over in
-memory so the usual path costs no extra read; after an outage, or whenever the in-memory hand-over
-has a gap, the relay reads from the store from its cursor. It publishes only while connected and
-advances the cursor only after a flush proved the server has the messages, so a NATS outage
-delays events and loses none (a subscriber may see a message twice: dedupe by stream version).
+Its cursor (the last published position, its high-water mark) is kept in the store. Fresh
+appends are handed over in memory so the usual path costs no extra read; after an outage, or
+whenever the in-memory hand-over has a gap, the relay reads from the store from its cursor. It
+publishes only while connected, a batch at a time with every acknowledgement in flight at once,
+and advances the cursor only after JetStream acknowledged the whole batch, so a NATS outage
+delays events and loses none. Each message carries ``Nats-Msg-Id: <stream>:<version>``:
+whatever a relay publishes again (after a crash between a publish and its cursor write, or
+because a second relay on the same store publishes the same events) JetStream drops within its
+duplicate window (``events.jetstream``), so the stream holds every event once.
 A stored row that cannot be decoded is stepped over with a log line naming it (its stream is
 quarantined by the actor host; ``cairn store check`` lists it), so one bad row never stalls
 every event after it.
@@ -20,8 +25,11 @@ import time
 from collections import deque
 
 from nats.aio.client import Client
+from nats.js.api import PubAck
+from nats.js.errors import NoStreamResponseError
 
 from events.codec import to_dict
+from events.jetstream import MSG_ID_HEADER, StreamSettings, ensure_stream, msg_id
 from events.store import EventStore, Recorded
 from events.subjects import subject_for
 
@@ -53,9 +61,15 @@ class OutboxRelay:
         batch_size: int = 500,
         cursor_save_interval: float = 0.5,
         retry_interval: float = 0.2,
+        ack_timeout: float = 5.0,
+        stream: StreamSettings | None = None,
     ) -> None:
         self._store = store
         self._nc = nc
+        self._js = nc.jetstream(publish_async_max_pending=max(batch_size, 4000))
+        self._stream = stream or StreamSettings()
+        self._stream_ready = False
+        self._ack_timeout = ack_timeout
         self._name = name
         self._batch_size = batch_size
         self._save_interval = cursor_save_interval
@@ -69,6 +83,9 @@ class OutboxRelay:
         self._last_save = 0.0
 
     async def start(self) -> None:
+        # Created before anything is published, so subscribers can bind to it at once.
+        await ensure_stream(self._js, self._stream)
+        self._stream_ready = True
         self.cursor = self._saved_cursor = await self._store.load_cursor(self._name)
         self._store.add_listener(self._on_append)
         self._wake.set()  # catch up with whatever was stored while nobody published
@@ -145,16 +162,41 @@ class OutboxRelay:
                 batch, last = page.records, page.last_position
             if last == self.cursor:
                 return
-            for record in batch:
-                await self._nc.publish(subject_for(record.stream), wire_payload(record))
             if batch:
-                await self._nc.flush(timeout=2)
+                await self._publish(batch)
             self.cursor = last
             await self._maybe_save_cursor()
             if from_memory and not self._fresh:
                 # Every append of this store passes through the listener, so an empty
                 # hand-over means there is nothing newer in the store either.
                 return
+
+    async def _publish(self, batch: list[Recorded]) -> None:
+        """Publish ``batch`` and return once JetStream acknowledged every message of it."""
+        if not self._stream_ready:
+            await ensure_stream(self._js, self._stream)
+            self._stream_ready = True
+        acks: list[asyncio.Future[PubAck]] = []
+        try:
+            for record in batch:
+                acks.append(
+                    await self._js.publish_async(
+                        subject_for(record.stream),
+                        wire_payload(record),
+                        headers={MSG_ID_HEADER: msg_id(record)},
+                    )
+                )
+            async with asyncio.timeout(self._ack_timeout):
+                answers = await asyncio.gather(*acks, return_exceptions=True)
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+        except NoStreamResponseError:
+            self._stream_ready = False  # the stream is gone (a wiped server): create it again
+            raise
+        finally:
+            for ack in acks:
+                ack.cancel()  # frees its slot in nats-py's pending window; no-op when done
 
     async def _maybe_save_cursor(self) -> None:
         now = time.monotonic()

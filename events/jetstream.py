@@ -1,0 +1,69 @@
+"""The JetStream stream every stored event is published into: its name, its settings, and
+creating (or updating) it.
+
+One stream, ``CAIRN_EVENTS``, holds every subject ``cairn.evt.>`` on file storage. The relay
+publishes each event with the header ``Nats-Msg-Id: <stream>:<version>``; JetStream drops a
+second message with an id it has seen within the duplicate window, so a restarted relay, or a
+second relay on the same store, never stores an event twice. Subscribers read the stream from
+a sequence of their choosing, so one that was disconnected resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import attrs
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import BadRequestError
+
+from events.store import Recorded
+from events.subjects import EVENT_SUBJECT_PREFIX
+
+STREAM = "CAIRN_EVENTS"
+MSG_ID_HEADER = "Nats-Msg-Id"
+# JetStream's own default, said explicitly: ids are remembered this long. A relay that died
+# between a publish and its cursor write (at most CURSOR_SAVE_INTERVAL of events) and comes
+# back later than this publishes those events a second time.
+DUPLICATE_WINDOW = 120.0
+DEFAULT_MAX_AGE = 7 * 24 * 3600.0
+# nats-server's answer when a stream exists with another configuration.
+_STREAM_NAME_IN_USE = 10058
+
+
+@attrs.frozen
+class StreamSettings:
+    """What the events stream is created with: ``CAIRN_EVENTS_REPLICAS`` (1 for the embedded
+    server, 3 in a cluster) and ``CAIRN_EVENTS_MAX_AGE`` (seconds an event stays in the
+    stream; the event store keeps it for ever)."""
+
+    replicas: int = 1
+    max_age: float = DEFAULT_MAX_AGE
+    duplicate_window: float = DUPLICATE_WINDOW
+
+    def config(self) -> StreamConfig:
+        return StreamConfig(
+            name=STREAM,
+            description="cairn's stored events, published by the outbox relay",
+            subjects=[f"{EVENT_SUBJECT_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            discard=DiscardPolicy.OLD,
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            max_age=self.max_age,
+            duplicate_window=self.duplicate_window,
+        )
+
+
+def msg_id(record: Recorded) -> str:
+    """The de-duplication id of one event: its stream and version, unique in the store."""
+    return f"{record.stream}:{record.version}"
+
+
+async def ensure_stream(js: JetStreamContext, settings: StreamSettings) -> None:
+    """Create the events stream, or bring an existing one to ``settings``."""
+    config = settings.config()
+    try:
+        await js.add_stream(config)
+    except BadRequestError as exc:
+        if exc.err_code != _STREAM_NAME_IN_USE:
+            raise
+        await js.update_stream(config)
