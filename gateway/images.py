@@ -40,6 +40,7 @@ from actors.images.transform import TooManyPixels, Undecodable, avif_supported, 
 from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
+from events.follow import Follower
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -403,7 +404,7 @@ class ImageService:
     async def state(self, _: web.Request) -> web.StreamResponse:
         return web.Response(text="ok")
 
-    async def on_event(self, msg: Msg) -> None:
+    async def on_event(self, _: int, msg: Msg) -> None:
         """Purge what this host cached for a path the store changed (stored or deleted)."""
         try:
             payload = json.loads(msg.data)
@@ -471,7 +472,8 @@ async def build(runtime: Runtime) -> web.Application:
     )
     service = ImageService(runtime, settings, layout, reader)
     _, command_subs = await serve_commands(runtime.nc, runtime.actors, layout)
-    event_sub = await runtime.nc.subscribe(EVENTS_SUBJECT, cb=service.on_event)
+    # From JetStream: a purge published while this host was cut off from NATS still arrives.
+    purges = await Follower(runtime.nc, EVENTS_SUBJECT, service.on_event).start()
 
     app = web.Application(middlewares=[not_found])
     app[IMAGES] = service
@@ -486,7 +488,9 @@ async def build(runtime: Runtime) -> web.Application:
     add_openapi(app, "images", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
-        for sub in [event_sub, *command_subs]:
+        with contextlib.suppress(Exception):
+            await purges.stop()
+        for sub in command_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         pool.shutdown()

@@ -61,6 +61,7 @@ from events.bus import (
     deadline_headers,
 )
 from events.codec import to_dict
+from events.follow import EventCallback, Follower
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
@@ -82,6 +83,9 @@ _SYNC_ACTIONS = {
     "destroy": Command.DESTROY,
 }
 _TASK_EVENTS = {"vm.progress", "vm.task_ended"}
+# A follow that hears nothing this long reads the store itself (a stalled publisher, the bus
+# down) and tries again to join JetStream.
+STORE_POLL = 5.0
 
 
 # -- client address ------------------------------------------------------------------------
@@ -158,15 +162,18 @@ async def follow_task(
     """The task's records after stream version `after`, live, ending with its `task_ended`.
 
     Two live sources: the store's own append listener, for events written by this process
-    (the usual case; it skips the relay's publish-and-flush round and NATS, which made up most
-    of the delay to the client), and the NATS subject, for events written by an actor host in
-    another process. Both are opened before the store is read, so nothing falls in between;
-    versions seen twice are dropped, and a gap is filled from the store.
+    (the usual case; it skips the relay's publish-and-acknowledge round and NATS, which made
+    up most of the delay to the client), and the stream's subject in JetStream, for events
+    written by an actor host in another process; the JetStream follower resumes after a NATS
+    outage from the last sequence it saw. Both are opened before the store is read, so nothing
+    falls in between; versions seen twice are dropped, and a gap is filled from the store.
+    With the bus down the follow goes on from the store (re-attach needs no bus) and joins
+    JetStream once it is back.
     """
     stream = f"vm:{vmid}"
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
-    async def on_msg(msg: Any) -> None:
+    async def on_event(_: int, msg: Any) -> None:
         queue.put_nowait(json.loads(msg.data))
 
     def on_append(records: list[Recorded]) -> None:
@@ -176,7 +183,7 @@ async def follow_task(
                     {"version": r.version, "type": r.event.type_name, "data": to_dict(r.event)}
                 )
 
-    sub = await runtime.nc.subscribe(subject_for(stream), cb=on_msg)
+    follower = await _follow(runtime, subject_for(stream), on_event)
     runtime.store.add_listener(on_append)
     last = after
     try:
@@ -192,9 +199,11 @@ async def follow_task(
                 if item.type == "vm.task_ended":
                     return
             try:
-                payload = await asyncio.wait_for(queue.get(), timeout=5.0)
+                payload = await asyncio.wait_for(queue.get(), timeout=STORE_POLL)
             except TimeoutError:
                 pending = await _from_store(runtime.store, stream, last)  # publisher stalled
+                if follower is None:
+                    follower = await _follow(runtime, subject_for(stream), on_event)
                 continue
             version = int(payload["version"])
             if version <= last:
@@ -206,8 +215,20 @@ async def follow_task(
     finally:
         with contextlib.suppress(ValueError):
             runtime.store.remove_listener(on_append)
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        if follower is not None:
+            with contextlib.suppress(Exception):
+                await follower.stop()
+
+
+async def _follow(runtime: Runtime, subject: str, on_event: EventCallback) -> Follower | None:
+    """A started JetStream follower of ``subject``, or None while the bus is unavailable."""
+    if not runtime.nc.is_connected:
+        return None
+    try:
+        return await Follower(runtime.nc, subject, on_event).start()
+    except Exception as exc:
+        log.info("following %s from the store alone for now: %s", subject, exc)
+        return None
 
 
 async def _from_store(store: EventStore, stream: str, after: int) -> list[TaskEvent]:

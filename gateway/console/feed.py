@@ -1,14 +1,15 @@
 """``GET /console/events``: the live event feed of the whole platform, as server-sent events.
 
-Every stored event is published on NATS as ``cairn.evt.<aggregate>.<id>`` by the outbox relay
-(``events/relay.py``); the feed subscribes to all of them and sends each as one SSE record,
-``id:`` its global position in the store and ``data:`` the published JSON
+Every stored event is published into JetStream as ``cairn.evt.<aggregate>.<id>`` by the outbox
+relay (``events/relay.py``); the feed follows all of them (``events/follow.py``: after a NATS
+outage it resumes from the last sequence it saw) and sends each as one SSE record, ``id:`` its
+global position in the store and ``data:`` the published JSON
 (``{type, stream, version, position, recorded_at, data}``).
 
 A new client first gets the last ``backlog`` events from the store, so the page is not empty; a
 client that re-attaches with ``Last-Event-ID`` gets what it missed from the store, then the live
-events. NATS delivers at least once and the store read overlaps the subscription, so positions
-already sent are dropped. Nothing is kept between requests.
+events. The store read overlaps the follow, so positions already sent are dropped. Nothing is
+kept between requests.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp import web
 from nats.aio.client import Client
 
 from events.bus import BUS_DOWN
+from events.follow import Follower
 from events.relay import wire_payload
 from events.store import EventStore
 from events.subjects import EVENT_SUBJECT_PREFIX
@@ -68,14 +70,18 @@ class EventFeed:
             return web.Response(status=503, text=BUS_DOWN)
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
-        async def on_msg(msg: Any) -> None:
+        async def on_event(_: int, msg: Any) -> None:
             if queue.qsize() >= QUEUE_LIMIT:
                 queue.put_nowait(None)  # too far behind: end, and let the client re-attach
                 return
             with contextlib.suppress(ValueError):
                 queue.put_nowait(json.loads(msg.data))
 
-        sub = await self.nc.subscribe(f"{EVENT_SUBJECT_PREFIX}.>", cb=on_msg)
+        follower = Follower(self.nc, f"{EVENT_SUBJECT_PREFIX}.>", on_event)
+        try:
+            await follower.start()
+        except Exception:
+            return web.Response(status=503, text=BUS_DOWN)
         try:
             async with EventStream(request, numbered=False) as sse:
                 sent = -1
@@ -93,7 +99,7 @@ class EventFeed:
             return sse.response
         finally:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await follower.stop()
 
 
 async def _next(

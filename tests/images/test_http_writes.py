@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 
 import aiohttp
 import pytest
@@ -12,6 +14,10 @@ from yarl import URL
 
 from actors.images.events import ImageDeleted, ImageStored
 from actors.platform import Runtime
+from events.bus import connect
+from events.nats_server import EmbeddedNats
+from events.relay import OutboxRelay
+from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
 from tests.images.conftest import Images, ImagesFactory
 from tests.images.imagedata import decode, encoded, png_bomb
@@ -270,3 +276,31 @@ async def test_an_event_from_another_host_purges_this_hosts_cache(
     }
     await runtime.nc.publish("cairn.evt.images.store", json.dumps(payload).encode())
     await wait_for(lambda: not cache_dir.exists(), what="variants purged by the event")
+
+
+async def test_a_purge_from_another_host_is_not_lost_across_a_nats_restart(
+    images: Images, runtime: Runtime, nats_server: EmbeddedNats
+) -> None:
+    images.put("shared/q.png", encoded("PNG", (40, 40)))
+    async with images.http.get("/c/img/shared/q.png?w=10&t=png") as resp:
+        assert resp.status == 200
+    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    # Another host on the same store, with its own relay and NATS connection.
+    other = await EventStore.open(default_store_url(runtime.data_dir))
+    other_nc = await connect(nats_server.url)
+    relay = OutboxRelay(other, other_nc, retry_interval=0.05)
+    await relay.start()
+    try:
+        assert nats_server.pid is not None
+        os.kill(nats_server.pid, signal.SIGKILL)
+        # Deleted there while this host is cut off from NATS: published once the bus is back.
+        version = await other.stream_version("images:store")
+        await other.append(
+            "images:store", version, [ImageDeleted(path="shared/q.png", trashed_as="t/q.png")]
+        )
+        await wait_for(lambda: nats_server.restarts == 1, what="nats-server restarted")
+        await wait_for(lambda: not cache_dir.exists(), timeout=15, what="variants purged")
+    finally:
+        await relay.stop()
+        await other_nc.close()
+        await other.close()
