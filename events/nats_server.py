@@ -47,6 +47,7 @@ _TIED_TO_PARENT = (
 
 FIRST_PAUSE = 0.1  # before the first restart; doubles up to MAX_PAUSE
 MAX_PAUSE = 5.0
+URL_FILE = "url"  # in the store directory, while the server runs
 STABLE_AFTER = 30.0  # a server up this long is healthy again: pauses start over
 PROBE_INTERVAL = 2.0  # how often a running server is asked for its INFO line
 PROBE_FAILURES = 3  # unanswered probes in a row before a server counts as hung
@@ -156,6 +157,12 @@ class EmbeddedNats:
         return f"nats://{self.host}:{self.port}"
 
     @property
+    def url_file(self) -> Path:
+        """Where the running server's URL is written, for tools on this machine (``cairn
+        events tail``) that find it without ``NATS_URL``."""
+        return self.store_dir / URL_FILE
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
@@ -173,6 +180,7 @@ class EmbeddedNats:
         self._stopping = False
         await self._spawn(binary, timeout)
         self._supervisor = asyncio.create_task(self._supervise(binary), name="nats-supervisor")
+        self.url_file.write_text(self.url + "\n")
         return self.url
 
     async def _spawn(self, binary: Path, timeout: float) -> None:
@@ -304,6 +312,8 @@ class EmbeddedNats:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
             self._supervisor = None
+        with contextlib.suppress(OSError):
+            self.url_file.unlink()
         await self._stop_and_collect()
 
     async def __aenter__(self) -> EmbeddedNats:
