@@ -139,6 +139,9 @@ class NatsCluster:
         # Imported here: the cluster helper itself needs no client to start processes.
         from nats.aio.client import Client
 
+        async def quiet(_: Exception) -> None:
+            """A member still coming up refuses connections: expected, tried again below."""
+
         deadline = asyncio.get_running_loop().time() + timeout
         for server in self.servers:
             if not server.running:
@@ -148,7 +151,7 @@ class NatsCluster:
                 try:
                     await nc.connect(
                         server.url, connect_timeout=1, allow_reconnect=False,
-                        max_reconnect_attempts=0,
+                        max_reconnect_attempts=0, error_cb=quiet,
                     )  # fmt: skip
                     await nc.jetstream(timeout=1).account_info()
                     break
