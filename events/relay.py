@@ -61,6 +61,7 @@ class OutboxRelay:
         batch_size: int = 500,
         cursor_save_interval: float = 0.5,
         retry_interval: float = 0.2,
+        idle_poll: float = 1.0,
         ack_timeout: float = 5.0,
         stream: StreamSettings | None = None,
     ) -> None:
@@ -70,6 +71,7 @@ class OutboxRelay:
         self._stream = stream or StreamSettings()
         self._stream_ready = False
         self._ack_timeout = ack_timeout
+        self._idle_poll = idle_poll
         self._name = name
         self._batch_size = batch_size
         self._save_interval = cursor_save_interval
@@ -116,7 +118,12 @@ class OutboxRelay:
 
     async def _run(self) -> None:
         while not self._stopping:
-            await self._wake.wait()
+            # Woken by this process's appends; otherwise it looks at the store now and then,
+            # for appends made by another process on the same store (another host), which it
+            # publishes too (JetStream drops what that host's relay already did) so its
+            # cursor stays current.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._idle_poll)
             self._wake.clear()
             try:
                 await self._drain()
