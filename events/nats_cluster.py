@@ -20,7 +20,13 @@ from pathlib import Path
 
 import attrs
 
-from events.nats_server import _TIED_TO_PARENT, NatsServerError, find_binary, free_port
+from events.nats_server import (
+    _TIED_TO_PARENT,
+    NatsServerError,
+    end_server,
+    find_binary,
+    free_port,
+)
 
 __all__ = ["ClusterServer", "NatsCluster", "cluster_config"]
 
@@ -198,16 +204,8 @@ class NatsCluster:
     async def stop(self) -> None:
         for server in self.servers:
             proc, server.proc = server.proc, None
-            if proc is None or proc.returncode is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
-                proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            if proc is not None:
+                await end_server(proc)
 
     async def __aenter__(self) -> NatsCluster:
         return await self.start()

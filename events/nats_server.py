@@ -71,6 +71,20 @@ def find_binary() -> Path:
     )
 
 
+async def end_server(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
+    """Ask a nats-server to stop (SIGTERM; SIGCONT first, as a paused one cannot act on it),
+    and kill it if it has not within ``grace`` seconds."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -292,14 +306,7 @@ class EmbeddedNats:
         proc, self._proc = self._proc, None
         if proc is None:
             return ""
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        await end_server(proc)
         try:
             return self._log_path.read_text(errors="replace")[-2000:]
         except OSError:
