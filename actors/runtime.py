@@ -341,8 +341,8 @@ class ActorHandle:
                 ):
                     raise
                 attempt += 1
-                # The actor is being reloaded; this message waits in its inbox meanwhile
-                # and is handed to the reloaded actor.
+                # Sent again: if it reaches the actor before its reload, it waits in the
+                # dying actor's inbox, which the host hands to the reloaded one.
 
     async def _ask_once(self, message: Any) -> Any:
         loop = asyncio.get_running_loop()
