@@ -18,6 +18,7 @@ from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.bus import connect
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
+from events.leases import LeaseSettings
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
@@ -82,3 +83,10 @@ def stream_settings(env: Mapping[str, str]) -> StreamSettings:
     default = StreamSettings()
     max_age = env_float(env, "CAIRN_EVENTS_MAX_AGE", default.max_age, min=DUPLICATE_WINDOW)
     return StreamSettings(replicas=replicas, max_age=max_age)
+
+
+def lease_settings(env: Mapping[str, str]) -> LeaseSettings:
+    """Cluster mode's leases: ``CAIRN_LEASE_TTL`` seconds (default 5) a dead holder keeps one,
+    replicated like the events stream."""
+    ttl = env_float(env, "CAIRN_LEASE_TTL", LeaseSettings().ttl, min=1.0)
+    return LeaseSettings(ttl=ttl, replicas=stream_settings(env).replicas)

@@ -74,6 +74,14 @@ class ActorUnavailable(Exception):
     """The actor is not running and is not being restarted."""
 
 
+class Fenced(CommandFailed):
+    """This host may not write for the actor now: in cluster mode its lease on the actor's
+    domain is stale (``events/leases.py``), and another host may own the stream."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message)
+
+
 @attrs.frozen(slots=True)
 class _Envelope:
     message: Any
@@ -162,7 +170,10 @@ class AggregateActor(pykka.ThreadingActor):
         return None
 
     def record(self, *events: Event) -> None:
-        """Apply ``events`` now and append them to this actor's stream (in call order)."""
+        """Apply ``events`` now and append them to this actor's stream (in call order).
+        Raises :class:`Fenced`, recording nothing, while the host's fence forbids it."""
+        if (fenced := self.ctx.host.fenced(self.aggregate)) is not None:
+            raise Fenced(f"{self.stream}: not recorded: {fenced}")
         expected = self.version
         for event in events:
             self.apply(event)
@@ -228,10 +239,14 @@ class AggregateActor(pykka.ThreadingActor):
                 log.info("%s: another writer appended first: reloading", self.stream)
             else:
                 raise error
-            pykka.ActorRegistry.unregister(self.actor_ref)
-            self.actor_stopped.set()
-            self._failed(error)
+            self._stop_failed(error)
         return None
+
+    def _stop_failed(self, error: BaseException) -> None:
+        """Stop as pykka does on a failure, without its traceback (an expected fault)."""
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+        self._failed(error)
 
     def _dispatch(self, message: Any, reply: ReplyCallback | None) -> None:
         self._appends = []
@@ -239,6 +254,11 @@ class AggregateActor(pykka.ThreadingActor):
             value = self.handle(message)
         except Rejected as exc:
             self._reply_after_appends(reply, None, exc)
+            return
+        except Fenced as exc:
+            if reply is not None:
+                reply(None, exc)
+            self._stop_failed(exc)
             return
         except Exception as exc:
             if reply is not None:
@@ -412,6 +432,18 @@ class ActorHost:
         self._writable: asyncio.Task[None] | None = None
         # Why the store refuses writes, while actors wait for it to accept them again.
         self.store_refusal: str | None = None
+        self._fences: dict[str, Callable[[], str | None]] = {}
+
+    def fence(self, aggregates: Sequence[str], check: Callable[[], str | None]) -> None:
+        """Make actors of ``aggregates`` record nothing while ``check()`` names a reason
+        (cluster mode: the lease on their domain is stale). A fenced actor that fails is not
+        restarted: whoever set the fence stops it, or lifts the fence."""
+        for aggregate in aggregates:
+            self._fences[aggregate] = check
+
+    def fenced(self, aggregate: str) -> str | None:
+        check = self._fences.get(aggregate)
+        return check() if check is not None else None
 
     async def spawn(self, cls: type[A], ident: str | int, **kwargs: Any) -> ActorHandle:
         key = (cls, str(ident))
@@ -485,6 +517,13 @@ class ActorHost:
         handle = self._handles.get((cls, ident))
         if handle is None or self.stopping:
             _refuse(queued, ActorUnavailable(f"{cls.aggregate}:{ident} stopped"))
+            return
+        if isinstance(error, Fenced):
+            # Not restarted: another host may own the stream; the lease's loss stops it.
+            log.warning("%s:%s stopped: %s", cls.aggregate, ident, error.message)
+            handle.unavailable = error
+            handle.ready.set()
+            _refuse(queued, error)
             return
         handle.restarts += 1
         reason = f"{type(error).__name__}: {error}" if error is not None else "a failure"

@@ -192,8 +192,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="embedded NATS and every service")
-    serve_p = sub.add_parser("serve", help="one service in the foreground")
-    serve_p.add_argument("service", choices=[n for n in catalogue.KNOWN if n != "status"])
+    serve_p = sub.add_parser("serve", help="one service (or several) in the foreground")
+    serve_p.add_argument(
+        "service", nargs="+", choices=[n for n in catalogue.KNOWN if n != "status"]
+    )
     serve_p.add_argument("--sim", action="store_true", help="vm: drive a simulated cluster")
     sub.add_parser("sim", help="the simulated Proxmox cluster alone (cairn sim --help)")
     if importlib.util.find_spec("gateway.search_cli"):
@@ -231,7 +233,7 @@ def _dispatch(args: Any) -> int:
         return asyncio.run(serve(names, env, frozenset()))
     if args.command == "serve":
         flags = frozenset({"sim"}) if args.sim else frozenset()
-        return asyncio.run(serve([args.service], env, flags))
+        return asyncio.run(serve(list(dict.fromkeys(args.service)), env, flags))
     if args.command == "sim":
         from pvesim.cli import run_sim
 

@@ -23,8 +23,8 @@ import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from actors.config import ConfigError, env_float
-from actors.platform import Runtime
+from actors.config import ConfigError, env_bool, env_float, env_str
+from actors.platform import Runtime, lease_settings
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.initscripts import SCRIPTS_DIR
@@ -52,6 +52,7 @@ from actors.vm.settings import (
     load_settings,
     real_cluster_variables,
 )
+from actors.vm.tenure import VmTenure
 from events.bus import (
     BUS_DOWN,
     CommandFailed,
@@ -62,6 +63,7 @@ from events.bus import (
 )
 from events.codec import to_dict
 from events.follow import EventCallback, Follower
+from events.leases import holder_name
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
@@ -645,21 +647,36 @@ async def build(runtime: Runtime) -> web.Application:
     runtime = await _maybe_simulate(runtime)
     settings = settings_from(runtime)
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
-    service = VmService(runtime, settings, poll_interval=poll)
-    await service.start(SCRIPTS_DIR)
+    actors: VmService | VmTenure
+    if env_bool(runtime.env, "CAIRN_CLUSTER"):
+        actors = VmTenure(
+            runtime,
+            settings,
+            poll_interval=poll,
+            scripts_dir=SCRIPTS_DIR,
+            holder=holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME")),
+            lease=lease_settings(runtime.env),
+        )
+        await actors.start()
+    else:
+        actors = VmService(runtime, settings, poll_interval=poll)
+        await actors.start(SCRIPTS_DIR)
     gw = VmGateway(runtime, settings)
 
     app = web.Application()
 
     def problems() -> list[str]:
-        return [service.cluster_problem] if service.cluster_problem else []
+        return [actors.cluster_problem] if actors.cluster_problem else []
 
     def details() -> dict[str, Any]:
-        return {
+        facts: dict[str, Any] = {
             "cluster": "simulated" if settings.simulated else "real",
             "main_node": settings.main_node,
             "nodes": sorted(settings.nodes),
         }
+        if isinstance(actors, VmTenure):
+            facts["lease"] = actors.facts()
+        return facts
 
     add_health(
         app,
@@ -687,17 +704,14 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_get("/sh/{file}", init_scripts(SCRIPTS_DIR))
 
     async def cleanup(_: web.Application) -> None:
-        await service.stop()
+        await actors.stop()
         sim = _SIMS.pop(id(runtime), None)
         if sim is not None:
             await sim.aclose()
 
     app.on_cleanup.append(cleanup)
-    app[SERVICE_KEY] = service
     return app
 
-
-SERVICE_KEY = web.AppKey("vm_service", VmService)
 
 SERVICE = ServiceDef(
     name="vm",

@@ -12,7 +12,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -22,6 +23,8 @@ from actors.vm.pve_output import CommandResult, NodeResource
 from actors.vm.settings import VmSettings
 from actors.vm.transport import LineSink, LocalTransport, SshTransport, Transport
 from events.model import Event
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -117,6 +120,9 @@ class Cluster:
         self.settings = settings
         self._handles = dict(handles)
         self.transports: list[Transport] = []
+        # Cluster mode: why this host must not act on the cluster now (its lease is stale,
+        # events/leases.py), checked before every command; None: nothing stops it.
+        self.fence: Callable[[], str | None] = _unfenced
 
     @classmethod
     async def start(cls, host: ActorHost, settings: VmSettings, env: Mapping[str, str]) -> Cluster:
@@ -156,6 +162,9 @@ class Cluster:
         handle = self._handles.get(node)
         if handle is None:
             return CommandResult(255, "", f"no such cluster node '{node}'\n")
+        if (fenced := self.fence()) is not None:
+            log.warning("not running %s on %s: %s", argv[:2], node, fenced)
+            return CommandResult(255, "", f"cairn: not run: {fenced}\n")
         result: concurrent.futures.Future[CommandResult] = concurrent.futures.Future()
         await handle.tell(Run(argv, stdin, on_line, result))
         return await asyncio.wrap_future(result)
@@ -172,6 +181,15 @@ class Cluster:
     async def views(self) -> list[NodeView]:
         return [await self._handles[name].ask(Snapshot()) for name in self.names]
 
+    async def stop(self, host: ActorHost) -> None:
+        """Stop the node actors (their running commands are killed)."""
+        for name in self.names:
+            await host.stop(NodeActor, name)
+
     async def close(self) -> None:
         for transport in self.transports:
             await transport.close()
+
+
+def _unfenced() -> str | None:
+    return None

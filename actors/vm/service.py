@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
 from actors.vm.lifecycle import WORKING, Command, State
-from actors.vm.node import Cluster
+from actors.vm.node import Cluster, NodeActor
 from actors.vm.ownership import mark_line
 from actors.vm.pve_output import (
     NodeResource,
@@ -53,6 +53,8 @@ SUBJECT_DO = "cairn.cmd.vm.do"
 SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
 SUBJECT_DETAIL = "cairn.q.vm.detail"
+# The streams this service's actors own: VMs, the VMID/IP allocator, the nodes.
+AGGREGATES = (VmActor.aggregate, AllocatorActor.aggregate, NodeActor.aggregate)
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
 
@@ -184,8 +186,16 @@ def _differs(info: VmInfo, res: VmResource) -> bool:
 
 
 class VmService:
-    def __init__(self, runtime: Runtime, settings: VmSettings, *, poll_interval: float) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: VmSettings,
+        *,
+        poll_interval: float,
+        fence: Callable[[], str | None] | None = None,
+    ) -> None:
         self.runtime = runtime
+        self.fence = fence
         self.settings = settings
         self.poll_interval = poll_interval
         self.inventory = Inventory()
@@ -211,6 +221,9 @@ class VmService:
         host = self.runtime.actors
         env: Mapping[str, str] = self.runtime.env
         self.cluster = await Cluster.start(host, self.settings, env)
+        if self.fence is not None:
+            self.cluster.fence = self.fence
+            host.fence(AGGREGATES, self.fence)
         self.services = Services(
             settings=self.settings,
             cluster=self.cluster,
@@ -263,6 +276,18 @@ class VmService:
                     await self.allocator.ask(Release(vmid, "reserved by a task that never started"))
                 except CommandFailed as exc:
                     log.error("VMID %d stays reserved: %s", vmid, exc.message)
+
+    async def stop_actors(self) -> None:
+        """Stop every actor this service started (cluster mode: the lease went to another
+        host, which replays them): VMs first, whose running jobs are cancelled, then the
+        allocator and the nodes."""
+        host = self.runtime.actors
+        for handle in host.handles(VmActor):
+            await host.stop(VmActor, handle.ident)
+        await host.stop(AllocatorActor, "cluster")
+        if self.cluster is not None:
+            await self.cluster.stop(host)
+        self.inventory = Inventory()
 
     async def stop(self) -> None:
         self._stopping = True

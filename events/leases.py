@@ -1,0 +1,283 @@
+"""Leases in a NATS key-value bucket: which host runs a set of actors, at most one at a time.
+
+A lease is one key of the bucket ``CAIRN_LEASES``; its value names the holder. The bucket's
+TTL is the lease's: an entry not rewritten within it expires, and the key is free. So:
+
+* **acquire** is ``create`` (it fails while another holder's entry lives);
+* **renew** is ``update`` with the revision we wrote last, every ``ttl / 4`` seconds; it fails
+  if anybody else wrote the key since (we lost it while we were away);
+* **release** is ``delete`` with that revision, at a graceful stop, so a successor takes over
+  at once instead of after the TTL.
+
+The holder trusts its lease only for ``trust`` seconds (less than the TTL) after the last
+renewal it *sent*; the server's clock starts later, so the holder stops believing in its lease
+before the server lets anybody else take it. That is the fence a paused host meets when it
+wakes up: ``Lease.fence()`` names the problem before any command runs, and the renewal then
+fails and says so. Time is ``time.monotonic``, which runs on while a process is stopped.
+
+A host restarted under the same holder name takes its own lease back at once (the process
+that held it is gone: two live processes must not share a name, see ``holder_name``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+from nats.aio.client import Client
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+
+BUCKET = "CAIRN_LEASES"
+
+
+class LeaseState(enum.Enum):
+    WAITING = "waiting"  # somebody else holds it, or nobody has taken it yet
+    HELD = "held"
+    STOPPED = "stopped"
+
+
+@attrs.frozen
+class LeaseSettings:
+    """``ttl``: seconds a holder that stopped renewing keeps the lease (``CAIRN_LEASE_TTL``);
+    ``replicas``: copies of the bucket in a NATS cluster (like the events stream's)."""
+
+    ttl: float = 5.0
+    replicas: int = 1
+
+    @property
+    def renew_every(self) -> float:
+        return self.ttl / 4
+
+    @property
+    def trust(self) -> float:
+        # Renewals are sent every ttl/4: two may be lost before the holder doubts itself.
+        return self.ttl * 0.8
+
+    def bucket(self) -> KeyValueConfig:
+        return KeyValueConfig(
+            bucket=BUCKET,
+            description="cairn: which host runs which actors (one key per lease)",
+            history=1,
+            ttl=self.ttl,
+            storage=StorageType.FILE,
+            replicas=self.replicas,
+        )
+
+
+def holder_name(data_dir: Path, name: str | None = None) -> str:
+    """This host's name as a lease holder: ``CAIRN_HOST_NAME`` if given, else the machine's
+    name and the data directory, stable across restarts and different for two instances on
+    one machine."""
+    return name or f"{socket.gethostname()}:{data_dir.resolve()}"
+
+
+Callback = Callable[[], Awaitable[None]]
+LostCallback = Callable[[str], Awaitable[None]]
+
+
+class Lease:
+    """One named lease, taken and kept by a background task.
+
+    ``on_acquired`` runs when the lease is taken (start the actors); if it raises, the lease
+    is released and taken again later. ``on_lost(reason)`` runs when it is lost (stop the
+    actors at once: another host may already run them). Neither runs concurrently with the
+    other.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        name: str,
+        holder: str,
+        settings: LeaseSettings,
+        *,
+        on_acquired: Callback,
+        on_lost: LostCallback,
+    ) -> None:
+        self.nc = nc
+        self.name = name
+        self.holder = holder
+        self.settings = settings
+        self.state = LeaseState.WAITING
+        self._on_acquired = on_acquired
+        self._on_lost = on_lost
+        self._kv: KeyValue | None = None
+        self._revision = 0
+        self._sent_at = 0.0  # monotonic time of the last renewal the server accepted (sent)
+        self._task: asyncio.Task[None] | None = None
+        self._reaction: asyncio.Task[None] | None = None
+        self._pause_until = 0.0
+        # Who holds it when we do not (for /health), as last read.
+        self.other: str | None = None
+
+    async def start(self) -> Lease:
+        self._task = asyncio.create_task(self._keep(), name=f"lease-{self.name}")
+        return self
+
+    def fence(self) -> str | None:
+        """Why this host must not act for the lease now (None: it holds it, recently
+        renewed)."""
+        if self.state is not LeaseState.HELD:
+            return f"this host does not hold the {self.name!r} lease"
+        age = time.monotonic() - self._sent_at
+        if age >= self.settings.trust:
+            return (
+                f"this host's {self.name!r} lease was last renewed {age:.1f} s ago "
+                f"(trusted for {self.settings.trust:.1f} s): another host may hold it"
+            )
+        return None
+
+    def _value(self) -> bytes:
+        return json.dumps({"holder": self.holder, "pid": os.getpid()}).encode()
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            js = self.nc.jetstream()
+            self._kv = await js.create_key_value(self.settings.bucket())
+        return self._kv
+
+    async def _keep(self) -> None:
+        while self.state is not LeaseState.STOPPED:
+            try:
+                if self.state is LeaseState.WAITING:
+                    await self._try_acquire()
+                else:
+                    await self._renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the bus is down, a time-out: try again shortly
+                log.debug("lease %s: %s", self.name, exc)
+                if self.state is LeaseState.HELD and self.fence() is not None:
+                    self._lose(f"could not renew it: {exc or type(exc).__name__}")
+            await asyncio.sleep(self.settings.renew_every)
+
+    async def _try_acquire(self) -> None:
+        if time.monotonic() < self._pause_until:
+            return
+        kv = await self._bucket()
+        sent = time.monotonic()
+        try:
+            revision: int | None = await kv.create(self.name, self._value())
+        except KeyWrongLastSequenceError:
+            revision = await self._reclaim(kv)
+        if revision is None:
+            return
+        self._revision, self._sent_at = revision, sent
+        self.state, self.other = LeaseState.HELD, None
+        log.info("lease %s: taken by %s", self.name, self.holder)
+        self._react(self._acquired())
+
+    def _react(self, reaction: Awaitable[None]) -> None:
+        """Run a callback beside the renewals (starting actors may take longer than a
+        renewal period), one after the other."""
+        previous = self._reaction
+
+        async def run() -> None:
+            if previous is not None:
+                with contextlib.suppress(BaseException):
+                    await previous
+            await reaction
+
+        self._reaction = asyncio.create_task(run(), name=f"lease-{self.name}-reaction")
+
+    async def _acquired(self) -> None:
+        if self.state is not LeaseState.HELD:
+            return  # lost before its actors started
+        try:
+            await self._on_acquired()
+        except Exception:
+            log.exception("lease %s: starting its actors failed; releasing it", self.name)
+            self._lose("its actors did not start")
+            await self._release()
+            # Let another host try before this one does again.
+            self._pause_until = time.monotonic() + self.settings.ttl
+
+    async def _reclaim(self, kv: KeyValue) -> int | None:
+        """Take the lease back from a previous process of this very host; None: another
+        host holds it."""
+        try:
+            entry = await kv.get(self.name)
+        except KeyNotFoundError:
+            return None  # expired in between: the next round creates it
+        holder = _holder_of(entry.value)
+        if holder != self.holder:
+            if holder != self.other:
+                log.info("lease %s: held by %s", self.name, holder)
+            self.other = holder
+            return None
+        assert entry.revision is not None
+        revision: int = await kv.update(self.name, self._value(), last=entry.revision)
+        log.info("lease %s: taken back from this host's previous process", self.name)
+        return revision
+
+    async def _renew(self) -> None:
+        kv = await self._bucket()
+        sent = time.monotonic()
+        try:
+            self._revision = await kv.update(self.name, self._value(), last=self._revision)
+        except KeyWrongLastSequenceError:
+            self._lose("another host took it (our renewal was refused)")
+            return
+        if sent - self._sent_at >= self.settings.ttl:
+            # Accepted although we were away past the TTL: nobody wrote the key meanwhile
+            # (our revision is still the last), so nobody else acted for it.
+            log.warning("lease %s: renewed late, after %.1f s", self.name, sent - self._sent_at)
+        self._sent_at = sent
+
+    def _lose(self, reason: str) -> None:
+        if self.state is not LeaseState.HELD:
+            return
+        self.state = LeaseState.WAITING
+        log.warning("lease %s: lost: %s; stopping its actors on this host", self.name, reason)
+        self._react(self._lost(reason))
+
+    async def _lost(self, reason: str) -> None:
+        try:
+            await self._on_lost(reason)
+        except Exception:
+            log.exception("lease %s: stopping its actors failed", self.name)
+
+    async def _release(self) -> None:
+        with contextlib.suppress(Exception):
+            kv = await self._bucket()
+            await kv.delete(self.name, last=self._revision)
+
+    async def stop(self) -> None:
+        """Stop renewing; give the lease up if held. ``on_lost`` is not called for this: the
+        caller stops its actors first, then the lease."""
+        held = self.state is LeaseState.HELD
+        self.state = LeaseState.STOPPED
+        for task in (self._task, self._reaction):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if held and self.nc.is_connected:
+            await self._release()
+            log.info("lease %s: released by %s", self.name, self.holder)
+
+    async def settled(self) -> None:
+        """Wait for the callbacks started so far (tests, and a stop that follows a start)."""
+        while self._reaction is not None and not self._reaction.done():
+            await asyncio.wait({self._reaction})
+
+
+def _holder_of(value: bytes | None) -> str | None:
+    try:
+        holder = json.loads(value or b"{}").get("holder")
+    except (ValueError, AttributeError):
+        return None
+    return holder if isinstance(holder, str) else None

@@ -1,0 +1,258 @@
+"""cairn in cluster mode on one machine, every part a process of its own: three nats-servers
+clustered with JetStream, one PostgreSQL event store, one simulated Proxmox cluster
+(`cairn sim`), and three cairn hosts (`cairn serve vm functions`, `CAIRN_CLUSTER=1`), each with
+its own data directory and ports. Tests kill, pause and resume them as an operator's machines
+would fail; what they assert is what a client of the gateways, and the Proxmox cluster, see."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import pytest
+from pvesim.cluster import SimCluster, VmView
+
+from events.nats_cluster import NatsCluster
+from events.nats_server import free_port
+from tests.conftest import wait_for
+from tests.faults.conftest import stray_processes
+from tests.postgres import PostgresServer
+from tests.vm import conftest as vm_fixtures
+from tests.vm.conftest import Sse, read_sse
+from tests.vm.mirror import Mirror
+
+CAIRN = str(Path(sys.executable).parent / "cairn")
+mirror = vm_fixtures.mirror
+HOSTS = 3
+
+
+@attrs.define
+class Host:
+    """One cairn host: its process, ports and log."""
+
+    name: str
+    env: dict[str, str]
+    log_path: Path
+    session: aiohttp.ClientSession
+    proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def vm_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['VM_PORT']}"
+
+    @property
+    def api(self) -> str:
+        return self.vm_url + "/api"
+
+    @property
+    def functions_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['FUNCTIONS_PORT']}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                CAIRN, "serve", "vm", "functions",
+                cwd=self.log_path.parent, env=self.env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=log, stderr=log,
+            )  # fmt: skip
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.returncode is not None:
+                raise AssertionError(f"{self.name} exited ({self.proc.returncode}):\n{self.log()}")
+            return "cairn: ready" in self.log()
+
+        await wait_for(ready, timeout=60, what=f"{self.name} to be ready")
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        await self.proc.wait()
+
+    async def lease(self) -> dict[str, Any]:
+        """What this host's /health says of the `vm` lease."""
+        async with self.session.get(self.vm_url + "/health") as resp:
+            body: dict[str, Any] = await resp.json()
+        facts: dict[str, Any] = body["lease"]
+        return facts
+
+    async def runs_vm_actors(self) -> bool:
+        try:
+            return bool((await self.lease())["runs_vm_actors"])
+        except (aiohttp.ClientError, KeyError, asyncio.TimeoutError):
+            return False
+
+    async def install(self, **body: Any) -> Sse:
+        payload = {"os": "debian", "version": "12", **body}
+        async with self.session.post(self.api + "/vm/install", json=payload) as resp:
+            return await read_sse(resp)
+
+    async def task(self, vmid: int) -> Sse:
+        """The whole stream of the VM's current (or last) task, re-attached from its start."""
+        async with self.session.get(f"{self.api}/vm/{vmid}/task") as resp:
+            return await read_sse(resp)
+
+
+@attrs.define
+class Cluster:
+    root: Path
+    nats: NatsCluster
+    hosts: list[Host]
+    sim_root: Path
+
+    def sim(self) -> SimCluster:
+        """A reader of the simulated cluster's state (the simulator runs elsewhere)."""
+        return SimCluster(self.sim_root)
+
+    def vms(self) -> dict[int, VmView]:
+        return self.sim().vms()
+
+    def commands(self) -> list[str]:
+        return self.sim().commands()
+
+    def alive(self) -> list[Host]:
+        return [h for h in self.hosts if h.alive]
+
+    async def owner(self, timeout: float = 30.0) -> Host:
+        """The host that runs the VM actors now (waits for one)."""
+        found: list[Host] = []
+
+        async def one() -> bool:
+            found.clear()
+            for host in self.alive():
+                if await host.runs_vm_actors():
+                    found.append(host)
+            return len(found) == 1
+
+        await wait_for(one, timeout=timeout, what="one host to own the VM actors")
+        return found[0]
+
+
+async def _start_sim(
+    root: Path, log_path: Path
+) -> tuple[asyncio.subprocess.Process, dict[str, str]]:
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            CAIRN, "sim", "--root", str(root), "--delay-scale", "0.05",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
+        )  # fmt: skip
+    assert proc.stdout is not None
+    env: dict[str, str] = {}
+    while "PATH" not in env:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line:
+            raise AssertionError(f"cairn sim exited:\n{log_path.read_text()}")
+        if "=" in line and not line.startswith("#"):
+            key, value = line.rstrip("\n").split("=", 1)
+            env[key] = value
+    return proc, env
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, postgres: PostgresServer, mirror: Mirror
+) -> AsyncIterator[Cluster]:
+    """Everything started and ready; everything ended after the test, which fails if any
+    process started under its directory outlives it."""
+    nats = NatsCluster(tmp_path / "nats", HOSTS)
+    await nats.start()
+    sim_proc, sim_env = await _start_sim(tmp_path / "pvesim", tmp_path / "sim.log")
+    store_url = postgres.url(postgres.new_database())
+    sessions: list[aiohttp.ClientSession] = []
+    hosts: list[Host] = []
+    base = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    try:
+        for i in range(HOSTS):
+            home = tmp_path / f"host{i}"
+            home.mkdir()
+            env = {
+                **base,
+                **sim_env,
+                "NATS_URL": ",".join(nats.urls),
+                "CAIRN_EVENT_STORE": store_url,
+                "CAIRN_CLUSTER": "1",
+                "CAIRN_HOST_NAME": f"host{i}",
+                "CAIRN_EVENTS_REPLICAS": "3",
+                "CAIRN_LEASE_TTL": "5",
+                "CAIRN_DATA": str(home / "data"),
+                "XDG_CONFIG_HOME": str(home / "config"),
+                "IMAGE_BASE_URL": mirror.base_url,
+                "VM_SSH_POLL": "0.02",
+                "VM_SSH_WAIT": "20",
+                "VM_POLL_INTERVAL": "30",
+                "VM_CPU_TYPE": "x86-64-v2-AES",
+                "CAIRN_PORT": str(free_port()),
+                "VM_PORT": str(free_port()),
+                "FUNCTIONS_PORT": str(free_port()),
+            }
+            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+            sessions.append(session)
+            hosts.append(Host(f"host{i}", env, home / "cairn.log", session))
+        await asyncio.gather(*(h.start() for h in hosts))
+        made = Cluster(tmp_path, nats, hosts, tmp_path / "pvesim")
+        await made.owner()
+        yield made
+    finally:
+        for session in sessions:
+            await session.close()
+        for host in hosts:
+            if host.proc is not None and host.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    host.proc.send_signal(signal.SIGCONT)
+                host.proc.kill()
+                await host.proc.wait()
+        sim_proc.terminate()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(sim_proc.wait(), 20)
+        if sim_proc.returncode is None:
+            sim_proc.kill()
+            await sim_proc.wait()
+        await nats.stop()
+    marker = str(tmp_path)
+
+    def nothing_left() -> bool:
+        return not stray_processes(marker)
+
+    with contextlib.suppress(AssertionError):
+        await wait_for(nothing_left, timeout=10, what="every process to end")
+    left = stray_processes(marker)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    assert not left, "processes outlived the test:\n" + "\n".join(left)
+
+
+def versions(sse: Sse) -> list[int]:
+    """The stream versions of an SSE stream's records (from their `id:` lines)."""
+    return [int(i.split(":", 1)[1]) for i in sse.ids]
+
+
+def journal(host: Host, pattern: str) -> list[str]:
+    return [line for line in host.log().splitlines() if re.search(pattern, line)]
+
+
+def dump(cluster: Cluster) -> str:
+    """Every host's log, for a failing assertion's message."""
+    parts = [f"--- {h.name}\n{h.log()[-6000:]}" for h in cluster.hosts]
+    return "\n".join(parts) + "\n--- sim vms " + json.dumps(sorted(cluster.vms()))

@@ -1,0 +1,26 @@
+"""Installs through any gateway of a three-host cluster: one VMID each, never two alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.cluster.conftest import Cluster, dump
+
+
+async def test_thirty_installs_over_three_gateways_get_thirty_distinct_ids(
+    cluster: Cluster,
+) -> None:
+    hosts = cluster.hosts
+    results = await asyncio.gather(*(hosts[i % len(hosts)].install() for i in range(30)))
+    failed = [r.last for r in results if not (r.closed and r.last.get("status") == "success")]
+    assert not failed, f"{failed}\n{dump(cluster)}"
+    ids = [int(r.last["vm_id"]) for r in results]
+    assert len(set(ids)) == 30, ids
+    ips = [r.last["ip"] for r in results]
+    assert len(set(ips)) == 30, ips
+    # Proxmox holds exactly those VMs, and every gateway lists them all.
+    assert set(cluster.vms()) == set(ids)
+    for host in hosts:
+        async with host.session.get(host.api + "/vm/list") as resp:
+            listed = {vm["vmid"] for vm in (await resp.json())["list"]}
+        assert listed == set(ids), host.name

@@ -1,0 +1,118 @@
+"""Leases in NATS KV against a real nats-server: one holder at a time, hand-over at a stop,
+take-over after the TTL when the holder goes silent, and the silent holder's fence."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+
+from events.leases import Lease, LeaseSettings, LeaseState
+from tests.conftest import wait_for
+
+FAST = LeaseSettings(ttl=1.0)
+
+
+class Host:
+    """One would-be holder, recording what its callbacks saw."""
+
+    def __init__(self, nc: Client, name: str, settings: LeaseSettings = FAST) -> None:
+        self.seen: list[str] = []
+        self.lease = Lease(nc, "vm", name, settings, on_acquired=self._acquired, on_lost=self._lost)
+
+    async def _acquired(self) -> None:
+        self.seen.append("acquired")
+
+    async def _lost(self, reason: str) -> None:
+        self.seen.append(f"lost: {reason}")
+
+    @property
+    def held(self) -> bool:
+        return self.lease.state is LeaseState.HELD
+
+
+@pytest.fixture
+async def hosts(nc: Client) -> AsyncIterator[list[Host]]:
+    made = [Host(nc, "a"), Host(nc, "b")]
+    yield made
+    for host in made:
+        await host.lease.stop()
+
+
+async def test_one_holder_at_a_time_and_handover_at_stop(hosts: list[Host]) -> None:
+    a, b = hosts
+    await a.lease.start()
+    await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+    await b.lease.start()
+    await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+    assert not b.held and b.lease.fence() is not None
+    assert a.lease.fence() is None and a.seen == ["acquired"]
+    # Several renewal periods later, still a's.
+    for _ in range(3):
+        await asyncio.sleep(FAST.renew_every)
+        assert a.held and not b.held
+    await a.lease.stop()  # a graceful stop releases it: b takes it at its next try
+    await wait_for(lambda: b.held, timeout=FAST.ttl, what="b takes over before the TTL")
+    assert b.seen == ["acquired"]
+
+
+async def test_silent_holder_is_fenced_then_loses_the_lease(hosts: list[Host]) -> None:
+    a, b = hosts
+    await a.lease.start()
+    await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+    assert a.lease._task is not None
+    a.lease._task.cancel()  # a goes silent (a pause): no renewals, no release
+    await wait_for(lambda: a.lease.fence() is not None, timeout=2, what="a's fence closes")
+    assert "lease was last renewed" in (a.lease.fence() or "")
+    await b.lease.start()
+    await wait_for(lambda: b.held, timeout=5, what="b takes the expired lease")
+    assert a.lease.state is LeaseState.HELD  # a has not noticed yet: its fence holds it back
+    # a wakes up: its renewal is refused, and it stops.
+    a.lease._task = asyncio.create_task(a.lease._keep())
+    await wait_for(lambda: not a.held, timeout=2, what="a learns it lost the lease")
+    await a.lease.settled()
+    assert a.seen == ["acquired", "lost: another host took it (our renewal was refused)"]
+    assert b.held and b.lease.fence() is None
+
+
+async def test_a_restarted_host_takes_its_own_lease_back_at_once(nc: Client) -> None:
+    slow = LeaseSettings(ttl=30.0)
+    first = Host(nc, "a", slow)
+    await first.lease.start()
+    await wait_for(lambda: first.held, timeout=5, what="first process holds the lease")
+    assert first.lease._task is not None
+    first.lease._task.cancel()  # killed: it never releases
+    again = Host(nc, "a", slow)
+    other = Host(nc, "b", slow)
+    try:
+        await other.lease.start()
+        await again.lease.start()
+        await wait_for(lambda: again.held, timeout=5, what="the same host takes it back")
+        assert not other.held and other.lease.other == "a"
+    finally:
+        await again.lease.stop()
+        await other.lease.stop()
+
+
+async def test_a_failed_start_gives_the_lease_up(nc: Client) -> None:
+    events: list[str] = []
+
+    async def broken() -> None:
+        raise RuntimeError("no cluster")
+
+    async def lost(reason: str) -> None:
+        events.append(reason)
+
+    lease = Lease(nc, "vm", "a", FAST, on_acquired=broken, on_lost=lost)
+    b = Host(nc, "b")
+    try:
+        await lease.start()
+        await wait_for(lambda: bool(events), timeout=5, what="a's start fails")
+        assert events == ["its actors did not start"]
+        await b.lease.start()
+        await wait_for(lambda: b.held, timeout=5, what="b takes the lease a gave up")
+    finally:
+        await lease.stop()
+        await b.lease.stop()
