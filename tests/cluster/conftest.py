@@ -100,7 +100,7 @@ class Host:
     async def runs_vm_actors(self) -> bool:
         try:
             return bool((await self.lease())["runs_vm_actors"])
-        except (aiohttp.ClientError, KeyError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, KeyError):
             return False
 
     async def install(self, **body: Any) -> Sse:
@@ -162,7 +162,7 @@ async def _start_sim(
     while "PATH" not in env:
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         if not line:
-            raise AssertionError(f"cairn sim exited:\n{log_path.read_text()}")
+            raise AssertionError(f"cairn sim exited:\n{log_path.read_text()}")  # noqa: ASYNC240
         if "=" in line and not line.startswith("#"):
             key, value = line.rstrip("\n").split("=", 1)
             env[key] = value
