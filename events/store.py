@@ -216,6 +216,13 @@ class EventStore:
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
         async with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                # Several hosts starting at once on an empty database would each create the
+                # tables; the lock makes the others wait and then find them (DDL is
+                # transactional there).
+                await conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK}
+                )
             await conn.run_sync(metadata.create_all)
         return cls(engine, retry)
 

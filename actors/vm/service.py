@@ -217,7 +217,9 @@ class VmService:
     def data(self) -> Path:
         return self.runtime.data_dir / "vm"
 
-    async def start(self, scripts_dir: Path) -> None:
+    async def start(self, scripts_dir: Path, *, settle: str = Recover().reason) -> None:
+        """Start the actors and answer on NATS. ``settle``: what a task found unfinished is
+        told (why its job is gone)."""
         host = self.runtime.actors
         env: Mapping[str, str] = self.runtime.env
         self.cluster = await Cluster.start(host, self.settings, env)
@@ -238,7 +240,7 @@ class VmService:
             ident = stream.split(":", 1)[1]
             if ident.isdigit():
                 handle = await self._vm(int(ident))
-                await handle.tell(Recover())
+                await handle.tell(Recover(settle))
                 # A quarantined VM (logged by the host) has no info; its commands answer 503.
                 with contextlib.suppress(CommandFailed):
                     self.inventory.infos[int(ident)] = await handle.ask(Query())

@@ -64,7 +64,10 @@ class VmTenure:
             self.runtime, self.settings, poll_interval=self.poll_interval, fence=self.lease.fence
         )
         self.service = service
-        await service.start(self.scripts_dir)
+        await service.start(
+            self.scripts_dir,
+            settle=f"interrupted: the host that ran it stopped, {self.lease.holder} took over",
+        )
         log.info("vm: this host runs the VM actors (lease %r)", LEASE)
 
     async def _lost(self, reason: str) -> None:

@@ -92,7 +92,9 @@ class Host:
 
     async def lease(self) -> dict[str, Any]:
         """What this host's /health says of the `vm` lease."""
-        async with self.session.get(self.vm_url + "/health") as resp:
+        # Short: a paused host answers nothing, and must not hold the poll up.
+        quick = aiohttp.ClientTimeout(total=1.0)
+        async with self.session.get(self.vm_url + "/health", timeout=quick) as resp:
             body: dict[str, Any] = await resp.json()
         facts: dict[str, Any] = body["lease"]
         return facts

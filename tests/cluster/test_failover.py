@@ -1,0 +1,89 @@
+"""The host running the VM actors dies or stalls in the middle of an install: a survivor takes
+its lease, settles the install (the half-built VM removed, its id freed, the stream ended with
+a message), and a stalled host that wakes up acts no more."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.cluster.conftest import Cluster, Host, dump, journal, versions
+from tests.conftest import wait_for
+from tests.vm.conftest import read_sse
+
+# The install is cut off here: the VM exists in Proxmox, half-built.
+CUT = "VM creation > importing disk image"
+FAILOVER_LIMIT = 15.0
+
+
+async def _install_until_cut(host: Host, vmid: int) -> list[str]:
+    """Start an install of ``vmid`` through ``host`` and read it until the cut; the ids seen."""
+    body = {"os": "debian", "version": "12", "id": vmid}
+    seen: list[str] = []
+    async with host.session.post(host.api + "/vm/install", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        while True:
+            part = await read_sse(resp, stop_after=1)
+            assert part.records, "the install ended before the cut"
+            seen += part.ids
+            if part.records[-1]["step"] == CUT:
+                return seen
+
+
+async def _assert_settled(cluster: Cluster, via: Host, vmid: int, first_ids: list[str]) -> None:
+    whole = await via.task(vmid)
+    assert whole.closed, dump(cluster)
+    got = versions(whole)
+    assert got == sorted(set(got)), f"a record twice or out of order: {whole.ids}"
+    assert whole.ids[: len(first_ids)] == first_ids  # what the first client saw, then the rest
+    assert whole.records[0]["message"].startswith("[*] start VM installation")
+    assert whole.last["status"] == "error", whole.last
+    assert "took over" in whole.last["message"], whole.last
+    assert vmid not in cluster.vms(), "the half-built VM was left in Proxmox"
+
+
+async def test_kill_the_owner_mid_install_a_survivor_settles_it(cluster: Cluster) -> None:
+    owner = await cluster.owner()
+    first = await _install_until_cut(owner, 150)
+    assert 150 in cluster.vms()
+    await owner.kill()
+    killed_at = time.monotonic()
+
+    survivor = await cluster.owner(timeout=FAILOVER_LIMIT)
+    client = next(h for h in cluster.alive() if h is not survivor)  # another gateway
+    await wait_for(lambda: 150 not in cluster.vms(), timeout=FAILOVER_LIMIT, what="clean-up")
+    await _assert_settled(cluster, client, 150, first)
+    settled_in = time.monotonic() - killed_at
+    assert settled_in <= FAILOVER_LIMIT, settled_in
+    # The id is free again: installing it succeeds, through any gateway.
+    again = await client.install(id=150)
+    assert again.last.get("status") == "success" and again.last["vm_id"] == 150, again.last
+
+
+async def test_a_paused_owner_is_fenced_and_stops_acting_when_it_wakes(cluster: Cluster) -> None:
+    owner = await cluster.owner()
+    first = await _install_until_cut(owner, 151)
+    owner.signal(signal.SIGSTOP)  # a stalled machine: alive, silent
+    try:
+        survivor = await cluster.owner(timeout=FAILOVER_LIMIT)
+        client = next(h for h in cluster.alive() if h not in (owner, survivor))
+        await wait_for(lambda: 151 not in cluster.vms(), timeout=FAILOVER_LIMIT, what="clean-up")
+        await _assert_settled(cluster, client, 151, first)
+        before = await client.task(151)
+        commands = len(cluster.commands())
+    finally:
+        owner.signal(signal.SIGCONT)
+    # It wakes up believing it owns VM 151 and half-way through its install.
+    await wait_for(
+        lambda: journal(owner, r"lease vm: lost"), timeout=10, what="the stale host to notice"
+    )
+    assert not await owner.runs_vm_actors()
+    assert await survivor.runs_vm_actors()
+    # Nothing it did after waking reached the store or Proxmox.
+    after = await client.task(151)
+    assert after.ids == before.ids and after.last == before.last
+    late = [c for c in cluster.commands()[commands:] if "151" in c.split()]
+    assert not late, late
+    assert 151 not in cluster.vms()
+    refused = journal(owner, r"not run: |not recorded: |another writer appended first")
+    assert refused or journal(owner, r"stopping its actors"), dump(cluster)
