@@ -1,0 +1,72 @@
+"""One of the three nats-servers is killed (`kill -9`) while installs run: clients of the
+cluster fail over to the others, the installs finish, and JetStream holds every stored event
+once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+
+from events.follow import Follower
+from events.jetstream import STREAM
+from events.store import EventStore
+from tests.cluster.conftest import Cluster, dump
+from tests.conftest import wait_for
+from tests.vm.conftest import Sse
+
+
+async def _stored(url: str) -> set[str]:
+    """Every VM event in the event store, as `stream:version`."""
+    store = await EventStore.open(url)
+    try:
+        found = set()
+        for stream in await store.stream_names("vm:"):
+            found |= {f"{r.stream}:{r.version}" for r in await store.read_stream(stream)}
+        return found
+    finally:
+        await store.close()
+
+
+async def test_kill_one_nats_server_during_installs(cluster: Cluster) -> None:
+    hosts = cluster.hosts
+    installs = [asyncio.create_task(hosts[i % len(hosts)].install(id=160 + i)) for i in range(6)]
+    # Every install has begun in Proxmox before the server goes.
+    await wait_for(lambda: len(cluster.vms()) >= 3, timeout=60, what="installs under way")
+    # The server that leads the events stream: the worst one to lose.
+    nc = await nats.connect(servers=cluster.nats.urls)
+    try:
+        info = await nc.jetstream().stream_info(STREAM)
+    finally:
+        await nc.close()
+    assert info.cluster is not None and info.cluster.replicas, "the stream has no replicas"
+    leader = next(i for i, s in enumerate(cluster.nats.servers) if s.name == info.cluster.leader)
+    await cluster.nats.kill(leader)
+    alive = [s.url for s in cluster.nats.servers if s.running]
+    results: list[Sse] = await asyncio.gather(*installs)
+    failed = [r.last for r in results if not (r.closed and r.last.get("status") == "success")]
+    assert not failed, f"{failed}\n{dump(cluster)}"
+    assert set(cluster.vms()) == {160 + i for i in range(6)}
+
+    # JetStream (through the two servers left) holds each stored event exactly once.
+    stored = await _stored(hosts[0].env["CAIRN_EVENT_STORE"])
+    published: list[str] = []
+
+    async def on_event(_: int, msg: Msg) -> None:
+        published.append((msg.headers or {}).get("Nats-Msg-Id", ""))
+
+    nc = await nats.connect(servers=alive)
+    try:
+        follower: Any = await Follower(nc, "cairn.evt.vm.>", on_event, after=0).start()
+        try:
+            await wait_for(
+                lambda: len(published) >= len(stored), timeout=30, what="the stream read back"
+            )
+        finally:
+            await follower.stop()
+    finally:
+        await nc.close()
+    assert len(published) == len(set(published)), "an event published twice"
+    assert set(published) == stored
