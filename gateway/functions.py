@@ -19,8 +19,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from actors.config import env_bool, env_str
 from actors.functions import protocol
-from actors.functions.host import FunctionsHost
+from actors.functions.host import FunctionsHost, leased_registry
 from actors.functions.languages import Language
 from actors.functions.registry import SCRIPT_NOT_FOUND
 from actors.functions.requests import (
@@ -36,7 +37,7 @@ from actors.functions.requests import (
 )
 from actors.functions.results import ResultType, RunResult
 from actors.functions.settings import FunctionsSettings
-from actors.platform import Runtime
+from actors.platform import Runtime, lease_settings
 from events.bus import (
     BUS_DOWN,
     CommandFailed,
@@ -45,6 +46,7 @@ from events.bus import (
     command,
     deadline_headers,
 )
+from events.leases import holder_name
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -414,7 +416,11 @@ def _stream_event(message: dict[str, Any]) -> dict[str, Any] | None:
 
 async def build(runtime: Runtime) -> web.Application:
     settings = FunctionsSettings.from_env(runtime.env)
-    host = await FunctionsHost.start(runtime, settings)
+    cluster = None
+    if env_bool(runtime.env, "CAIRN_CLUSTER"):
+        holder = holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME"))
+        cluster = leased_registry(runtime, holder, lease_settings(runtime.env))
+    host = await FunctionsHost.start(runtime, settings, cluster=cluster)
     client = RunClient(runtime.nc, settings)
     await client.start()
     service = FunctionsGateway(runtime, settings, client)
@@ -437,7 +443,7 @@ async def build(runtime: Runtime) -> web.Application:
         "functions",
         runtime,
         warnings=quarantined(runtime, "functions"),
-        details=lambda: {"languages": [language.value for language in Language]},
+        details=lambda: {"languages": [language.value for language in Language], **host.facts()},
     )
     add_openapi(app, "functions", runtime.env)
 

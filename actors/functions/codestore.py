@@ -3,12 +3,14 @@ once; a file is written to a temporary name and renamed, so a reader never sees 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -53,3 +55,29 @@ class CodeStore:
         """Forget code no version uses any more (already gone: nothing to do)."""
         with contextlib.suppress(FileNotFoundError):
             self.path_of(sha256).unlink()
+
+
+class Code(Protocol):
+    """Where the registry keeps code, seen from the event loop."""
+
+    async def put(self, code: str) -> str: ...
+
+    async def get(self, sha256: str) -> str: ...
+
+    async def remove(self, sha256: str) -> None: ...
+
+
+class LocalCode:
+    """A :class:`CodeStore` on this host's disk (one host)."""
+
+    def __init__(self, files: CodeStore) -> None:
+        self.files = files
+
+    async def put(self, code: str) -> str:
+        return await asyncio.to_thread(self.files.put, code)
+
+    async def get(self, sha256: str) -> str:
+        return await asyncio.to_thread(self.files.get, sha256)
+
+    async def remove(self, sha256: str) -> None:
+        await asyncio.to_thread(self.files.remove, sha256)

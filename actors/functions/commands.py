@@ -5,7 +5,6 @@ actor directly; a refusal is a ``CommandFailed`` (``Rejected`` from the actor), 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -13,7 +12,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from actors.functions import protocol
-from actors.functions.codestore import CodeStore
+from actors.functions.codestore import Code
 from actors.functions.languages import parse_language
 from actors.functions.registry import (
     SINGLETON,
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 async def serve_registry(
-    nc: Client, actors: ActorHost, code: CodeStore
+    nc: Client, actors: ActorHost, code: Code
 ) -> tuple[ActorHandle, list[Subscription]]:
     handle = await actors.spawn(FunctionRegistry, SINGLETON)
 
@@ -49,7 +48,7 @@ async def serve_registry(
         if ".." in path or path.startswith("/") or parse_language(language) is None:
             raise CommandFailed(400, INVALID_PATH)
         try:
-            sha = await asyncio.to_thread(code.put, source)
+            sha = await code.put(source)
             stored = await handle.ask(
                 StoreVersion(path, language, sha, len(source.encode("utf-8")))
             )
@@ -76,8 +75,8 @@ async def serve_registry(
             raise CommandFailed(400, INVALID_PAYLOAD)
         stored = await handle.ask(Resolve(path, version))  # Rejected: 404 and friends
         try:
-            source = code.get(stored.sha256)
-        except (OSError, ValueError):
+            source = await code.get(stored.sha256)
+        except Exception:  # not on disk, not in the cluster's bucket, or unreadable
             log.exception("code %s of %r is missing", stored.sha256, path)
             missing = f"{FAILED_TO_RUN}the code of version {stored.version} is missing"
             raise CommandFailed(500, missing) from None
@@ -99,8 +98,8 @@ async def serve_registry(
         deleted: Deleted = await handle.ask(Delete(path))  # Rejected 404 when unknown
         for sha in deleted.unused_code:
             try:
-                await asyncio.to_thread(code.remove, sha)
-            except OSError as exc:  # the versions are gone either way; the file is only bytes
+                await code.remove(sha)
+            except Exception as exc:  # the versions are gone either way; the file is only bytes
                 log.warning("code %s of deleted %r stays on disk: %s", sha, path, reason(exc))
         return {"path": path, "deleted": len(deleted.versions)}
 

@@ -1,40 +1,96 @@
 """The actor-host side of the service: the registry (actor + NATS commands) and, unless
-``FUNCTIONS_RUNNER=0``, a runner host in this process."""
+``FUNCTIONS_RUNNER=0``, a runner host in this process.
+
+In cluster mode (``CAIRN_CLUSTER=1``) the registry runs on one host at a time, the holder of
+the ``functions`` lease (``actors/leased.py``), with its code in the cluster's object store
+(``actors/functions/sharedcode.py``); every host runs its gateway and its runner host (a NATS
+queue group), so any gateway answers and every host takes runs.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from nats.aio.subscription import Subscription
 
-from actors.functions.codestore import CodeStore
+from actors.functions.codestore import Code, CodeStore, LocalCode
 from actors.functions.commands import serve_registry
 from actors.functions.registry import FunctionRegistry
 from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
+from actors.functions.sharedcode import SharedCode
+from actors.leased import Leased, Stop
 from actors.platform import Runtime
+from events.leases import Lease, LeaseSettings
+
+LEASE = "functions"
 
 
 class FunctionsHost:
-    def __init__(self, runtime: Runtime, subs: list[Subscription], runner: RunnerHost | None):
+    def __init__(self, runtime: Runtime, registry: Leased | Stop, runner: RunnerHost | None):
         self.runtime = runtime
-        self.subs = subs
+        self.registry = registry
         self.runner = runner
 
     @classmethod
-    async def start(cls, runtime: Runtime, settings: FunctionsSettings) -> FunctionsHost:
-        code = CodeStore(runtime.data_dir / "functions" / "code")
-        _, subs = await serve_registry(runtime.nc, runtime.actors, code)
+    async def start(
+        cls, runtime: Runtime, settings: FunctionsSettings, *, cluster: Leased | None = None
+    ) -> FunctionsHost:
+        """``cluster``: not None in cluster mode, made by :func:`leased_registry`."""
+        registry: Leased | Stop
+        if cluster is not None:
+            registry = await cluster.start()
+        else:
+            registry = await _serve(runtime, LocalCode(_files(runtime)))
         runner = None
         if settings.runner:
             runner = RunnerHost(runtime.nc, settings, runtime.data_dir)
             await runner.start()
-        return cls(runtime, subs, runner)
+        return cls(runtime, registry, runner)
 
     async def stop(self) -> None:
-        for sub in self.subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
         if self.runner is not None:
             await self.runner.stop()
-        await self.runtime.actors.stop(FunctionRegistry, "registry")
+        if isinstance(self.registry, Leased):
+            await self.registry.stop()
+        else:
+            await self.registry()
+
+    def facts(self) -> dict[str, Any]:
+        if not isinstance(self.registry, Leased):
+            return {}
+        facts = self.registry.facts()
+        return {"lease": {"holder": facts["holder"], "runs_registry": facts["runs_here"],
+                          "registry_on": facts["runs_on"]}}  # fmt: skip
+
+
+def leased_registry(runtime: Runtime, holder: str, settings: LeaseSettings) -> Leased:
+    """The registry as cluster mode runs it: on the holder of the ``functions`` lease."""
+    code = SharedCode(runtime.nc, _files(runtime), replicas=settings.replicas)
+
+    async def start(lease: Lease) -> Stop:
+        runtime.actors.fence((FunctionRegistry.aggregate,), lease.fence)
+        return await _serve(runtime, code)
+
+    return Leased(runtime.nc, LEASE, holder, settings, start)
+
+
+def _files(runtime: Runtime) -> CodeStore:
+    return CodeStore(runtime.data_dir / "functions" / "code")
+
+
+async def _serve(runtime: Runtime, code: Code) -> Stop:
+    _, subs = await serve_registry(runtime.nc, runtime.actors, code)
+
+    async def stop() -> None:
+        await _unsubscribe(subs)
+        await runtime.actors.stop(FunctionRegistry, "registry")
+
+    return stop
+
+
+async def _unsubscribe(subs: list[Subscription]) -> None:
+    for sub in subs:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

@@ -2,7 +2,7 @@
 
 Every host runs the VM gateway; the actor side (the VM actors, the VMID/IP allocator, the
 node actors, the inventory and its poll, and the NATS subjects that reach them) runs on one
-host at a time, the holder of the lease ``vm`` (``events/leases.py``). The others wait: their
+host at a time, the holder of the lease ``vm`` (``actors/leased.py``). The others wait: their
 gateways' commands reach the holder over NATS. When the holder dies, its lease expires after
 ``CAIRN_LEASE_TTL`` seconds, a survivor takes it and starts the service, which replays every
 VM from the store and settles the tasks the dead host left unfinished, exactly as at a
@@ -14,16 +14,14 @@ Single-host cairn does not use this: ``CAIRN_CLUSTER`` unset, the service starts
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
+from actors.leased import Leased, Stop
 from actors.platform import Runtime
 from actors.vm.service import VmService
 from actors.vm.settings import VmSettings
-from events.leases import Lease, LeaseSettings, LeaseState
-
-log = logging.getLogger(__name__)
+from events.leases import Lease, LeaseSettings
 
 LEASE = "vm"
 
@@ -47,43 +45,34 @@ class VmTenure:
         self.poll_interval = poll_interval
         self.scripts_dir = scripts_dir
         self.service: VmService | None = None
-        self.lease = Lease(
-            runtime.nc,
-            LEASE,
-            holder,
-            lease,
-            on_acquired=self._acquired,
-            on_lost=self._lost,
-        )
+        self.leased = Leased(runtime.nc, LEASE, holder, lease, self._start)
 
     async def start(self) -> None:
-        await self.lease.start()
+        await self.leased.start()
 
-    async def _acquired(self) -> None:
+    async def _start(self, lease: Lease) -> Stop:
         service = VmService(
-            self.runtime, self.settings, poll_interval=self.poll_interval, fence=self.lease.fence
+            self.runtime, self.settings, poll_interval=self.poll_interval, fence=lease.fence
         )
         self.service = service
-        await service.start(
-            self.scripts_dir,
-            settle=f"interrupted: the host that ran it stopped, {self.lease.holder} took over",
-        )
-        log.info("vm: this host runs the VM actors (lease %r)", LEASE)
 
-    async def _lost(self, reason: str) -> None:
-        service, self.service = self.service, None
-        if service is not None:
+        async def stop() -> None:
+            self.service = None
             await service.stop()
             await service.stop_actors()
+
+        try:
+            await service.start(
+                self.scripts_dir,
+                settle=f"interrupted: the host that ran it stopped, {lease.holder} took over",
+            )
+        except BaseException:
+            await stop()
+            raise
+        return stop
 
     async def stop(self) -> None:
-        """Stop the actors, then hand the lease on (a successor starts at once)."""
-        await self.lease.settled()
-        service, self.service = self.service, None
-        if service is not None:
-            await service.stop()
-            await service.stop_actors()
-        await self.lease.stop()
+        await self.leased.stop()
 
     @property
     def cluster_problem(self) -> str | None:
@@ -91,9 +80,9 @@ class VmTenure:
 
     def facts(self) -> dict[str, Any]:
         """For /health: who runs the VM actors."""
-        held = self.lease.state is LeaseState.HELD
+        facts = self.leased.facts()
         return {
-            "holder": self.lease.holder,
-            "runs_vm_actors": held,
-            "vm_actors_on": self.lease.holder if held else self.lease.other,
+            "holder": facts["holder"],
+            "runs_vm_actors": facts["runs_here"],
+            "vm_actors_on": facts["runs_on"],
         }

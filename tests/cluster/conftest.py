@@ -204,6 +204,7 @@ async def cluster(
                 "VM_SSH_WAIT": "20",
                 "VM_POLL_INTERVAL": "30",
                 "VM_CPU_TYPE": "x86-64-v2-AES",
+                "RUN_CONCURRENCY": "4",
                 "CAIRN_PORT": str(free_port()),
                 "VM_PORT": str(free_port()),
                 "FUNCTIONS_PORT": str(free_port()),

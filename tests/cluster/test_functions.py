@@ -1,0 +1,101 @@
+"""Functions across the cluster's hosts: code uploaded through one gateway runs through any,
+every host's runner takes a share, and a runner host that dies fails only the runs it held,
+with a clear message, while runs go on on the others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.cluster.conftest import Cluster, Host, dump
+from tests.conftest import wait_for
+
+MARK = "cairn-cluster"
+# Names its process (so the test can see which host runs it), then works for a while.
+CODE = (
+    "import ctypes, time\n"
+    f"ctypes.CDLL(None).prctl(15, b'{MARK}', 0, 0, 0)\n"
+    "time.sleep(8)\n"
+    "return 'done'\n"
+)
+HOST_GONE = (
+    "failed to run: the runner host stopped answering (it stopped, or lost its connection to NATS)"
+)
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _runs_by_host(hosts: list[Host]) -> dict[str, int]:
+    """How many marked runs each host's process tree holds now."""
+    pids = {h.proc.pid: h.name for h in hosts if h.proc is not None and h.alive}
+    counts = dict.fromkeys(pids.values(), 0)
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or (entry / "comm").read_text().strip() != MARK:
+                continue
+            pid = int(entry.name)
+            while pid > 1 and pid not in pids:
+                pid = _parent(pid)
+        except OSError:
+            continue
+        if pid in pids:
+            counts[pids[pid]] += 1
+    return counts
+
+
+async def _run(host: Host, path: str) -> tuple[int, str]:
+    async with host.session.post(f"{host.functions_url}/run/{path}", json={}) as resp:
+        return resp.status, await resp.text()
+
+
+async def _upload(host: Host, path: str, code: str) -> None:
+    body = {"path": path, "language": "python", "code": code}
+    async with host.session.post(host.functions_url + "/upload", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+
+
+async def test_uploaded_anywhere_runs_everywhere(cluster: Cluster) -> None:
+    first, *others = cluster.hosts
+    await _upload(first, "hello", "return 'hi'")
+    for host in cluster.hosts:
+        for _ in range(3):
+            status, text = await _run(host, "hello")
+            assert (status, json.loads(text)) == (200, {"data": "hi", "type": "string"}), host.name
+    async with others[0].session.get(others[0].functions_url + "/functions") as resp:
+        listed = await resp.json()
+    assert "hello" in json.dumps(listed)
+
+
+async def test_a_runner_host_dies_its_runs_fail_clearly_the_others_go_on(
+    cluster: Cluster,
+) -> None:
+    client = cluster.hosts[0]
+    await _upload(client, "slow", CODE)
+    runs = [asyncio.create_task(_run(client, "slow")) for _ in range(6)]
+    counts: dict[str, int] = {}
+
+    def all_started() -> bool:
+        counts.update(_runs_by_host(cluster.hosts))
+        return sum(counts.values()) == len(runs)
+
+    await wait_for(all_started, timeout=60, what="every run to start")
+    held = {name: n for name, n in counts.items() if n and name != client.name}
+    assert held, f"every run landed on the client's own host: {counts}"  # (1/3)^6 odds
+    victim = next(h for h in cluster.hosts if h.name == max(held, key=held.__getitem__))
+    await victim.kill()
+
+    replies = await asyncio.gather(*runs)
+    failed = [r for r in replies if r[0] != 200]
+    assert failed == [(500, HOST_GONE)] * held[victim.name], f"{replies}\n{dump(cluster)}"
+    done = [
+        r for r in replies if r[0] == 200 and json.loads(r[1]) == {"data": "done", "type": "string"}
+    ]
+    assert len(done) == 6 - held[victim.name], replies
+    # And runs go on, on the hosts that are left, through every gateway left.
+    for host in cluster.alive():
+        status, text = await _run(host, "slow")
+        assert status == 200 and json.loads(text)["data"] == "done", (host.name, text)
