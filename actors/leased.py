@@ -38,8 +38,9 @@ class Leased:
         return self
 
     @property
-    def held(self) -> bool:
-        return self.lease.state is LeaseState.HELD
+    def running(self) -> bool:
+        """The part runs here: the lease is held and its start has finished."""
+        return self._stop is not None and self.lease.state is LeaseState.HELD
 
     async def _acquired(self) -> None:
         self._stop = await self._start(self.lease)
@@ -60,6 +61,6 @@ class Leased:
         """For /health: who runs the part."""
         return {
             "holder": self.lease.holder,
-            "runs_here": self.held,
-            "runs_on": self.lease.holder if self.held else self.lease.other,
+            "runs_here": self.running,
+            "runs_on": self.lease.holder if self.running else self.lease.other,
         }

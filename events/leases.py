@@ -5,7 +5,9 @@ TTL is the lease's: an entry not rewritten within it expires, and the key is fre
 
 * **acquire** is ``create`` (it fails while another holder's entry lives);
 * **renew** is ``update`` with the revision we wrote last, every ``ttl / 4`` seconds; it fails
-  if anybody else wrote the key since (we lost it while we were away);
+  if anybody else wrote the key since (we lost it while we were away). A failed renewal is
+  tried again every ``RETRY_EVERY`` seconds; one whose answer was lost but which landed is
+  recognised by this process's token in the value, and its revision taken;
 * **release** is ``delete`` with that revision, at a graceful stop, so a successor takes over
   at once instead of after the TTL.
 
@@ -27,6 +29,7 @@ import enum
 import json
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +44,9 @@ from nats.js.kv import KeyValue
 log = logging.getLogger(__name__)
 
 BUCKET = "CAIRN_LEASES"
+# Seconds between renewals after one failed: a JetStream leader election (about 4.5 s here
+# when a server of three dies) must not use up the holder's trust between two tries.
+RETRY_EVERY = 0.25
 
 
 class LeaseState(enum.Enum):
@@ -54,7 +60,7 @@ class LeaseSettings:
     """``ttl``: seconds a holder that stopped renewing keeps the lease (``CAIRN_LEASE_TTL``);
     ``replicas``: copies of the bucket in a NATS cluster (like the events stream's)."""
 
-    ttl: float = 5.0
+    ttl: float = 8.0
     replicas: int = 1
 
     @property
@@ -120,6 +126,9 @@ class Lease:
         self._task: asyncio.Task[None] | None = None
         self._reaction: asyncio.Task[None] | None = None
         self._pause_until = 0.0
+        # This process's own mark in the value: a write of ours whose answer was lost (a
+        # leader election) is recognised as ours, not taken for another holder's.
+        self._token = secrets.token_hex(8)
         # Who holds it when we do not (for /health), as last read.
         self.other: str | None = None
 
@@ -141,7 +150,8 @@ class Lease:
         return None
 
     def _value(self) -> bytes:
-        return json.dumps({"holder": self.holder, "pid": os.getpid()}).encode()
+        token = {"holder": self.holder, "pid": os.getpid(), "token": self._token}
+        return json.dumps(token).encode()
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -151,18 +161,22 @@ class Lease:
 
     async def _keep(self) -> None:
         while self.state is not LeaseState.STOPPED:
+            pause = self.settings.renew_every
             try:
                 if self.state is LeaseState.WAITING:
                     await self._try_acquire()
-                else:
-                    await self._renew()
+                elif not await self._renew():
+                    pause = min(pause, RETRY_EVERY)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the bus is down, a time-out: try again shortly
+            except Exception as exc:  # the bus is down, a leader election, a time-out
                 log.debug("lease %s: %s", self.name, exc)
-                if self.state is LeaseState.HELD and self.fence() is not None:
-                    self._lose(f"could not renew it: {exc or type(exc).__name__}")
-            await asyncio.sleep(self.settings.renew_every)
+                if self.state is LeaseState.HELD:
+                    if self.fence() is not None:
+                        self._lose(f"could not renew it: {exc or type(exc).__name__}")
+                    # Soon again: the trust left must not be spent waiting.
+                    pause = min(pause, RETRY_EVERY)
+            await asyncio.sleep(pause)
 
     async def _try_acquire(self) -> None:
         if time.monotonic() < self._pause_until:
@@ -212,7 +226,7 @@ class Lease:
             entry = await kv.get(self.name)
         except KeyNotFoundError:
             return None  # expired in between: the next round creates it
-        holder = _holder_of(entry.value)
+        holder = _field(entry.value, "holder")
         if holder != self.holder:
             if holder != self.other:
                 log.info("lease %s: held by %s", self.name, holder)
@@ -223,19 +237,30 @@ class Lease:
         log.info("lease %s: taken back from this host's previous process", self.name)
         return revision
 
-    async def _renew(self) -> None:
+    async def _renew(self) -> bool:
+        """Renew; False when it must be tried again at once (an earlier renewal of ours
+        landed although its answer was lost, so the revision we expected moved on)."""
         kv = await self._bucket()
         sent = time.monotonic()
         try:
             self._revision = await kv.update(self.name, self._value(), last=self._revision)
         except KeyWrongLastSequenceError:
-            self._lose("another host took it (our renewal was refused)")
-            return
+            try:
+                entry = await kv.get(self.name)
+            except KeyNotFoundError:
+                entry = None
+            if entry is None or _field(entry.value, "token") != self._token:
+                self._lose("another host took it (our renewal was refused)")
+                return True
+            assert entry.revision is not None
+            self._revision = entry.revision
+            return False
         if sent - self._sent_at >= self.settings.ttl:
             # Accepted although we were away past the TTL: nobody wrote the key meanwhile
             # (our revision is still the last), so nobody else acted for it.
             log.warning("lease %s: renewed late, after %.1f s", self.name, sent - self._sent_at)
         self._sent_at = sent
+        return True
 
     def _lose(self, reason: str) -> None:
         if self.state is not LeaseState.HELD:
@@ -275,9 +300,9 @@ class Lease:
             await asyncio.wait({self._reaction})
 
 
-def _holder_of(value: bytes | None) -> str | None:
+def _field(value: bytes | None, name: str) -> str | None:
     try:
-        holder = json.loads(value or b"{}").get("holder")
+        found = json.loads(value or b"{}").get(name)
     except (ValueError, AttributeError):
         return None
-    return holder if isinstance(holder, str) else None
+    return found if isinstance(found, str) else None

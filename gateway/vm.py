@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_bool, env_float, env_str
 from actors.platform import Runtime, lease_settings
@@ -266,6 +267,12 @@ def parse_event_id(value: str | None, vmid: int) -> int | None:
 # -- the app --------------------------------------------------------------------------------
 
 
+NO_VM_HOST = (
+    "no host runs the VM actors just now (in cluster mode: the host that did stopped, and "
+    "another takes over within CAIRN_LEASE_TTL seconds); try again shortly"
+)
+
+
 class VmGateway:
     def __init__(self, runtime: Runtime, settings: VmSettings) -> None:
         self.runtime = runtime
@@ -279,7 +286,12 @@ class VmGateway:
             reply: dict[str, Any] = await command(
                 self.runtime.nc, subject, payload, timeout=_COMMAND_TIMEOUT
             )
-        except (CommandTimeout, NoResponders) as exc:
+        except NoResponders as exc:
+            if env_bool(self.runtime.env, "CAIRN_CLUSTER"):
+                # Between a lease holder's death and a survivor's takeover.
+                raise CommandFailed(503, NO_VM_HOST) from None
+            raise CommandFailed(503, exc.message) from None
+        except CommandTimeout as exc:
             raise CommandFailed(503, exc.message) from None
         return reply
 
@@ -319,7 +331,10 @@ class VmGateway:
                 timeout=_COMMAND_TIMEOUT,
                 headers=deadline_headers(_COMMAND_TIMEOUT),
             )
-        except Exception as exc:  # no host, or it timed out: say so, plainly
+        except NoRespondersError:
+            why = NO_VM_HOST if env_bool(self.runtime.env, "CAIRN_CLUSTER") else "no VM host"
+            return web.Response(status=503, text=f"VM inventory unavailable: {why}")
+        except Exception as exc:  # it timed out: say so, plainly
             return web.Response(status=503, text=f"VM inventory unavailable: {exc}")
         return web.Response(body=msg.data, content_type="application/json")
 

@@ -99,6 +99,15 @@ class Host:
         facts: dict[str, Any] = body["lease"]
         return facts
 
+    async def runs_registry(self) -> bool:
+        """Whether this host runs the functions registry (its /health says)."""
+        quick = aiohttp.ClientTimeout(total=1.0)
+        try:
+            async with self.session.get(self.functions_url + "/health", timeout=quick) as resp:
+                return bool((await resp.json())["lease"]["runs_registry"])
+        except (TimeoutError, aiohttp.ClientError, KeyError):
+            return False
+
     async def runs_vm_actors(self) -> bool:
         try:
             return bool((await self.lease())["runs_vm_actors"])
@@ -196,7 +205,6 @@ async def cluster(
                 "CAIRN_CLUSTER": "1",
                 "CAIRN_HOST_NAME": f"host{i}",
                 "CAIRN_EVENTS_REPLICAS": "3",
-                "CAIRN_LEASE_TTL": "5",
                 "CAIRN_DATA": str(home / "data"),
                 "XDG_CONFIG_HOME": str(home / "config"),
                 "IMAGE_BASE_URL": mirror.base_url,
@@ -215,6 +223,11 @@ async def cluster(
         await asyncio.gather(*(h.start() for h in hosts))
         made = Cluster(tmp_path, nats, hosts, tmp_path / "pvesim")
         await made.owner()
+
+        async def one_registry() -> bool:
+            return sum([await h.runs_registry() for h in hosts]) == 1
+
+        await wait_for(one_registry, timeout=30, what="one host to run the functions registry")
         yield made
     finally:
         for session in sessions:

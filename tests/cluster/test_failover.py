@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
+from gateway.vm import NO_VM_HOST
 from tests.cluster.conftest import Cluster, Host, dump, journal, versions
 from tests.conftest import wait_for
 from tests.vm.conftest import read_sse
@@ -20,12 +21,14 @@ async def _install_until_cut(host: Host, vmid: int) -> list[str]:
     """Start an install of ``vmid`` through ``host`` and read it until the cut; the ids seen."""
     body = {"os": "debian", "version": "12", "id": vmid}
     seen: list[str] = []
+    records: list[dict[str, object]] = []
     async with host.session.post(host.api + "/vm/install", json=body) as resp:
         assert resp.status == 200, await resp.text()
         while True:
             part = await read_sse(resp, stop_after=1)
-            assert part.records, "the install ended before the cut"
+            assert part.records, f"the install ended before the cut: {records[-3:]}"
             seen += part.ids
+            records += part.records
             if part.records[-1]["step"] == CUT:
                 return seen
 
@@ -48,6 +51,10 @@ async def test_kill_the_owner_mid_install_a_survivor_settles_it(cluster: Cluster
     assert 150 in cluster.vms()
     await owner.kill()
     killed_at = time.monotonic()
+    # Until a survivor takes the lease (not before the TTL), commands say why they cannot run.
+    gateway = cluster.alive()[0]
+    async with gateway.session.get(gateway.api + "/vm/list") as resp:
+        assert (resp.status, await resp.text()) == (503, f"VM inventory unavailable: {NO_VM_HOST}")
 
     survivor = await cluster.owner(timeout=FAILOVER_LIMIT)
     client = next(h for h in cluster.alive() if h is not survivor)  # another gateway

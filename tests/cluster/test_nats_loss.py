@@ -8,10 +8,12 @@ import asyncio
 from typing import Any
 
 import nats
+import pytest
 from nats.aio.msg import Msg
 
 from events.follow import Follower
 from events.jetstream import STREAM
+from events.leases import BUCKET
 from events.store import EventStore
 from tests.cluster.conftest import Cluster, dump
 from tests.conftest import wait_for
@@ -30,15 +32,18 @@ async def _stored(url: str) -> set[str]:
         await store.close()
 
 
-async def test_kill_one_nats_server_during_installs(cluster: Cluster) -> None:
+@pytest.mark.parametrize("led", [STREAM, f"KV_{BUCKET}"])
+async def test_kill_one_nats_server_during_installs(cluster: Cluster, led: str) -> None:
+    """``led``: the stream whose leader's server is killed (the events, or the leases: a
+    lease must outlive the election of a new leader)."""
     hosts = cluster.hosts
     installs = [asyncio.create_task(hosts[i % len(hosts)].install(id=160 + i)) for i in range(6)]
     # Every install has begun in Proxmox before the server goes.
     await wait_for(lambda: len(cluster.vms()) >= 3, timeout=60, what="installs under way")
-    # The server that leads the events stream: the worst one to lose.
+    owner = await cluster.owner()
     nc = await nats.connect(servers=cluster.nats.urls)
     try:
-        info = await nc.jetstream().stream_info(STREAM)
+        info = await nc.jetstream().stream_info(led)
     finally:
         await nc.close()
     assert info.cluster is not None and info.cluster.replicas, "the stream has no replicas"
@@ -49,6 +54,7 @@ async def test_kill_one_nats_server_during_installs(cluster: Cluster) -> None:
     failed = [r.last for r in results if not (r.closed and r.last.get("status") == "success")]
     assert not failed, f"{failed}\n{dump(cluster)}"
     assert set(cluster.vms()) == {160 + i for i in range(6)}
+    assert await owner.runs_vm_actors(), "the VM actors moved: the lease did not survive"
 
     # JetStream (through the two servers left) holds each stored event exactly once.
     stored = await _stored(hosts[0].env["CAIRN_EVENT_STORE"])

@@ -116,3 +116,17 @@ async def test_a_failed_start_gives_the_lease_up(nc: Client) -> None:
     finally:
         await lease.stop()
         await b.lease.stop()
+
+
+async def test_a_renewal_whose_answer_was_lost_is_recognised_as_ours(hosts: list[Host]) -> None:
+    """A leader election can swallow the answer to a renewal that landed: the next renewal
+    then expects an old revision. The holder finds its own token there and carries on."""
+    a, _ = hosts
+    await a.lease.start()
+    await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+    kv = await a.lease._bucket()
+    landed = await kv.update("vm", a.lease._value(), last=a.lease._revision)
+    await wait_for(
+        lambda: a.lease._revision > landed, timeout=5, what="a renews past its lost answer"
+    )
+    assert a.held and a.seen == ["acquired"]
