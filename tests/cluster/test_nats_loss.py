@@ -5,11 +5,12 @@ once."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
 
 import nats
 import pytest
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from events.follow import Follower
 from events.jetstream import STREAM
@@ -65,7 +66,17 @@ async def test_kill_one_nats_server_during_installs(cluster: Cluster, led: str) 
 
     nc = await nats.connect(servers=alive)
     try:
-        follower: Any = await Follower(nc, "cairn.evt.vm.>", on_event, after=0).start()
+        # The stream may still be electing its new leader: a consumer is refused meanwhile
+        # (the gateways' followers retry the same way).
+        started: list[Follower] = []
+
+        async def follow() -> bool:
+            with contextlib.suppress(NatsError, TimeoutError):
+                started.append(await Follower(nc, "cairn.evt.vm.>", on_event, after=0).start())
+            return bool(started)
+
+        await wait_for(follow, timeout=30, what="a consumer on the events stream")
+        follower = started[0]
         try:
             await wait_for(
                 lambda: len(published) >= len(stored), timeout=30, what="the stream read back"
