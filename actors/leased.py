@@ -60,6 +60,7 @@ class Leased:
     def facts(self) -> dict[str, Any]:
         """For /health: who runs the part."""
         return {
+            "name": self.lease.name,
             "holder": self.lease.holder,
             "runs_here": self.running,
             "runs_on": self.lease.holder if self.running else self.lease.other,

@@ -25,8 +25,15 @@ from aiohttp.helpers import ETAG_ANY
 from aiohttp.http_exceptions import HttpProcessingError
 from nats.aio.msg import Msg
 
+from actors.config import env_bool, env_str
 from actors.images.cache import HotCache, source_stamp
-from actors.images.commands import DELETE_SUBJECT, EVENTS_SUBJECT, STORE_SUBJECT, serve_commands
+from actors.images.commands import (
+    DELETE_SUBJECT,
+    EVENTS_SUBJECT,
+    STORE_SUBJECT,
+    leased_store,
+    serve_store,
+)
 from actors.images.layout import StoreLayout
 from actors.images.listing import NotAFolder, list_folder
 from actors.images.params import ReadParams, negotiate, parse_params, plan_variant
@@ -37,10 +44,11 @@ from actors.images.reads import ImageReader
 from actors.images.settings import ImageSettings
 from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
-from actors.platform import Runtime
+from actors.platform import Runtime, lease_settings
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from events.follow import Follower
+from events.leases import holder_name
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -471,7 +479,14 @@ async def build(runtime: Runtime) -> web.Application:
         disk_bytes=settings.disk_cache,
     )
     service = ImageService(runtime, settings, layout, reader)
-    _, command_subs = await serve_commands(runtime.nc, runtime.actors, layout)
+    leased = None
+    if env_bool(runtime.env, "CAIRN_CLUSTER"):
+        holder = holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME"))
+        settings_ = lease_settings(runtime.env)
+        leased = leased_store(runtime.nc, runtime.actors, layout, holder, settings_)
+        await leased.start()
+    else:
+        stop_store = await serve_store(runtime.nc, runtime.actors, layout)
     # From JetStream: a purge published while this host was cut off from NATS still arrives.
     purges = await Follower(runtime.nc, EVENTS_SUBJECT, service.on_event).start()
 
@@ -484,15 +499,22 @@ async def build(runtime: Runtime) -> web.Application:
     app.router.add_get("/check/state", service.state)
     app.router.add_get("/ls", service.timed(service.listing))
     app.router.add_get("/ls/{path:.*}", service.timed(service.listing))
-    add_health(app, "images", runtime, warnings=quarantined(runtime, "images"))
+    add_health(
+        app,
+        "images",
+        runtime,
+        warnings=quarantined(runtime, "images"),
+        details=lambda: {"lease": leased.facts()} if leased is not None else {},
+    )
     add_openapi(app, "images", runtime.env)
 
     async def cleanup(_: web.Application) -> None:
         with contextlib.suppress(Exception):
             await purges.stop()
-        for sub in command_subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        if leased is not None:
+            await leased.stop()
+        else:
+            await stop_store()
         pool.shutdown()
 
     app.on_cleanup.append(cleanup)

@@ -58,11 +58,8 @@ class FunctionsHost:
             await self.registry()
 
     def facts(self) -> dict[str, Any]:
-        if not isinstance(self.registry, Leased):
-            return {}
-        facts = self.registry.facts()
-        return {"lease": {"holder": facts["holder"], "runs_registry": facts["runs_here"],
-                          "registry_on": facts["runs_on"]}}  # fmt: skip
+        """For /health, in cluster mode: who runs the registry."""
+        return {"lease": self.registry.facts()} if isinstance(self.registry, Leased) else {}
 
 
 def leased_registry(runtime: Runtime, holder: str, settings: LeaseSettings) -> Leased:

@@ -7,6 +7,7 @@ hosts reach the one store actor the same way. A refusal (``Rejected``) travels b
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from nats.aio.client import Client
@@ -14,12 +15,15 @@ from nats.aio.subscription import Subscription
 
 from actors.images.layout import StoreLayout
 from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcile, StoreFile
+from actors.leased import Leased, Stop
 from actors.runtime import ActorHandle, ActorHost, Rejected
 from events.bus import serve_json
+from events.leases import Lease, LeaseSettings
 
 STORE_SUBJECT = "cairn.cmd.images.store"
 DELETE_SUBJECT = "cairn.cmd.images.delete"
 EVENTS_SUBJECT = "cairn.evt.images.*"
+LEASE = "images"
 
 
 async def serve_commands(
@@ -56,3 +60,30 @@ async def serve_commands(
         await serve_json(nc, DELETE_SUBJECT, on_delete, queue="images-store"),
     ]
     return handle, subs
+
+
+async def serve_store(nc: Client, actors: ActorHost, layout: StoreLayout) -> Stop:
+    """:func:`serve_commands`, and the way to stop it: its subjects, then its actor (cluster
+    mode stops it when this host loses the ``images`` lease, ``actors/leased.py``)."""
+    _, subs = await serve_commands(nc, actors, layout)
+
+    async def stop() -> None:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        await actors.stop(ImageStoreActor, SINGLETON)
+
+    return stop
+
+
+def leased_store(
+    nc: Client, actors: ActorHost, layout: StoreLayout, holder: str, settings: LeaseSettings
+) -> Leased:
+    """The store actor as cluster mode runs it: on the holder of the ``images`` lease, the
+    image tree shared by every host (docs/images.md)."""
+
+    async def start(lease: Lease) -> Stop:
+        actors.fence((ImageStoreActor.aggregate,), lease.fence)
+        return await serve_store(nc, actors, layout)
+
+    return Leased(nc, LEASE, holder, settings, start)

@@ -80,9 +80,4 @@ class VmTenure:
 
     def facts(self) -> dict[str, Any]:
         """For /health: who runs the VM actors."""
-        facts = self.leased.facts()
-        return {
-            "holder": facts["holder"],
-            "runs_vm_actors": facts["runs_here"],
-            "vm_actors_on": facts["runs_on"],
-        }
+        return self.leased.facts()

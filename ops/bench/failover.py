@@ -66,7 +66,7 @@ class Host:
         try:
             quick = aiohttp.ClientTimeout(total=1.0)
             async with http.get(self.url + "/health", timeout=quick) as resp:
-                return bool((await resp.json())["lease"]["runs_vm_actors"])
+                return bool((await resp.json())["lease"]["runs_here"])
         except (TimeoutError, aiohttp.ClientError, KeyError):
             return False
 

@@ -59,6 +59,10 @@ class Host:
         return f"http://127.0.0.1:{self.env['FUNCTIONS_PORT']}"
 
     @property
+    def images_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['IMAGES_PORT']}"
+
+    @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
@@ -68,7 +72,7 @@ class Host:
     async def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                CAIRN, "serve", "vm", "functions",
+                CAIRN, "serve", "vm", "functions", "images",
                 cwd=self.log_path.parent, env=self.env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=log, stderr=log,
             )  # fmt: skip
@@ -90,29 +94,18 @@ class Host:
         self.proc.kill()
         await self.proc.wait()
 
-    async def lease(self) -> dict[str, Any]:
-        """What this host's /health says of the `vm` lease."""
-        # Short: a paused host answers nothing, and must not hold the poll up.
-        quick = aiohttp.ClientTimeout(total=1.0)
-        async with self.session.get(self.vm_url + "/health", timeout=quick) as resp:
-            body: dict[str, Any] = await resp.json()
-        facts: dict[str, Any] = body["lease"]
-        return facts
-
-    async def runs_registry(self) -> bool:
-        """Whether this host runs the functions registry (its /health says)."""
+    async def runs(self, service_url: str) -> bool:
+        """Whether this host runs the leased part of a service (its /health says). Short: a
+        paused host answers nothing, and must not hold the poll up."""
         quick = aiohttp.ClientTimeout(total=1.0)
         try:
-            async with self.session.get(self.functions_url + "/health", timeout=quick) as resp:
-                return bool((await resp.json())["lease"]["runs_registry"])
+            async with self.session.get(service_url + "/health", timeout=quick) as resp:
+                return bool((await resp.json())["lease"]["runs_here"])
         except (TimeoutError, aiohttp.ClientError, KeyError):
             return False
 
     async def runs_vm_actors(self) -> bool:
-        try:
-            return bool((await self.lease())["runs_vm_actors"])
-        except (TimeoutError, aiohttp.ClientError, KeyError):
-            return False
+        return await self.runs(self.vm_url)
 
     async def install(self, **body: Any) -> Sse:
         payload = {"os": "debian", "version": "12", **body}
@@ -193,10 +186,14 @@ async def cluster(
     sessions: list[aiohttp.ClientSession] = []
     hosts: list[Host] = []
     base = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    shared_images = tmp_path / "shared-images"
+    shared_images.mkdir()
     try:
         for i in range(HOSTS):
             home = tmp_path / f"host{i}"
-            home.mkdir()
+            (home / "data").mkdir(parents=True)
+            # One image tree for every host, as a shared filesystem mounted there would be.
+            (home / "data" / "images").symlink_to(shared_images, target_is_directory=True)
             env = {
                 **base,
                 **sim_env,
@@ -216,6 +213,7 @@ async def cluster(
                 "CAIRN_PORT": str(free_port()),
                 "VM_PORT": str(free_port()),
                 "FUNCTIONS_PORT": str(free_port()),
+                "IMAGES_PORT": str(free_port()),
             }
             session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
             sessions.append(session)
@@ -224,10 +222,12 @@ async def cluster(
         made = Cluster(tmp_path, nats, hosts, tmp_path / "pvesim")
         await made.owner()
 
-        async def one_registry() -> bool:
-            return sum([await h.runs_registry() for h in hosts]) == 1
+        for part in ("functions_url", "images_url"):
 
-        await wait_for(one_registry, timeout=30, what="one host to run the functions registry")
+            async def one(part: str = part) -> bool:
+                return sum([await h.runs(getattr(h, part)) for h in hosts]) == 1
+
+            await wait_for(one, timeout=30, what=f"one host to run the leased part of {part}")
         yield made
     finally:
         for session in sessions:
