@@ -9,6 +9,7 @@ host stops (the lease is then handed on, so a successor starts at once). The par
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,7 @@ class Leased:
     ) -> None:
         self._start = start
         self._stop: Stop | None = None
+        self._ready = False
         self.lease = Lease(
             nc, name, holder, settings, on_acquired=self._acquired, on_lost=self._lost
         )
@@ -40,13 +42,18 @@ class Leased:
     @property
     def running(self) -> bool:
         """The part runs here: the lease is held and its start has finished."""
-        return self._stop is not None and self.lease.state is LeaseState.HELD
+        return self._ready and self.lease.state is LeaseState.HELD
 
     async def _acquired(self) -> None:
         self._stop = await self._start(self.lease)
+        # The part's subscriptions reach the server before it is said to run here.
+        with contextlib.suppress(Exception):  # the bus went away: they reach it when back
+            await self.lease.nc.flush()
+        self._ready = True
         log.info("%s: this host runs it now (lease %r)", self.lease.name, self.lease.name)
 
     async def _lost(self, _: str) -> None:
+        self._ready = False
         stop, self._stop = self._stop, None
         if stop is not None:
             await stop()

@@ -148,6 +148,9 @@ class RunnerHost:
                 self.nc, protocol.RUNTIMES_SUBJECT, on_runtimes, queue=protocol.RUNNERS_QUEUE
             ),
         ]
+        # Once start returns, the server has the subscriptions: a run sent from another
+        # connection right away finds this host (it met "no runner host" before).
+        await self.nc.flush()
 
     async def stop(self) -> None:
         """Take no more work, let what was accepted finish (bounded), then clean up."""
