@@ -25,7 +25,7 @@ from pvesim.cluster import SimCluster, VmView
 from events.nats_cluster import NatsCluster
 from events.nats_server import free_port
 from tests.conftest import wait_for
-from tests.faults.conftest import stray_processes
+from tests.faults.conftest import end_strays
 from tests.postgres import PostgresServer
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
@@ -245,17 +245,7 @@ async def cluster(
             sim_proc.kill()
             await sim_proc.wait()
         await nats.stop()
-    marker = str(tmp_path)
-
-    def nothing_left() -> bool:
-        return not stray_processes(marker)
-
-    with contextlib.suppress(AssertionError):
-        await wait_for(nothing_left, timeout=10, what="every process to end")
-    left = stray_processes(marker)
-    for line in left:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    left = await end_strays(str(tmp_path))
     assert not left, "processes outlived the test:\n" + "\n".join(left)
 
 

@@ -119,6 +119,22 @@ def stray_processes(marker: str) -> list[str]:
     return found
 
 
+async def end_strays(marker: str, grace: float = 10.0) -> list[str]:
+    """Give processes under ``marker`` ``grace`` seconds to end, kill what is left; returns
+    what had to be killed (a test fails on it: something outlived what started it)."""
+
+    def nothing_left() -> bool:
+        return not stray_processes(marker)
+
+    with contextlib.suppress(AssertionError):
+        await wait_for(nothing_left, timeout=grace, what="processes to end")
+    left = stray_processes(marker)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    return left
+
+
 def children_named(pid: int, name: str) -> list[int]:
     """Direct children of ``pid`` whose executable is ``name``."""
     found = []
@@ -194,16 +210,6 @@ async def start_cairn(tmp_path: Path, sim: SimCluster, mirror: Mirror) -> AsyncI
         if cairn.proc.returncode is None:
             cairn.proc.kill()
             await cairn.proc.wait()
-    marker = str(tmp_path)
-
-    def nothing_left() -> bool:
-        return not stray_processes(marker)
-
-    with contextlib.suppress(AssertionError):
-        await wait_for(nothing_left, timeout=10, what="cairn's children to end")
-    left = stray_processes(marker)
+    left = await end_strays(str(tmp_path))
     if left:
-        for line in left:
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
         pytest.fail("processes outlived cairn:\n" + "\n".join(left))

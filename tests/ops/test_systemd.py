@@ -24,8 +24,8 @@ UNITS = ROOT / "ops" / "systemd"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 
-def service_section(path: Path) -> dict[str, list[str]]:
-    """Every ``key=value`` of the [Service] section, repeated keys kept in order."""
+def unit_section(path: Path, wanted: str = "Service") -> dict[str, list[str]]:
+    """Every ``key=value`` of one section of a unit file, repeated keys kept in order."""
     parser = configparser.RawConfigParser(strict=False, delimiters=("=",))
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     values: dict[str, list[str]] = {}
@@ -38,7 +38,7 @@ def service_section(path: Path) -> dict[str, list[str]]:
             section = line.strip("[]")
             continue
         key, _, value = line.partition("=")
-        if section == "Service":
+        if section == wanted:
             values.setdefault(key, []).append(value)
     return values
 
@@ -62,21 +62,21 @@ def test_the_unit_and_its_drop_in_parse_without_a_warning(tmp_path: Path) -> Non
 
 
 def test_the_hardening_lines() -> None:
-    unit = service_section(UNITS / "cairn.service")
+    unit = unit_section(UNITS / "cairn.service")
     assert unit["ExecStart"] == ["/opt/cairn/.venv/bin/cairn up"]
     assert unit["KillMode"] == ["mixed"]
     # Longer than the graceful stop (CAIRN_STOP_GRACE, 10 s) and the connections' close.
     assert int(unit["TimeoutStopSec"][0].removesuffix("s")) >= 30
     for kept_off in ("ProtectKernelTunables", "RestrictNamespaces", "ProtectControlGroups"):
         assert kept_off not in unit  # each would break bubblewrap
-    drop_in = service_section(UNITS / "cairn.service.d" / "local-qm.conf")
+    drop_in = unit_section(UNITS / "cairn.service.d" / "local-qm.conf")
     # An empty CapabilityBoundingSet= would leave qm (and kvm) with no capability at all.
     assert drop_in["CapabilityBoundingSet"] == ["~"]
     assert drop_in["ProtectSystem"] == ["no"] and drop_in["PrivateDevices"] == ["no"]
 
 
 def _bounding_set() -> str:
-    caps = service_section(UNITS / "cairn.service")["CapabilityBoundingSet"][0].split()
+    caps = unit_section(UNITS / "cairn.service")["CapabilityBoundingSet"][0].split()
     return "-all," + ",".join("+" + c.removeprefix("CAP_").lower() for c in caps)
 
 
