@@ -7,6 +7,10 @@ measured in the same process: a bare core-NATS publish→subscribe, a bare appen
 and the path before JetStream (a store listener publishing on core NATS and flushing, as the
 relay did, to a core subscriber), so the cost of each layer is visible.
 
+The last figure goes on to an HTTP client: the console's event feed (a real aiohttp server)
+follows JetStream and writes each event to its SSE stream, as a gateway on another host than
+the writer does.
+
 Prints median and p99 for single events and events per second for batches appended back to
 back (time until the last one arrives), with the embedded server (1 replica) and, with
 ``--replicas 3``, on a local three-server cluster (``events.nats_cluster``).
@@ -26,6 +30,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
+from aiohttp import web
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -34,10 +40,11 @@ from events.follow import Follower
 from events.jetstream import StreamSettings
 from events.model import Event, domain_event
 from events.nats_cluster import NatsCluster
-from events.nats_server import EmbeddedNats
+from events.nats_server import EmbeddedNats, free_port
 from events.relay import OutboxRelay, wire_payload
 from events.store import EventStore, Recorded, default_store_url
 from events.subjects import subject_for
+from gateway.console.feed import EventFeed
 
 from .stats import ms_line
 
@@ -83,6 +90,34 @@ async def batched(
     for _ in range(batch * batches):
         await arrivals.get()
     return batch * batches / (time.perf_counter() - t0)
+
+
+async def through_sse(store: EventStore, nc: Client, n: int) -> list[float]:
+    """Append → relay → JetStream → the console's event feed (``gateway/console/feed.py``,
+    a real aiohttp server) → an HTTP client reading its SSE stream: what a browser, or a
+    gateway on another host than the writer, sees."""
+    app = web.Application()
+    app.router.add_get("/console/events", EventFeed(nc, store).stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    out = []
+    try:
+        headers = {"Last-Event-ID": str(await store.last_position())}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/console/events", headers=headers) as resp,
+        ):
+            for i in range(n):
+                t0 = time.perf_counter()
+                await store.append(f"sse:{i % 50}", i // 50, [Ticked(i, t0)])
+                while not (await resp.content.readline()).startswith(b"data: "):
+                    pass
+                out.append(time.perf_counter() - t0)
+    finally:
+        await runner.cleanup()
+    return out
 
 
 def core_relay(store: EventStore, nc: Client) -> None:
@@ -160,6 +195,8 @@ async def bench(n: int, batch: int, batches: int, replicas: int) -> None:
             after = await single(store, "bench", arrivals, n)
             after_rate = await batched(store, "bench", arrivals, batch, batches)
 
+            sse = await through_sse(store, nc, n)
+
             await raw_sub.unsubscribe()
             await follower.stop()
             await relay.stop()
@@ -173,7 +210,8 @@ async def bench(n: int, batch: int, batches: int, replicas: int) -> None:
     print(f"  bare NATS publish→subscribe             {fmt_ms(raw)}")
     print(f"  bare append (SQLite commit)             {fmt_ms(bare)}")
     print(f"  before: append→core NATS subscriber     {fmt_ms(before)}")
-    print(f"  after:  append→JetStream follower       {fmt_ms(after)}   (target: median <= 2 ms)")
+    print(f"  after:  append→JetStream follower       {fmt_ms(after)}")
+    print(f"  after:  append→SSE client (feed, HTTP)  {fmt_ms(sse)}   (target: median <= 2 ms)")
     ratio = statistics.median(after) / statistics.median(before)
     print(f"    ratio after/before: {ratio:.2f}x")
     print(f"  batches of {batch}, before: {before_rate:,.0f} events/s")

@@ -14,7 +14,7 @@ and a graceful stop (SIGTERM: the lease is handed on at once; `CAIRN_STOP_GRACE=
 the install off instead of letting it finish), the baseline. The ended host is
 started again before the next round.
 
-    .venv/bin/python -m ops.bench.failover [--rounds 3] [--ttl 5] [--store URL]
+    .venv/bin/python -m ops.bench.failover [--rounds 3] [--ttl 8] [--store URL]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pathlib import Path
 import aiohttp
 
 from actors.vm.fakemirror import serve_mirror
+from events.leases import LeaseSettings
 from events.nats_cluster import NatsCluster
 from events.nats_server import free_port
 
@@ -215,7 +216,7 @@ async def bench(rounds: int, ttl: float, store: str | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ttl", type=float, default=5.0)
+    parser.add_argument("--ttl", type=float, default=LeaseSettings().ttl)
     parser.add_argument("--store", default=None, help="an event store URL (PostgreSQL)")
     args = parser.parse_args()
     asyncio.run(bench(args.rounds, args.ttl, args.store))
