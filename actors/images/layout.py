@@ -3,6 +3,10 @@
 Only ``store/`` is served. The trash, the variant cache and the upload temp files are its
 siblings, so no URL path can reach them (a resolved path must stay under ``store/``), and the
 temp dir is on the same file system as the store, so publishing an upload is one rename.
+
+Each directory is resolved once, at start: ``store``, ``trash`` and ``tmp`` may be mount
+points or symlinks into one shared filesystem (several image hosts, docs/images.md), and the
+path checks compare against the resolved directory.
 """
 
 from __future__ import annotations
@@ -14,27 +18,19 @@ import attrs
 
 @attrs.frozen
 class StoreLayout:
-    base: Path
-
-    @property
-    def store(self) -> Path:
-        return self.base / "store"
-
-    @property
-    def trash(self) -> Path:
-        return self.base / "trash"
-
-    @property
-    def cache(self) -> Path:
-        return self.base / "cache"
-
-    @property
-    def tmp(self) -> Path:
-        return self.base / "tmp"
+    base: Path  # CAIRN_DATA/images
+    store: Path
+    trash: Path
+    cache: Path
+    tmp: Path
 
     @classmethod
     def create(cls, data_dir: Path) -> StoreLayout:
-        layout = cls((data_dir / "images").resolve())
-        for path in (layout.store, layout.trash, layout.cache, layout.tmp):
+        base = data_dir / "images"
+        paths = {"base": base}
+        for name in ("store", "trash", "cache", "tmp"):
+            path = base / name
             path.mkdir(parents=True, exist_ok=True)
-        return layout
+            paths[name] = path.resolve()
+        paths["base"] = base.resolve()
+        return cls(**paths)

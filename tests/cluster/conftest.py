@@ -191,9 +191,12 @@ async def cluster(
     try:
         for i in range(HOSTS):
             home = tmp_path / f"host{i}"
-            (home / "data").mkdir(parents=True)
-            # One image tree for every host, as a shared filesystem mounted there would be.
-            (home / "data" / "images").symlink_to(shared_images, target_is_directory=True)
+            # One image tree for every host, as a shared filesystem would be (docs/images.md):
+            # store, trash and tmp shared, the variant cache each host's own.
+            (home / "data" / "images").mkdir(parents=True)
+            for part in ("store", "trash", "tmp"):
+                (shared_images / part).mkdir(exist_ok=True)
+                (home / "data" / "images" / part).symlink_to(shared_images / part)
             env = {
                 **base,
                 **sim_env,
