@@ -38,9 +38,12 @@ MAX_TOKENS = 256
 # (its model card: "the sequence length was limited to 128 tokens").
 WINDOW = 128
 # Sequences per forward pass and padded tokens per pass: beyond these the matrices stop getting
-# faster per token and the (batch, heads, T, T) attention scores only cost memory.
+# faster per token and the (batch, heads, T, T) attention scores only cost memory. 1,024
+# tokens keep a pass's activations (1.5 MB per 384-wide tensor, 6 MB in the feed-forward)
+# near the caches: measured on 2 cores of an AMD EPYC, 4,096 ran ONNX Runtime float32 at
+# 137 chunks/s, 1,024 at 160 (int8 214 -> 253, numpy 56 -> 60).
 _BATCH = 32
-_TOKEN_BUDGET = 4096
+_TOKEN_BUDGET = 1024
 _FFN_ROWS = 256
 _SMALL_ROWS = 64
 
@@ -250,6 +253,9 @@ class MiniLM:
         if not encoded:
             return out
         batches = plan_batches([len(ids) for ids in encoded], workers)
+        # The costliest passes first: the workers then finish together instead of one
+        # running the longest pass alone at the end.
+        batches.sort(key=lambda members: len(members) * len(encoded[members[-1]]), reverse=True)
 
         def run(members: list[int]) -> np.ndarray:
             length = len(encoded[members[-1]])

@@ -138,7 +138,7 @@ async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
     )
     runs = [
         ("numpy, previous path (batches of 16, cut at 256 tokens)", numpy_path, 16, False),
-        ("numpy, every token (batches of 64)", numpy_path, EMBED_BATCH, True),
+        (f"numpy, every token (batches of {EMBED_BATCH})", numpy_path, EMBED_BATCH, True),
         ("ONNX Runtime float32, the default", LocalProvider(runtime="onnx"), EMBED_BATCH, True),
         ("ONNX Runtime int8 (opt-in)", LocalProvider(runtime="onnx-int8"), EMBED_BATCH, True),
     ]

@@ -121,11 +121,13 @@ def test_batches_group_similar_lengths_within_the_limits() -> None:
     lengths = [10, 256, 12, 11, 200, 9]
     batches = minilm.plan_batches(lengths)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    assert [[lengths[i] for i in b] for b in batches] == [[9, 10, 11, 12, 200, 256]]
-    # Two workers get a batch each; a long tail is split by the padded-token budget.
-    assert len(minilm.plan_batches(lengths, workers=2)) == 2
+    # Similar lengths together, and no pass past the padded-token budget (1,024: 6 x 256 is
+    # over it, 5 x 200 is not).
+    assert [[lengths[i] for i in b] for b in batches] == [[9, 10, 11, 12, 200], [256]]
+    assert len(minilm.plan_batches([10, 12, 11, 9], workers=2)) == 2  # a batch per worker
     many = minilm.plan_batches([256] * 40)
-    assert all(len(b) * 256 <= 4096 for b in many) and sum(map(len, many)) == 40
+    budget = minilm._TOKEN_BUDGET
+    assert all(len(b) * 256 <= budget for b in many) and sum(map(len, many)) == 40
     assert minilm.plan_batches([]) == []
 
 

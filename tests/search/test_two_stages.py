@@ -13,12 +13,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from actors.search.engine import EMBED_BATCH
 from actors.search.registry import config_dir
 from gateway import search_cli
 from tests.search.conftest import SearchHarness
 from tests.search.fake_openai import FakeOpenAI
 
-FILES = 40
+# Three chunks each: more chunks than one embedding call takes, so the order shows.
+FILES = EMBED_BATCH // 3 + 20
 
 
 def held_back(fake: FakeOpenAI) -> dict[str, str]:
