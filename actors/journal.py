@@ -39,6 +39,10 @@ log = logging.getLogger("cairn.journal")
 _OPEN_TASKS_KEPT = 10_000
 
 
+# More documents indexed in one append than this are one line.
+BURST = 20
+
+
 class Journal:
     """Attach with :meth:`attach`; :meth:`line` is the pure part (event in, line out)."""
 
@@ -67,6 +71,23 @@ class Journal:
         store.add_listener(self._appended)
 
     def _appended(self, records: list[Recorded]) -> None:
+        indexed = [r for r in records if isinstance(r.event, DocumentIndexed)]
+        if len(indexed) > BURST:
+            # A backlog's batch: one line for its files, not thousands (which also held the
+            # event loop long enough to show in the queries' p99).
+            first: DocumentIndexed = indexed[0].event  # type: ignore[assignment]
+            chunks = sum(r.event.chunks for r in indexed)  # type: ignore[attr-defined]
+            fields = {"stream": indexed[0].stream, "event": first.type_name}
+            log.info(
+                "search %s: indexed %d files (%d chunks), %s … %s",
+                first.db,
+                len(indexed),
+                chunks,
+                first.source,
+                indexed[-1].event.source,  # type: ignore[attr-defined]
+                extra=fields,
+            )
+            records = [r for r in records if not isinstance(r.event, DocumentIndexed)]
         for record in records:
             line = self.line(record)
             if line is not None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from actors.functions.events import FunctionDeleted, version_stored
 from actors.images.events import deleted, stored
 from actors.journal import Journal
@@ -79,3 +83,22 @@ def test_a_vm_found_without_cairns_mark_is_said_to_be_left_alone() -> None:
     assert Journal().line(rec("vm:150", event)) == (
         "vm 150: not cairn's VM, left untouched: its description has no cairn mark"
     )
+
+
+def test_a_backlog_batch_is_one_line_not_one_per_file(caplog: pytest.LogCaptureFixture) -> None:
+    journal = Journal()
+    batch = [
+        rec("search:notes", DocumentIndexed("notes", f"d{i}.md", "00", 3, 0)) for i in range(500)
+    ]
+    batch.append(rec("search:notes", DocumentDismissed("notes", "x.bin", "unsupported")))
+    few = [rec("search:notes", DocumentIndexed("notes", f"e{i}.md", "00", 2, 0)) for i in range(3)]
+    with caplog.at_level(logging.INFO, logger="cairn.journal"):
+        journal._appended(batch)
+        journal._appended(few)
+    assert [r.getMessage() for r in caplog.records] == [
+        "search notes: indexed 500 files (1500 chunks), d0.md … d499.md",
+        "search notes: dismissed x.bin: unsupported",
+        "search notes: indexed e0.md (2 chunks)",
+        "search notes: indexed e1.md (2 chunks)",
+        "search notes: indexed e2.md (2 chunks)",
+    ]
