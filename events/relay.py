@@ -51,6 +51,13 @@ def wire_payload(record: Recorded) -> bytes:
     ).encode()
 
 
+# Events per batch (its acknowledgements are awaited together), and how many are published
+# between two yields to the event loop. A batch's acks are handled by nats-py in one go, so a
+# smaller batch also bounds that burst (~5 ms for 200).
+BATCH_SIZE = 200
+YIELD_EVERY = 50
+
+
 class OutboxRelay:
     def __init__(
         self,
@@ -58,7 +65,7 @@ class OutboxRelay:
         nc: Client,
         *,
         name: str = "outbox",
-        batch_size: int = 500,
+        batch_size: int = BATCH_SIZE,
         cursor_save_interval: float = 0.5,
         retry_interval: float = 0.2,
         idle_poll: float = 1.0,
@@ -185,7 +192,7 @@ class OutboxRelay:
             self._stream_ready = True
         acks: list[asyncio.Future[PubAck]] = []
         try:
-            for record in batch:
+            for n, record in enumerate(batch, 1):
                 acks.append(
                     await self._js.publish_async(
                         subject_for(record.stream),
@@ -193,6 +200,11 @@ class OutboxRelay:
                         headers={MSG_ID_HEADER: msg_id(record)},
                     )
                 )
+                if n % YIELD_EVERY == 0:
+                    # publish_async does not suspend: without this a batch held the event
+                    # loop for its whole length (30-44 ms for 500 events, seen as the p99 of
+                    # the queries served meanwhile).
+                    await asyncio.sleep(0)
             async with asyncio.timeout(self._ack_timeout):
                 answers = await asyncio.gather(*acks, return_exceptions=True)
             for answer in answers:
