@@ -13,17 +13,27 @@ import attrs
 from nats.aio.client import Client
 
 from actors.config import data_dir as resolve_data_dir
-from actors.config import env_float, env_int, env_str
+from actors.config import env_bool, env_float, env_int, env_str
 from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.bus import connect
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
-from events.leases import LeaseSettings
+from events.leases import LeaseSettings, holder_name
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
 
 log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class ClusterMode:
+    """``CAIRN_CLUSTER=1``: this host's name as a lease holder (``CAIRN_HOST_NAME``) and the
+    leases' settings; the services run their single-owner parts under leases
+    (``actors/leased.py``)."""
+
+    holder: str
+    leases: LeaseSettings
 
 
 @attrs.define
@@ -43,6 +53,8 @@ class Runtime:
     # Each service's health report (gateway/health.py), gathered by /status. Shared by the
     # copies a service makes of its runtime.
     health: dict[str, Callable[[], dict[str, Any]]] = attrs.field(factory=dict)
+    # Not None in cluster mode (``cluster_mode``).
+    cluster: ClusterMode | None = None
 
 
 @contextlib.asynccontextmanager
@@ -72,7 +84,10 @@ async def open_runtime(
         stack.push_async_callback(relay.stop)
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
-        yield Runtime(root, env, nats_url, nc, store, host, relay, embedded, flags)
+        yield Runtime(
+            root, env, nats_url, nc, store, host, relay, embedded, flags,
+            cluster=cluster_mode(env, root),
+        )  # fmt: skip
 
 
 def stream_settings(env: Mapping[str, str]) -> StreamSettings:
@@ -90,3 +105,11 @@ def lease_settings(env: Mapping[str, str]) -> LeaseSettings:
     replicated like the events stream."""
     ttl = env_float(env, "CAIRN_LEASE_TTL", LeaseSettings().ttl, min=1.0)
     return LeaseSettings(ttl=ttl, replicas=stream_settings(env).replicas)
+
+
+def cluster_mode(env: Mapping[str, str], data_dir: Path) -> ClusterMode | None:
+    """Cluster mode's settings when ``CAIRN_CLUSTER`` is on, else None (one host)."""
+    if not env_bool(env, "CAIRN_CLUSTER"):
+        return None
+    holder = holder_name(data_dir, env_str(env, "CAIRN_HOST_NAME"))
+    return ClusterMode(holder, lease_settings(env))

@@ -19,7 +19,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.config import env_bool, env_str
 from actors.functions import protocol
 from actors.functions.host import FunctionsHost, leased_registry
 from actors.functions.languages import Language
@@ -37,7 +36,7 @@ from actors.functions.requests import (
 )
 from actors.functions.results import ResultType, RunResult
 from actors.functions.settings import FunctionsSettings
-from actors.platform import Runtime, lease_settings
+from actors.platform import Runtime
 from events.bus import (
     BUS_DOWN,
     CommandFailed,
@@ -46,7 +45,6 @@ from events.bus import (
     command,
     deadline_headers,
 )
-from events.leases import holder_name
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -416,10 +414,7 @@ def _stream_event(message: dict[str, Any]) -> dict[str, Any] | None:
 
 async def build(runtime: Runtime) -> web.Application:
     settings = FunctionsSettings.from_env(runtime.env)
-    cluster = None
-    if env_bool(runtime.env, "CAIRN_CLUSTER"):
-        holder = holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME"))
-        cluster = leased_registry(runtime, holder, lease_settings(runtime.env))
+    cluster = leased_registry(runtime, runtime.cluster) if runtime.cluster is not None else None
     host = await FunctionsHost.start(runtime, settings, cluster=cluster)
     client = RunClient(runtime.nc, settings)
     await client.start()

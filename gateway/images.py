@@ -25,7 +25,6 @@ from aiohttp.helpers import ETAG_ANY
 from aiohttp.http_exceptions import HttpProcessingError
 from nats.aio.msg import Msg
 
-from actors.config import env_bool, env_str
 from actors.images.cache import HotCache, source_stamp
 from actors.images.commands import (
     DELETE_SUBJECT,
@@ -44,11 +43,10 @@ from actors.images.reads import ImageReader
 from actors.images.settings import ImageSettings
 from actors.images.sniff import SNIFF_BYTES, Kind, sniff
 from actors.images.transform import TooManyPixels, Undecodable, avif_supported, probe
-from actors.platform import Runtime, lease_settings
+from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from events.follow import Follower
-from events.leases import holder_name
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -480,10 +478,8 @@ async def build(runtime: Runtime) -> web.Application:
     )
     service = ImageService(runtime, settings, layout, reader)
     leased = None
-    if env_bool(runtime.env, "CAIRN_CLUSTER"):
-        holder = holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME"))
-        settings_ = lease_settings(runtime.env)
-        leased = leased_store(runtime.nc, runtime.actors, layout, holder, settings_)
+    if runtime.cluster is not None:
+        leased = leased_store(runtime.nc, runtime.actors, layout, runtime.cluster)
         await leased.start()
     else:
         stop_store = await serve_store(runtime.nc, runtime.actors, layout)

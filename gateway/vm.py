@@ -24,8 +24,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from nats.errors import NoRespondersError
 
-from actors.config import ConfigError, env_bool, env_float, env_str
-from actors.platform import Runtime, lease_settings
+from actors.config import ConfigError, env_float
+from actors.platform import Runtime
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.initscripts import SCRIPTS_DIR
@@ -64,7 +64,6 @@ from events.bus import (
 )
 from events.codec import to_dict
 from events.follow import EventCallback, Follower
-from events.leases import holder_name
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.health import add_health, quarantined
@@ -287,7 +286,7 @@ class VmGateway:
                 self.runtime.nc, subject, payload, timeout=_COMMAND_TIMEOUT
             )
         except NoResponders as exc:
-            if env_bool(self.runtime.env, "CAIRN_CLUSTER"):
+            if self.runtime.cluster is not None:
                 # Between a lease holder's death and a survivor's takeover.
                 raise CommandFailed(503, NO_VM_HOST) from None
             raise CommandFailed(503, exc.message) from None
@@ -332,7 +331,7 @@ class VmGateway:
                 headers=deadline_headers(_COMMAND_TIMEOUT),
             )
         except NoRespondersError:
-            why = NO_VM_HOST if env_bool(self.runtime.env, "CAIRN_CLUSTER") else "no VM host"
+            why = NO_VM_HOST if self.runtime.cluster is not None else "no VM host"
             return web.Response(status=503, text=f"VM inventory unavailable: {why}")
         except Exception as exc:  # it timed out: say so, plainly
             return web.Response(status=503, text=f"VM inventory unavailable: {exc}")
@@ -663,14 +662,9 @@ async def build(runtime: Runtime) -> web.Application:
     settings = settings_from(runtime)
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
     actors: VmService | VmTenure
-    if env_bool(runtime.env, "CAIRN_CLUSTER"):
+    if runtime.cluster is not None:
         actors = VmTenure(
-            runtime,
-            settings,
-            poll_interval=poll,
-            scripts_dir=SCRIPTS_DIR,
-            holder=holder_name(runtime.data_dir, env_str(runtime.env, "CAIRN_HOST_NAME")),
-            lease=lease_settings(runtime.env),
+            runtime, settings, runtime.cluster, poll_interval=poll, scripts_dir=SCRIPTS_DIR
         )
         await actors.start()
     else:

@@ -21,8 +21,8 @@ from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
 from actors.functions.sharedcode import SharedCode
 from actors.leased import Leased, Stop
-from actors.platform import Runtime
-from events.leases import Lease, LeaseSettings
+from actors.platform import ClusterMode, Runtime
+from events.leases import Lease
 
 LEASE = "functions"
 
@@ -62,15 +62,15 @@ class FunctionsHost:
         return {"lease": self.registry.facts()} if isinstance(self.registry, Leased) else {}
 
 
-def leased_registry(runtime: Runtime, holder: str, settings: LeaseSettings) -> Leased:
+def leased_registry(runtime: Runtime, cluster: ClusterMode) -> Leased:
     """The registry as cluster mode runs it: on the holder of the ``functions`` lease."""
-    code = SharedCode(runtime.nc, _files(runtime), replicas=settings.replicas)
+    code = SharedCode(runtime.nc, _files(runtime), replicas=cluster.leases.replicas)
 
     async def start(lease: Lease) -> Stop:
         runtime.actors.fence((FunctionRegistry.aggregate,), lease.fence)
         return await _serve(runtime, code)
 
-    return Leased(runtime.nc, LEASE, holder, settings, start)
+    return Leased(runtime.nc, LEASE, cluster.holder, cluster.leases, start)
 
 
 def _files(runtime: Runtime) -> CodeStore:

@@ -16,9 +16,10 @@ from nats.aio.subscription import Subscription
 from actors.images.layout import StoreLayout
 from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcile, StoreFile
 from actors.leased import Leased, Stop
+from actors.platform import ClusterMode
 from actors.runtime import ActorHandle, ActorHost, Rejected
 from events.bus import serve_json
-from events.leases import Lease, LeaseSettings
+from events.leases import Lease
 
 STORE_SUBJECT = "cairn.cmd.images.store"
 DELETE_SUBJECT = "cairn.cmd.images.delete"
@@ -77,7 +78,7 @@ async def serve_store(nc: Client, actors: ActorHost, layout: StoreLayout) -> Sto
 
 
 def leased_store(
-    nc: Client, actors: ActorHost, layout: StoreLayout, holder: str, settings: LeaseSettings
+    nc: Client, actors: ActorHost, layout: StoreLayout, cluster: ClusterMode
 ) -> Leased:
     """The store actor as cluster mode runs it: on the holder of the ``images`` lease, the
     image tree shared by every host (docs/images.md)."""
@@ -86,4 +87,4 @@ def leased_store(
         actors.fence((ImageStoreActor.aggregate,), lease.fence)
         return await serve_store(nc, actors, layout)
 
-    return Leased(nc, LEASE, holder, settings, start)
+    return Leased(nc, LEASE, cluster.holder, cluster.leases, start)

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from actors.leased import Leased, Stop
-from actors.platform import Runtime
+from actors.platform import ClusterMode, Runtime
 from actors.vm.service import VmService
 from actors.vm.settings import VmSettings
-from events.leases import Lease, LeaseSettings
+from events.leases import Lease
 
 LEASE = "vm"
 
@@ -34,18 +34,17 @@ class VmTenure:
         self,
         runtime: Runtime,
         settings: VmSettings,
+        cluster: ClusterMode,
         *,
         poll_interval: float,
         scripts_dir: Path,
-        holder: str,
-        lease: LeaseSettings,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.poll_interval = poll_interval
         self.scripts_dir = scripts_dir
         self.service: VmService | None = None
-        self.leased = Leased(runtime.nc, LEASE, holder, lease, self._start)
+        self.leased = Leased(runtime.nc, LEASE, cluster.holder, cluster.leases, self._start)
 
     async def start(self) -> None:
         await self.leased.start()
