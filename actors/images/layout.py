@@ -27,10 +27,8 @@ class StoreLayout:
     @classmethod
     def create(cls, data_dir: Path) -> StoreLayout:
         base = data_dir / "images"
-        paths = {"base": base}
+        paths = {}
         for name in ("store", "trash", "cache", "tmp"):
-            path = base / name
-            path.mkdir(parents=True, exist_ok=True)
-            paths[name] = path.resolve()
-        paths["base"] = base.resolve()
-        return cls(**paths)
+            (base / name).mkdir(parents=True, exist_ok=True)
+            paths[name] = (base / name).resolve()
+        return cls(base=base.resolve(), **paths)
