@@ -9,10 +9,11 @@ behind slow work) is dropped with a log line, never executed unseen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from nats.aio.client import Client
@@ -193,3 +194,11 @@ async def serve_json(
         task.add_done_callback(in_flight.discard)
 
     return await nc.subscribe(subject, queue=queue, cb=spawn)
+
+
+async def unsubscribe_all(subs: Iterable[Subscription]) -> None:
+    """Unsubscribe each of ``subs``; one that fails (the connection is closed or draining)
+    does not keep the others subscribed."""
+    for sub in subs:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

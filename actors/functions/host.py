@@ -9,10 +9,7 @@ queue group), so any gateway answers and every host takes runs.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
-
-from nats.aio.subscription import Subscription
 
 from actors.functions.codestore import Code, CodeStore, LocalCode
 from actors.functions.commands import serve_registry
@@ -22,6 +19,7 @@ from actors.functions.settings import FunctionsSettings
 from actors.functions.sharedcode import SharedCode
 from actors.leased import Leased, Stop
 from actors.platform import ClusterMode, Runtime
+from events.bus import unsubscribe_all
 from events.leases import Lease
 
 LEASE = "functions"
@@ -81,13 +79,7 @@ async def _serve(runtime: Runtime, code: Code) -> Stop:
     _, subs = await serve_registry(runtime.nc, runtime.actors, code)
 
     async def stop() -> None:
-        await _unsubscribe(subs)
+        await unsubscribe_all(subs)
         await runtime.actors.stop(FunctionRegistry, "registry")
 
     return stop
-
-
-async def _unsubscribe(subs: list[Subscription]) -> None:
-    for sub in subs:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()

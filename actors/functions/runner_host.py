@@ -30,7 +30,7 @@ from actors.functions.runtimes import describe as describe_runtimes
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
-from events.bus import expired, serve_json
+from events.bus import expired, serve_json, unsubscribe_all
 
 log = logging.getLogger(__name__)
 # A run is no stored event, so the runner host says what became of it (see actors/journal.py).
@@ -161,9 +161,7 @@ class RunnerHost:
                 await self.nc.flush(timeout=2)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.idle.wait(), STOP_GRACE_S)
-        for sub in self._subs[1:]:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await unsubscribe_all(self._subs[1:])
         self._subs = []
         self._stopping = True
         # A sandbox half-way through its spawn is let finish (cancelling asyncio there makes

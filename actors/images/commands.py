@@ -7,7 +7,6 @@ hosts reach the one store actor the same way. A refusal (``Rejected``) travels b
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from nats.aio.client import Client
@@ -18,7 +17,7 @@ from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcil
 from actors.leased import Leased, Stop
 from actors.platform import ClusterMode
 from actors.runtime import ActorHandle, ActorHost, Rejected
-from events.bus import serve_json
+from events.bus import serve_json, unsubscribe_all
 from events.leases import Lease
 
 STORE_SUBJECT = "cairn.cmd.images.store"
@@ -69,9 +68,7 @@ async def serve_store(nc: Client, actors: ActorHost, layout: StoreLayout) -> Sto
     _, subs = await serve_commands(nc, actors, layout)
 
     async def stop() -> None:
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await unsubscribe_all(subs)
         await actors.stop(ImageStoreActor, SINGLETON)
 
     return stop

@@ -42,7 +42,7 @@ from actors.vm.pve_output import (
 from actors.vm.requests import InstallRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
-from events.bus import serve_json
+from events.bus import serve_json, unsubscribe_all
 from events.errors import CommandFailed
 from events.store import Recorded
 
@@ -293,9 +293,7 @@ class VmService:
 
     async def stop(self) -> None:
         self._stopping = True
-        for sub in self._subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await unsubscribe_all(self._subs)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
