@@ -220,9 +220,7 @@ class EventStore:
                 # Several hosts starting at once on an empty database would each create the
                 # tables; the lock makes the others wait and then find them (DDL is
                 # transactional there).
-                await conn.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK}
-                )
+                await _lock_database(conn)
             await conn.run_sync(metadata.create_all)
         return cls(engine, retry)
 
@@ -348,7 +346,7 @@ class EventStore:
             # a reader that had seen position n+1 would never look back for n. One append at
             # a time per database (a transaction-scoped advisory lock) keeps commit order and
             # position order the same, which the outbox relay relies on.
-            await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK})
+            await _lock_database(conn)
         if self._engine.dialect.name != "sqlite" or len(rows) == 1:
             result = await conn.execute(_INSERT_RETURNING, rows)
             return [int(p) for p in result.scalars()]
@@ -476,6 +474,12 @@ _TRANSIENT_STATES = frozenset({"55P03", "40P01", "40001", "57P01", "57P02", "57P
 
 # The advisory lock key appends take on PostgreSQL ("cairn" in ASCII).
 _APPEND_LOCK = 0x636169726E
+_LOCK_DATABASE = sa.text("SELECT pg_advisory_xact_lock(:key)")
+
+
+async def _lock_database(conn: AsyncConnection) -> None:
+    """PostgreSQL: this database's one writer lock, held until the transaction ends."""
+    await conn.execute(_LOCK_DATABASE, {"key": _APPEND_LOCK})
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
