@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+from pvesim.cli import read_printed_env
 
 from actors.vm.fakemirror import serve_mirror
 from events.leases import LeaseSettings
@@ -115,14 +116,10 @@ async def cluster(root: Path, ttl: float, store: str | None) -> AsyncIterator[li
         )  # fmt: skip
         stack.push_async_callback(_end, sim)
         assert sim.stdout is not None
-        sim_env: dict[str, str] = {}
-        while "PATH" not in sim_env:
-            line = (await sim.stdout.readline()).decode()
-            if not line:
-                raise SystemExit("cairn sim did not start")
-            if "=" in line and not line.startswith("#"):
-                key, value = line.rstrip("\n").split("=", 1)
-                sim_env[key] = value
+        try:
+            sim_env = await read_printed_env(sim.stdout)
+        except EOFError as exc:
+            raise SystemExit(str(exc)) from None
         url = store or f"sqlite+aiosqlite:///{root / 'events.db'}"
         hosts = []
         for i in range(3):

@@ -17,6 +17,7 @@ from .state import Store
 
 if TYPE_CHECKING:
     import argparse
+    import asyncio
 
 
 def run_command(argv: Sequence[str]) -> int:
@@ -58,6 +59,21 @@ def sim_parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-ssh-port", type=int, default=None)
     parser.add_argument("--vm-ssh-port", type=int, default=None)
     return parser
+
+
+async def read_printed_env(stdout: asyncio.StreamReader) -> dict[str, str]:
+    """The environment `cairn sim` prints once its cluster runs (`NAME=value` lines after a
+    `#` comment, `PATH` last), read from its standard output. Raises EOFError if the output
+    ends first (the simulator did not start)."""
+    env: dict[str, str] = {}
+    while "PATH" not in env:
+        line = (await stdout.readline()).decode()
+        if not line:
+            raise EOFError("cairn sim ended before printing its environment")
+        if "=" in line and not line.startswith("#"):
+            key, value = line.rstrip("\n").split("=", 1)
+            env[key] = value
+    return env
 
 
 def run_sim(args: Sequence[str] | None = None) -> int:

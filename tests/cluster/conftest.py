@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
+from pvesim.cli import read_printed_env
 from pvesim.cluster import SimCluster, VmView
 
 from events.nats_cluster import NatsCluster
@@ -162,14 +163,10 @@ async def _start_sim(
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
         )  # fmt: skip
     assert proc.stdout is not None
-    env: dict[str, str] = {}
-    while "PATH" not in env:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        if not line:
-            raise AssertionError(f"cairn sim exited:\n{log_path.read_text()}")  # noqa: ASYNC240
-        if "=" in line and not line.startswith("#"):
-            key, value = line.rstrip("\n").split("=", 1)
-            env[key] = value
+    try:
+        env = await asyncio.wait_for(read_printed_env(proc.stdout), 60)
+    except EOFError:
+        raise AssertionError(f"cairn sim exited:\n{log_path.read_text()}") from None  # noqa: ASYNC240
     return proc, env
 
 
