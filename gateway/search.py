@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
-from watchfiles import awatch
 
 from actors.platform import Runtime
+from actors.search import watching
 from actors.search.embedding import Provider, make_provider
 from actors.search.engine import Engine
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
@@ -181,7 +181,7 @@ class Databases:
     async def follow_registry(self) -> None:
         """Load what ``cairn search add`` registers while the service runs."""
         root = self.registry.file.parent
-        async for changes in awatch(root, stop_event=self.stop, recursive=False):
+        async for changes in watching.changes(root, self.stop, recursive=False):
             if any(Path(path).name == self.registry.file.name for _, path in changes):
                 for db in await self.load_registered():
                     log.info("search: database %s registered; loaded", db)

@@ -31,7 +31,7 @@ import watchfiles
 
 from actors.runtime import AggregateActor
 from actors.search import engine as eng
-from actors.search import events, keyword_stage
+from actors.search import events, keyword_stage, watching
 from actors.search.parsers import is_ignored
 from actors.search.progress import Pipeline, Rate, progress_event
 from actors.search.store import Progress
@@ -252,7 +252,7 @@ class SearchIndexer(AggregateActor):
         self.progress = None
 
 
-def sources_of(inbox: Path, changes: set[tuple[watchfiles.Change, str]]) -> tuple[str, ...]:
+def sources_of(inbox: Path, changes: watching.Changes) -> tuple[str, ...]:
     """Inbox-relative sources touched by a batch of watchfiles changes (nothing outside it)."""
     out: dict[str, None] = {}
     root = inbox.resolve()
@@ -279,7 +279,7 @@ async def watch(inbox: Path, handle: Any, stop: asyncio.Event, engine: eng.Engin
     """Feed inbox changes to the indexer until `stop` is set (inotify, no polling loop)."""
     await asyncio.to_thread(inbox.mkdir, parents=True, exist_ok=True)
     root = await asyncio.to_thread(inbox.resolve)
-    async for changes in watchfiles.awatch(root, stop_event=stop, debounce=50, step=20):
+    async for changes in watching.changes(root, stop):
         # A folder of thousands of files reports as many changes: sorted out off the loop.
         sources = await asyncio.to_thread(sources_of, root, changes)
         # A removed folder reports only itself: its indexed files must go too.
