@@ -9,10 +9,13 @@ import asyncio
 import contextlib
 import io
 import itertools
+import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+from actors.search import engine
 from actors.search.engine import EMBED_BATCH
 from actors.search.registry import config_dir
 from gateway import search_cli
@@ -202,3 +205,17 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
     assert db == "papers" and inbox_col == f"inbox {inbox}"
     assert index_col == f"index {harness.registry.database_dir('papers')}"
     assert registry.is_absolute() and inbox.is_absolute()
+
+
+def test_the_keyword_writer_runs_below_the_service() -> None:
+    """The keyword stage's process is niced (an operator's `ps` shows NI 5), so the event
+    loop answering queries wins a shared core; the thread that started it is not."""
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pool = engine._start_writer()
+    try:
+        pid = pool.submit(os.getpid).result(timeout=60)
+        assert pid != os.getpid()
+        assert os.getpriority(os.PRIO_PROCESS, pid) == before + engine.WRITER_NICE
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+    finally:
+        pool.shutdown()
