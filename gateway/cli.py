@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -120,11 +121,23 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         for service in chosen:
             runtime.listen[service.name] = listen_address(env, service, single=single)
         listening = [await _start_service(runtime, s, stack, settings) for s in chosen]
+        settle_heap()
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
         print("cairn: stopping", flush=True)
         await _wind_down(runtime, listening, settings.stop_grace)
     return 0
+
+
+def settle_heap() -> None:
+    """Move what start-up built (modules, apps, actors: hundreds of thousands of objects that
+    live as long as the process) out of the garbage collector's sight. Its full collections
+    walked them all on the event loop, whenever allocations happened to trigger one: measured
+    43-54 ms with the search service draining a backlog, the slowest query of the run. Frozen
+    objects are never collected, which is what they would be anyway; what is built later is
+    collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 async def _wind_down(runtime: Runtime, listening: list[Listening], grace: float) -> None:
