@@ -8,8 +8,13 @@ chunk has its vector (waited for with --wait-embedding, else projected from that
 labelled so); keyword query latency over HTTP while the backlog is being indexed, and uncached
 semantic query latency (query embedding included) while it is being embedded; peak RSS.
 
+The queries come from a client process of its own (as a user's would), one after another with
+`PAUSE` between them; each is stamped with the seconds since the service started, and the
+report names the slowest, so a stall can be placed (start-up, a batch, a commit). `--rounds`
+repeats each scenario and pools the queries, so a p99 is not the one worst sample.
+
 Run: .venv/bin/python -m ops.bench.search_ingest [--chunks 20000 100000] [--live 20000]
-     [--wait-embedding] [--embed-seconds 20]
+     [--wait-embedding] [--embed-seconds 20] [--rounds 1] [--env KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from actors.platform import open_runtime
 from actors.search.registry import Registry, config_dir
 from events.nats_server import free_port
 from gateway import search
+from gateway.cli import settle_heap
 
 from .stats import ms_line
 
 PER_FILE = 10  # paragraphs per file; each paragraph is one chunk (500-680 characters)
+PAUSE = 0.01  # seconds between one query's answer and the next query
 
 
 def paragraphs(n: int, rng: np.random.Generator) -> tuple[list[str], list[str]]:
@@ -70,7 +77,7 @@ def write_files(inbox: Path, texts: list[str]) -> int:
 
 
 async def scenario(
-    kind: str, chunks: int, wait_embedding: bool, embed_seconds: float
+    kind: str, chunks: int, wait_embedding: bool, embed_seconds: float, extra: dict[str, str]
 ) -> dict[str, Any]:
     rng = np.random.default_rng(11)
     texts, vocab = paragraphs(chunks, rng)
@@ -80,6 +87,7 @@ async def scenario(
             "CAIRN_DATA": str(root / "data"),
             "XDG_CONFIG_HOME": str(root / "config"),
             "SEARCH_INBOX": str(root / "inbox"),
+            **extra,
         }
         Registry(config_dir(env)).add("bench")
         inbox = root / "inbox" / "bench"
@@ -88,6 +96,8 @@ async def scenario(
             texts.clear()  # on disk now: the service's memory is what we measure
         else:
             files = len(texts) // PER_FILE
+        keyword_client = QueryClient("keyword", vocab)
+        semantic_client = QueryClient("semantic", vocab[::-1])
         started = time.perf_counter()
         async with open_runtime(env) as runtime, aiohttp.ClientSession() as session:
             port = free_port()
@@ -95,48 +105,31 @@ async def scenario(
             app = await search.build(runtime)
             server = TestServer(app, host="127.0.0.1", port=port)
             await server.start_server()
+            settle_heap()  # as `cairn serve` does once its services listen
             base = f"http://127.0.0.1:{port}"
             ready = time.perf_counter() - started
             if kind == "live":
                 started = time.perf_counter()
                 writer = asyncio.create_task(asyncio.to_thread(write_files, inbox, texts))
-            latencies: list[float] = []
 
             async def status() -> dict[str, Any]:
                 async with session.get(f"{base}/api/status", params={"db": "bench"}) as resp:
                     return dict(await resp.json())
 
-            semantic: list[float] = []
-            words = iter(vocab * 100)
-
-            async def query_while(stop: asyncio.Event, target: str, into: list[float]) -> None:
-                while not stop.is_set():
-                    # Fresh words each time: a semantic query is never in the query cache.
-                    q = " ".join(next(words) for _ in range(3))
-                    t = time.perf_counter()
-                    params = {"db": "bench", "q": q, "target": target}
-                    async with session.get(f"{base}/api/search", params=params) as resp:
-                        await resp.read()
-                    into.append(time.perf_counter() - t)
-                    await asyncio.sleep(0.02)
-
-            stop = asyncio.Event()
-            querier = asyncio.create_task(query_while(stop, "keyword", latencies))
+            keyword_client.begin(base)
             while True:
                 now = await status()
                 if now["documents"] >= files and now["state"] != "indexing":
                     break
                 await asyncio.sleep(0.02)
             keyword_s = time.perf_counter() - started
-            stop.set()
-            await querier
+            latencies = await keyword_client.end(started)
             if kind == "live":
                 await writer
             total_chunks = now["chunks"]
             first = await status()
             t0 = time.perf_counter()
-            stop = asyncio.Event()
-            querier = asyncio.create_task(query_while(stop, "semantic", semantic))
+            semantic_client.begin(base)
             if wait_embedding:
                 now = await status()
                 while now["pending"]:  # polling the route a user would poll
@@ -152,8 +145,7 @@ async def scenario(
                 left = total_chunks - first["embedded"]
                 embedded_s = keyword_s + left / rate if rate else float("nan")
                 projected = True
-            stop.set()
-            await querier
+            semantic = await semantic_client.end(started)
             writer_mb = writer_peak_rss_mb()
             await server.close()
     return {
@@ -172,6 +164,55 @@ async def scenario(
         "peak_rss_mb": own_peak_rss_mb(),
         "writer_peak_rss_mb": writer_mb,
     }
+
+
+class QueryClient:
+    """A process sending `target` queries of fresh words (never in the query cache) to a
+    service, one after another, between `begin` and `end`: started before the service so its
+    own start-up is not measured, and apart from it so its work is not on the service's loop.
+    """
+
+    def __init__(self, target: str, vocab: list[str]) -> None:
+        argv = [sys.executable, "-m", "ops.bench.search_ingest", "--client", target]
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(vocab) + "\n")
+        self.process.stdin.flush()
+        # Its imports done and its session open: queries start the moment `begin` is called.
+        assert self.process.stdout.readline().strip() == "ready"
+
+    def begin(self, base: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(base + "\n")
+        self.process.stdin.flush()
+
+    async def end(self, started: float) -> list[tuple[float, float]]:
+        """(seconds since `started` when the query was sent, its latency) for every query."""
+        out, _ = await asyncio.to_thread(self.process.communicate, "")
+        return [(at - started, latency) for at, latency in json.loads(out)]
+
+
+async def client(target: str) -> list[tuple[float, float]]:
+    """The client process: vocabulary, then the base URL on stdin; queries until stdin ends."""
+    loop = asyncio.get_running_loop()
+    vocab = json.loads(await loop.run_in_executor(None, sys.stdin.readline))
+    words = iter(vocab * 100)
+    samples: list[tuple[float, float]] = []
+    async with aiohttp.ClientSession() as session:
+        print("ready", flush=True)
+        base = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+        ended = loop.run_in_executor(None, sys.stdin.read)
+        while not ended.done():
+            q = " ".join(next(words) for _ in range(3))
+            at = time.perf_counter()  # CLOCK_MONOTONIC: the same clock in every process
+            params = {"db": "bench", "q": q, "target": target}
+            async with session.get(f"{base}/api/search", params=params) as resp:
+                await resp.read()
+            samples.append((at, time.perf_counter() - at))
+            await asyncio.sleep(PAUSE)
+    return samples
 
 
 def own_peak_rss_mb() -> float:
@@ -201,13 +242,38 @@ def writer_peak_rss_mb() -> float:
     return peak
 
 
-def run_child(kind: str, chunks: int, wait_embedding: bool, embed_seconds: float) -> dict[str, Any]:
+def run_child(
+    kind: str,
+    chunks: int,
+    wait_embedding: bool,
+    embed_seconds: float,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
     argv = [sys.executable, "-m", "ops.bench.search_ingest", "--child", kind, str(chunks)]
     argv += ["--embed-seconds", str(embed_seconds)]
+    argv += [f"--env={key}={value}" for key, value in (extra or {}).items()]
     if wait_embedding:
         argv.append("--wait-embedding")
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def run_rounds(
+    kind: str,
+    chunks: int,
+    wait_embedding: bool,
+    embed_seconds: float,
+    rounds: int,
+    extra: dict[str, str],
+) -> dict[str, Any]:
+    """The scenario `rounds` times: the last round's figures, every round's queries."""
+    results = [run_child(kind, chunks, wait_embedding, embed_seconds, extra) for _ in range(rounds)]
+    merged = dict(results[-1])
+    for key in ("query_latencies", "semantic_latencies"):
+        merged[key] = [sample for result in results for sample in result[key]]
+    merged["rounds"] = rounds
+    merged["keyword_searchable_all_s"] = [r["keyword_searchable_s"] for r in results]
+    return merged
 
 
 def report(result: dict[str, Any]) -> None:
@@ -224,15 +290,21 @@ def report(result: dict[str, Any]) -> None:
         f"peak RSS {result['peak_rss_mb']:,.0f} MB, keyword writer process "
         f"{result['writer_peak_rss_mb']:,.0f} MB"
     )
-    samples = result["query_latencies"]
-    if samples:
-        print(f"  keyword queries over HTTP while indexing ({len(samples)}): {ms_line(samples)}")
-    samples = result.get("semantic_latencies") or []
-    if samples:
-        print(
-            f"  semantic queries over HTTP while embedding, uncached ({len(samples)}): "
-            f"{ms_line(samples)}"
-        )
+    rounds = result.get("rounds", 1)
+    if rounds > 1:
+        each = ", ".join(f"{s:.1f}" for s in result["keyword_searchable_all_s"])
+        print(f"  keyword-searchable after, each round: {each} s")
+    over = f", {rounds} rounds" if rounds > 1 else ""
+    for key, what in (
+        ("query_latencies", "keyword queries over HTTP while indexing"),
+        ("semantic_latencies", "semantic queries over HTTP while embedding, uncached"),
+    ):
+        samples = result.get(key) or []
+        if samples:
+            latencies = [latency for _, latency in samples]
+            slowest = sorted(samples, key=lambda s: -s[1])[:3]
+            where = ", ".join(f"{lat * 1e3:.1f} ms at {at:.2f} s" for at, lat in slowest)
+            print(f"  {what} ({len(samples)}{over}): {ms_line(latencies)}; slowest {where}")
 
 
 def main() -> None:
@@ -241,17 +313,30 @@ def main() -> None:
     parser.add_argument("--live", type=int, nargs="*", default=[20_000])
     parser.add_argument("--wait-embedding", action="store_true")
     parser.add_argument("--embed-seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="service setting for every scenario, e.g. EMBEDDING_RUNTIME=onnx-int8",
+    )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CHUNKS"))
+    parser.add_argument("--client", metavar="TARGET")
     args = parser.parse_args()
+    if args.client:
+        print(json.dumps(asyncio.run(client(args.client))))
+        return
+    extra = dict(item.split("=", 1) for item in args.env)
     if args.child:
         kind, chunks = args.child[0], int(args.child[1])
-        result = asyncio.run(scenario(kind, chunks, args.wait_embedding, args.embed_seconds))
+        result = asyncio.run(scenario(kind, chunks, args.wait_embedding, args.embed_seconds, extra))
         print(json.dumps(result))
         return
-    for chunks in args.chunks:
-        report(run_child("backlog", chunks, args.wait_embedding, args.embed_seconds))
-    for chunks in args.live:
-        report(run_child("live", chunks, args.wait_embedding, args.embed_seconds))
+    for kind, sizes in (("backlog", args.chunks), ("live", args.live)):
+        for chunks in sizes:
+            waited, seconds = args.wait_embedding, args.embed_seconds
+            report(run_rounds(kind, chunks, waited, seconds, args.rounds, extra))
 
 
 if __name__ == "__main__":
