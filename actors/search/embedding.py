@@ -24,7 +24,6 @@ so vectors from another provider or model are never mixed with these.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import importlib.util
 import logging
@@ -39,6 +38,7 @@ import aiohttp
 import numpy as np
 
 from actors.search import minilm
+from actors.search.priority import EMBED_NICE, lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -149,14 +149,6 @@ def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
     return reference
 
 
-def _lower_priority() -> None:
-    """Run this thread at nice 10: document embedding takes the CPU that queries and keyword
-    indexing leave over, never the other way round (Linux threads have their own nice value;
-    raising it needs no privilege)."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-
-
 class LocalProvider:
     """all-MiniLM-L6-v2 on the CPU: ONNX Runtime (`runtime="onnx"`, the default), the numpy
     forward pass (`"numpy"`, the fallback when onnxruntime is not installed; same vectors, so
@@ -183,7 +175,10 @@ class LocalProvider:
         self.fingerprint = f"local:all-minilm-l6-v2:{space}:window{minilm.WINDOW}"
         self._workers = threads or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(
-            self._workers, thread_name_prefix="embed", initializer=_lower_priority
+            self._workers,
+            thread_name_prefix="embed",
+            initializer=lower_this_thread,
+            initargs=(EMBED_NICE,),
         )
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

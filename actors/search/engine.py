@@ -15,14 +15,11 @@ either stage.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing
-import os
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from actors.search import keyword_stage, parsers
 from actors.search.chunker import CHUNKER_VERSION
 from actors.search.embedding import EmbeddingError, Provider
 from actors.search.events import IndexingProgress
+from actors.search.priority import WRITER_NICE, lower_this_thread
 from actors.search.progress import Pipeline, progress_event
 from actors.search.query_cache import QueryCache
 from actors.search.store import (
@@ -255,36 +253,19 @@ class Engine:
         return await asyncio.to_thread(self._semantic_rows, vector, limit)
 
 
-# How much nicer than the service the keyword stage runs. It is throughput work beside the
-# queries the service answers: at the service's own priority, on two cores, its process and
-# the event loop shared a core evenly, and a query arriving meanwhile waited for the loop's
-# turn. It still takes every cycle the loop leaves idle.
-WRITER_NICE = 5
-
-
 def _start_writer() -> ProcessPoolExecutor:
     """The keyword stage's process, started `WRITER_NICE` below the service. Spawning blocks
     the caller (~10 ms, measured on the event loop while a backlog's first query waited): call
-    it off the loop. A process takes the nice value of the thread that forks it, and raising a
-    thread's priority back needs privileges: a throwaway thread lowers itself and spawns, so
-    the process is niced from its first instruction (its imports included), as is the pool's
-    result thread, which the same thread starts."""
-    outcome: list[ProcessPoolExecutor | BaseException] = []
+    it off the loop. It is spawned from a throwaway thread lowered first, so the process is
+    niced from its first instruction (its imports included), as is the pool's result thread,
+    which the same thread starts, and the service's own threads are not."""
+    with ThreadPoolExecutor(
+        1, "keyword writer start", initializer=lower_this_thread, initargs=(WRITER_NICE,)
+    ) as starter:
+        return starter.submit(_spawn_writer).result()
 
-    def spawn() -> None:
-        me = threading.get_native_id()
-        with contextlib.suppress(OSError):  # a sandbox without setpriority: run as is
-            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + WRITER_NICE)
-        try:
-            pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            pool.submit(int)  # a spawned pool starts its process on the first submit
-            outcome.append(pool)
-        except BaseException as exc:
-            outcome.append(exc)
 
-    thread = threading.Thread(target=spawn, name="keyword writer start")
-    thread.start()
-    thread.join()
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
+def _spawn_writer() -> ProcessPoolExecutor:
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool.submit(int)  # a spawned pool starts its process on the first submit
+    return pool

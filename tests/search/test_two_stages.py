@@ -12,10 +12,12 @@ import itertools
 import os
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from actors.search import engine
+from actors.search import engine, priority
+from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.registry import config_dir
 from gateway import search_cli
@@ -215,7 +217,27 @@ def test_the_keyword_writer_runs_below_the_service() -> None:
     try:
         pid = pool.submit(os.getpid).result(timeout=60)
         assert pid != os.getpid()
-        assert os.getpriority(os.PRIO_PROCESS, pid) == before + engine.WRITER_NICE
+        assert os.getpriority(os.PRIO_PROCESS, pid) == before + priority.WRITER_NICE
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
     finally:
         pool.shutdown()
+
+
+def test_document_embedding_runs_below_the_keyword_writer() -> None:
+    """Embedding threads run `EMBED_NICE` below the service, relative to it like the writer,
+    so the order (queries, then keyword indexing, then embedding) holds however the service
+    itself was niced: here a service already at nice +2."""
+
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def niced_service() -> tuple[int, int]:
+        priority.lower_this_thread(2)
+        provider = LocalProvider(threads=1, runtime="numpy")
+        # The pool's thread starts from this one, at its nice value, then lowers itself.
+        return own_nice(), provider._pool.submit(own_nice).result(timeout=60)
+
+    with ThreadPoolExecutor(1) as service:
+        service_nice, embed_nice = service.submit(niced_service).result(timeout=120)
+    assert embed_nice == service_nice + priority.EMBED_NICE
+    assert priority.EMBED_NICE > priority.WRITER_NICE > 0
