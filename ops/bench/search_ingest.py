@@ -181,7 +181,9 @@ class QueryClient:
         self.process.stdin.write(json.dumps(vocab) + "\n")
         self.process.stdin.flush()
         # Its imports done and its session open: queries start the moment `begin` is called.
-        assert self.process.stdout.readline().strip() == "ready"
+        said = self.process.stdout.readline().strip()
+        if said != "ready":
+            raise RuntimeError(f"the {target} query client did not start (it said {said!r})")
 
     def begin(self, base: str) -> None:
         assert self.process.stdin is not None
