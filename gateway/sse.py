@@ -76,7 +76,13 @@ class EventStream:
         self._ending = False
 
     async def __aenter__(self) -> EventStream:
-        await self.response.prepare(self._request)
+        try:
+            await self.response.prepare(self._request)
+        except (ConnectionError, RuntimeError):
+            # The client left before the headers went out (a page reloaded while its stream
+            # was set up): as if it left later, the stream is closed and `send` says False.
+            self.closed = True
+            return self
         self._pinger = asyncio.create_task(self._ping())
         return self
 

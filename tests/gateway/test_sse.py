@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -193,3 +194,30 @@ async def test_an_unnumbered_stream_has_no_id_lines_unless_given_one(
     assert text == (
         'data: {"event":"log","data":"a","type":"text"}\n\nid: explicit\ndata: {"n":2}\n\n'
     )
+
+
+async def test_a_client_gone_before_the_headers_ends_the_stream_quietly(
+    serve: Callable[[Handler], Awaitable[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A page reloaded while its stream was being set up: the connection is already closing
+    when the headers go out (aiohttp raised "Cannot write to closing transport" there, and the
+    server logged a traceback for a client that simply left). The stream starts closed,
+    ``send`` says ``False``, the handler ends normally, nothing is logged as an error."""
+    outcomes: list[list[bool]] = []  # one per attempt: the client may try a GET again
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        # The state a client's reset leaves until aiohttp hears of it: closing, not yet lost.
+        request.transport.close()
+        async with EventStream(request) as sse:
+            sent = [await sse.send({"n": 1})]
+        outcomes.append([*sent, sse.closed])
+        return sse.response
+
+    url = await serve(handler)
+    async with aiohttp.ClientSession() as session:
+        with contextlib.suppress(aiohttp.ClientError):
+            await session.get(url)
+    assert outcomes and all(outcome == [False, True] for outcome in outcomes)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert not errors, [r.getMessage() for r in errors]
