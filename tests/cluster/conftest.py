@@ -141,16 +141,21 @@ class Cluster:
 
     async def owner(self, timeout: float = 30.0) -> Host:
         """The host that runs the VM actors now (waits for one)."""
+        return await self.runner_of("vm_url", timeout)
+
+    async def runner_of(self, service: str, timeout: float = 30.0) -> Host:
+        """The live host that runs the leased part of ``service`` (a Host's URL attribute:
+        ``vm_url``, ``functions_url``, ``images_url``) now; waits for exactly one."""
         found: list[Host] = []
 
         async def one() -> bool:
             found.clear()
             for host in self.alive():
-                if await host.runs_vm_actors():
+                if await host.runs(getattr(host, service)):
                     found.append(host)
             return len(found) == 1
 
-        await wait_for(one, timeout=timeout, what="one host to own the VM actors")
+        await wait_for(one, timeout=timeout, what=f"one host to run the leased part of {service}")
         return found[0]
 
 
@@ -220,14 +225,8 @@ async def cluster(
             hosts.append(Host(f"host{i}", env, home / "cairn.log", session))
         await asyncio.gather(*(h.start() for h in hosts))
         made = Cluster(tmp_path, nats, hosts, tmp_path / "pvesim")
-        await made.owner()
-
-        for part in ("functions_url", "images_url"):
-
-            async def one(part: str = part) -> bool:
-                return sum([await h.runs(getattr(h, part)) for h in hosts]) == 1
-
-            await wait_for(one, timeout=30, what=f"one host to run the leased part of {part}")
+        for service in ("vm_url", "functions_url", "images_url"):
+            await made.runner_of(service)
         yield made
     finally:
         for session in sessions:
