@@ -11,7 +11,8 @@ truncates at 256 tokens, the model's `max_seq_length`, as the reference does (qu
 (documents).
 
 The same class runs the ONNX Runtime graph of `minilm_onnx.py` (`MiniLM.load(runtime="onnx")`,
-or `"onnx-int8"`): only the forward pass differs, tokenization and batching are shared.
+or `"onnx-int8"`), and the same graph in OpenVINO with bfloat16 products (`"openvino"`,
+`minilm_openvino.py`): only the forward pass differs, tokenization and batching are shared.
 
 Public surface: `MiniLM.load()`, `MiniLM.encode(texts, workers=)`, `encode_windows`,
 `windows`, `token_counts`, `DIMENSION`, `MAX_TOKENS`, `WINDOW`, and the pure
@@ -178,10 +179,14 @@ class MiniLM:
 
             path = minilm_onnx.model_file(directory, cache_dir, int8=True)
             run = minilm_onnx.session_runner(path)
+        elif runtime == "openvino":
+            from actors.search import minilm_onnx, minilm_openvino
+
+            run = minilm_openvino.runner(minilm_onnx.model_file(directory, cache_dir))
         elif runtime == "numpy":
             run = functools.partial(forward, load_weights(directory))
         else:
-            raise ValueError(f"runtime must be onnx, onnx-int8 or numpy, not {runtime!r}")
+            raise ValueError(f"runtime must be onnx, onnx-int8, openvino or numpy, not {runtime!r}")
         return cls(tokenizer, run, runtime)
 
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:

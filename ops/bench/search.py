@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.search import keyword_stage
+from actors.search import keyword_stage, minilm_openvino
 from actors.search.chunker import chunk_text
 from actors.search.embedding import LocalProvider, Provider
 from actors.search.engine import EMBED_BATCH
@@ -125,8 +125,9 @@ async def query_latencies(provider: Provider, queries: list[str]) -> list[float]
 
 async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
     """The local provider's runtimes on the same chunks, in this process: the previous path
-    (numpy, batches of 16, cut at 256 tokens), ONNX Runtime float32 (the default) and int8, as
-    the indexer runs them (batches of EMBED_BATCH, every token in windows of 128)."""
+    (numpy, batches of 16, cut at 256 tokens), ONNX Runtime float32 and int8, and OpenVINO
+    bfloat16 where the CPU has it, as the indexer runs them (batches of EMBED_BATCH, every
+    token in windows of 128)."""
     chunks = prose_chunks(count, rng)
     numpy_path = LocalProvider(runtime="numpy")
     tokens = [len(t) for t in numpy_path.model.tokenizer.encode_batch(chunks)]
@@ -139,9 +140,14 @@ async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
     runs = [
         ("numpy, previous path (batches of 16, cut at 256 tokens)", numpy_path, 16, False),
         (f"numpy, every token (batches of {EMBED_BATCH})", numpy_path, EMBED_BATCH, True),
-        ("ONNX Runtime float32, the default", LocalProvider(runtime="onnx"), EMBED_BATCH, True),
+        ("ONNX Runtime float32", LocalProvider(runtime="onnx"), EMBED_BATCH, True),
         ("ONNX Runtime int8 (opt-in)", LocalProvider(runtime="onnx-int8"), EMBED_BATCH, True),
     ]
+    if minilm_openvino.bf16_capable():
+        openvino = ("OpenVINO bfloat16", LocalProvider(runtime="openvino"), EMBED_BATCH, True)
+        runs.insert(3, openvino)
+    default = LocalProvider()
+    print(f"  the default runtime on this machine: {default.model.runtime}")
     rates = {}
     for name, provider, batch, whole in runs:
         await provider.embed_chunks(chunks[:8])  # warm up
@@ -160,6 +166,8 @@ async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
     )
     queries = [" ".join(s.split()[:6]) for s in SENTENCES]
     for name, provider, _, _ in runs[1:]:
+        if provider.query_model is not provider.model:
+            continue  # its queries run on ONNX Runtime float32, measured above
         samples = await query_latencies(provider, queries * 3)
         print(
             f"  query embedding, {name.split(',')[0]} (uncached, {len(samples)}): {stats(samples)}"
@@ -173,7 +181,7 @@ TIE = 0.005
 
 
 def agreement() -> None:
-    """Rankings of the ONNX runtimes against the numpy vectors (the reference) over this
+    """Rankings of the faster runtimes against the numpy vectors (the reference) over this
     repository's docs: queries are 6-word spans of every third chunk. Strict (the issue's): a
     query agrees when its ten best chunks are the same set. Fair: when they differ only among
     chunks whose reference scores are within `TIE` of the tenth best."""
@@ -187,16 +195,20 @@ def agreement() -> None:
         words = chunk.split()
         at = int(rng.integers(0, max(1, len(words) - 6)))
         queries.append(" ".join(words[at : at + 6]))
-    models = {r: LocalProvider(runtime=r).model for r in ("numpy", "onnx", "onnx-int8")}
+    runtimes = ["numpy", "onnx", "onnx-int8"]
+    if minilm_openvino.bf16_capable():
+        runtimes.append("openvino")
     scores = {}
-    for runtime, model in models.items():
-        docs = np.stack([v[0] for v in model.encode_windows(corpus, workers=2)])
-        scores[runtime] = model.encode(queries, workers=2) @ docs.T
+    for runtime in runtimes:
+        # As the service does: documents by the runtime, queries by its query model.
+        provider = LocalProvider(runtime=runtime)
+        docs = np.stack([v[0] for v in provider.model.encode_windows(corpus, workers=2)])
+        scores[runtime] = provider.query_model.encode(queries, workers=2) @ docs.T
     reference = scores["numpy"]
     best = np.argsort(-reference, axis=1)[:, :10]
     tenth = np.sort(reference, axis=1)[:, -10]
     print(f"agreement with numpy over {len(corpus)} chunks of the docs, {len(queries)} queries:")
-    for runtime in ("onnx", "onnx-int8"):
+    for runtime in runtimes[1:]:
         top = np.argsort(-scores[runtime], axis=1)[:, :10]
         same = [set(a) == set(b) for a, b in zip(best, top, strict=True)]
         overlap = [len(set(a) & set(b)) / 10 for a, b in zip(best, top, strict=True)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.search import minilm, minilm_weights
+from actors.search import minilm, minilm_openvino, minilm_weights
 from actors.search.embedding import (
     DIMENSIONS,
     E5Provider,
@@ -133,11 +133,12 @@ def test_batches_group_similar_lengths_within_the_limits() -> None:
 
 def test_make_provider_choices() -> None:
     default = make_provider({})
-    assert isinstance(default, LocalProvider) and default.model.runtime == "onnx"
+    expected = "openvino" if minilm_openvino.bf16_capable() else "onnx"
+    assert isinstance(default, LocalProvider) and default.model.runtime == expected
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": " Local "}), LocalProvider)
     numpy_path = make_provider({"EMBEDDING_RUNTIME": "numpy"})
     assert isinstance(numpy_path, LocalProvider) and numpy_path.model.runtime == "numpy"
-    with pytest.raises(ValueError, match="must be onnx, onnx-int8 or numpy, not 'cuda'"):
+    with pytest.raises(ValueError, match="must be onnx, onnx-int8, openvino or numpy, not 'cuda'"):
         make_provider({"EMBEDDING_RUNTIME": "cuda"})
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "e5"}), E5Provider)
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "openai"}), OpenAIProvider)
