@@ -214,9 +214,13 @@ class Engine:
                 self.db.mark_failed(failed)
         return len(kept)
 
-    def save_vectors_if_dirty(self) -> None:
-        if self.vectors.dirty:
-            self.vectors.save(self.fingerprint)
+    def save_vectors_if_settled(self) -> bool:
+        """Save the vector index once its changes have settled (see `vectors.SETTLE_SECONDS`);
+        True when it was saved."""
+        if not self.vectors.settled():
+            return False
+        self.vectors.save(self.fingerprint)
+        return True
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -226,13 +230,15 @@ class Engine:
     async def query_vector(self, query: str) -> np.ndarray:
         if self.provider is None:
             raise EmbeddingError("no embedding provider is configured (EMBEDDING_PROVIDER=none)")
+        # The cache is SQLite: off the loop, where a write or a checkpoint cannot hold up
+        # the other requests (on the loop, a full cache stalled them 140 ms now and then).
         if self.cache is not None:
-            cached = self.cache.get(self.fingerprint, query)
+            cached = await asyncio.to_thread(self.cache.get, self.fingerprint, query)
             if cached is not None:
                 return cached
         vector = await self.provider.embed_query(query)
         if self.cache is not None:
-            self.cache.put(self.fingerprint, query, vector)
+            await asyncio.to_thread(self.cache.put, self.fingerprint, query, vector)
         return vector
 
     def _semantic_rows(self, vector: np.ndarray, limit: int) -> list[ChunkRow]:

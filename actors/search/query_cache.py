@@ -21,10 +21,17 @@ class QueryCache:
         self.max_entries = max_entries
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode = WAL")
+        # A cache: a power cut may lose its last writes, which costs an embedding each, so
+        # no fsync per query.
+        self._conn.execute("PRAGMA synchronous = NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS cache"
             " (key TEXT PRIMARY KEY, vector BLOB NOT NULL, used REAL NOT NULL)"
         )
+        # Eviction takes the least recently used rows from the front of this index instead of
+        # sorting the whole table on every put (a full cache: ~5 ms per put, measured).
+        self._conn.execute("CREATE INDEX IF NOT EXISTS cache_used ON cache (used)")
+        self._count = int(self._conn.execute("SELECT count(*) FROM cache").fetchone()[0])
         self._hot: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         # `used` is a use counter, not a time: strictly increasing, so the eviction order on
@@ -71,15 +78,18 @@ class QueryCache:
         vector = np.asarray(vector, dtype=np.float32)
         with self._lock:
             self._flush_touched()
+            known = self._conn.execute("SELECT 1 FROM cache WHERE key = ?", (key,)).fetchone()
             self._conn.execute(
                 "INSERT OR REPLACE INTO cache (key, vector, used) VALUES (?, ?, ?)",
                 (key, vector.tobytes(), self._tick()),
             )
-            self._conn.execute(
-                "DELETE FROM cache WHERE key IN"
-                " (SELECT key FROM cache ORDER BY used DESC LIMIT -1 OFFSET ?)",
-                (self.max_entries,),
-            )
+            self._count += known is None
+            if self._count > self.max_entries:
+                self._conn.execute(
+                    "DELETE FROM cache WHERE key IN (SELECT key FROM cache ORDER BY used LIMIT ?)",
+                    (self._count - self.max_entries,),
+                )
+                self._count = self.max_entries
             self._remember(key, vector)
 
     def _remember(self, key: str, vector: np.ndarray) -> None:
@@ -90,7 +100,7 @@ class QueryCache:
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT count(*) FROM cache").fetchone()[0])
+            return self._count
 
     def close(self) -> None:
         with self._lock:

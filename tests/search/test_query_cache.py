@@ -66,3 +66,17 @@ def test_vectors_of_another_provider_are_never_returned(tmp_path: Path) -> None:
     assert cache.get("provider-b", "cat") is None
     np.testing.assert_array_equal(cache.get(FP, "cat"), vec(1))
     cache.close()
+
+
+def test_a_query_put_again_is_replaced_not_counted_twice(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite"
+    cache = QueryCache(path, max_entries=3)
+    for name in ("a", "b", "a", "c", "a", "d"):
+        cache.put(FP, name, vec(ord(name)))
+    # `a` was put three times and is the second most recent: `b`, the oldest, went.
+    assert len(cache) == 3
+    assert held(cache, ["a", "b", "c", "d"]) == ["a", "c", "d"]
+    cache.close()
+    reopened = QueryCache(path, max_entries=3)  # counts the table itself
+    assert len(reopened) == 3
+    reopened.close()
