@@ -242,13 +242,13 @@ async def build(runtime: Runtime) -> web.Application:
         write_endpoint(env, base_url)
 
     async def save_loop() -> None:
-        # The usearch file is a cache of the vectors in SQLite; saving it now and then spares a
-        # rebuild at the next start.
+        # The usearch file is a cache of the vectors in SQLite; saving it once they settle
+        # spares a rebuild at the next start (and closing saves it too).
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=30)
+                await asyncio.wait_for(stop.wait(), timeout=5)
             for engine in list(engines.values()):  # a database may be loaded meanwhile
-                await asyncio.to_thread(engine.save_vectors_if_dirty)
+                await asyncio.to_thread(engine.save_vectors_if_settled)
 
     tasks.append(asyncio.create_task(save_loop()))
 

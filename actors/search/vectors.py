@@ -8,6 +8,7 @@ stale). Scores below `CUTOFF` are dropped before any limit is applied.
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,11 @@ from actors.search.embedding import DIMENSIONS
 
 CUTOFF = 0.3
 ADD_STEP = 16
+# Seconds without a change before the index is worth saving. usearch holds the GIL while it
+# saves (80,000 vectors: 70-280 ms in which no other thread of the service runs, measured), and
+# a file saved mid-drain is stale at once: its keys no longer match SQLite's, so a restart
+# rebuilds anyway. Saving once the vectors settle pays that pause once per burst of changes.
+SETTLE_SECONDS = 10.0
 
 
 def _new_index() -> Index:
@@ -40,6 +46,7 @@ class VectorIndex:
         # usearch's Python object is not documented as safe for search during remove/add.
         self._lock = threading.Lock()
         self.dirty = False
+        self._changed_at = time.monotonic()
 
     def __len__(self) -> int:
         return len(self._index)
@@ -77,14 +84,23 @@ class VectorIndex:
                         self._index.remove(key)
                 part_vectors = vectors[start : start + ADD_STEP]
                 self._index.add(np.asarray(part, dtype=np.uint64), part_vectors)
-                self.dirty = True
+                self._changed()
 
     def remove(self, keys: list[int]) -> None:
         with self._lock:
             for key in keys:
                 if self._index.contains(key):
                     self._index.remove(key)
-                    self.dirty = True
+                    self._changed()
+
+    def _changed(self) -> None:
+        self.dirty = True
+        self._changed_at = time.monotonic()
+
+    def settled(self, now: float | None = None) -> bool:
+        """Changed since the last save, and not for `SETTLE_SECONDS`."""
+        now = time.monotonic() if now is None else now
+        return self.dirty and now - self._changed_at >= SETTLE_SECONDS
 
     def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """Up to `count` (key, cosine) pairs with cosine >= CUTOFF, best first."""

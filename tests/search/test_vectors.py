@@ -3,13 +3,14 @@ it is missing, corrupt, from another vector space, or holds other chunks."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from actors.search.embedding import DIMENSIONS
-from actors.search.vectors import CUTOFF, VectorIndex
+from actors.search.vectors import CUTOFF, SETTLE_SECONDS, VectorIndex
 
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -69,3 +70,26 @@ def test_scores_below_the_cut_off_are_dropped(tmp_path: Path) -> None:
     hits = index.search(near, 10)
     assert [k for k, _ in hits] == [1]
     assert all(score >= CUTOFF for _, score in hits)
+
+
+def test_the_index_is_saved_once_its_changes_settle(tmp_path: Path) -> None:
+    """Not while vectors keep arriving (a save holds the GIL and is stale at once), but
+    `SETTLE_SECONDS` after the last change, and not again until something changes."""
+    index = VectorIndex(tmp_path / "vectors.usearch")
+    rng = np.random.default_rng(5)
+    assert not index.settled()  # nothing to save
+    index.add([1, 2], rng.standard_normal((2, DIMENSIONS)).astype(np.float32))
+    now = time.monotonic()
+    assert not index.settled(now)
+    assert not index.settled(now + SETTLE_SECONDS - 1)
+    assert index.settled(now + SETTLE_SECONDS + 0.01)
+    index.save("space")
+    assert not index.settled(now + 10 * SETTLE_SECONDS)
+    index.remove([1])
+    assert index.settled(time.monotonic() + SETTLE_SECONDS + 0.01)
+    index.save("space")
+    reloaded = VectorIndex(tmp_path / "vectors.usearch")
+    rebuilt = reloaded.load_or_rebuild(
+        "space", np.array([2], dtype=np.uint64), np.zeros((1, DIMENSIONS), np.float32)
+    )
+    assert not rebuilt and len(reloaded) == 1
