@@ -3,6 +3,7 @@ it is missing, corrupt, from another vector space, or holds other chunks."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from actors.search.embedding import DIMENSIONS
-from actors.search.vectors import CUTOFF, SETTLE_SECONDS, VectorIndex
+from actors.search.vectors import CUTOFF, SETTLE_SECONDS, SearchesFirst, VectorIndex
 
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -93,3 +94,41 @@ def test_the_index_is_saved_once_its_changes_settle(tmp_path: Path) -> None:
         "space", np.array([2], dtype=np.uint64), np.zeros((1, DIMENSIONS), np.float32)
     )
     assert not rebuilt and len(reloaded) == 1
+
+
+def test_a_waiting_search_goes_before_a_waiting_change() -> None:
+    """Adding vectors is a run of short changes: a search that waits gets the index as soon
+    as the change in progress ends, not after the next ones."""
+    lock = SearchesFirst()
+    order: list[str] = []
+    release = threading.Event()
+    held = threading.Event()
+
+    def first_change() -> None:
+        with lock.change():
+            held.set()
+            release.wait(timeout=10)
+            order.append("change 1")
+
+    def search() -> None:
+        with lock.search():
+            order.append("search")
+
+    def next_change() -> None:
+        with lock.change():
+            order.append("change 2")
+
+    threads = [threading.Thread(target=first_change)]
+    threads[0].start()
+    assert held.wait(timeout=10)
+    threads.append(threading.Thread(target=search))
+    threads[1].start()
+    deadline = time.monotonic() + 10
+    while lock._searches_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)  # until the search is queued behind the first change
+    threads.append(threading.Thread(target=next_change))
+    threads[2].start()
+    release.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert order == ["change 1", "search", "change 2"]
