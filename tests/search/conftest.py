@@ -14,6 +14,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.platform import open_runtime
+from actors.search import minilm
+from actors.search.embedding import LocalProvider
 from actors.search.registry import Registry, config_dir
 from events.nats_server import EmbeddedNats, free_port
 from gateway import search
@@ -124,3 +126,9 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
     if server.gate is not None:
         server.gate.set()
     await server.server.close()
+
+
+@pytest.fixture(scope="module")
+def reference() -> minilm.MiniLM:
+    """The numpy forward pass: the vectors every faster runtime is held to."""
+    return LocalProvider(runtime="numpy").model

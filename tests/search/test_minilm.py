@@ -7,7 +7,6 @@ once per process (`_shared_minilm`), so these tests and the HTTP ones share it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,8 @@ from actors.search.embedding import (
     OpenAIProvider,
     make_provider,
 )
+from tests.search.references import GOLDEN
 
-GOLDEN = json.loads((Path(__file__).parent / "minilm_golden.json").read_text())
 CUT_OFF = 0.3  # the spec's semantic cut-off
 
 

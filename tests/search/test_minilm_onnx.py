@@ -4,7 +4,6 @@ cosine 0.99, long texts are embedded window by window, and the numpy path stays 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -14,15 +13,8 @@ import pytest
 
 from actors.search import embedding, minilm, minilm_onnx
 from actors.search.chunker import chunk_text
-from actors.search.embedding import CALIBRATION_FILE, LocalProvider
-
-GOLDEN = json.loads((Path(__file__).parent / "minilm_golden.json").read_text())
-CALIBRATION = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
-
-
-@pytest.fixture(scope="module")
-def reference() -> minilm.MiniLM:
-    return LocalProvider(runtime="numpy").model
+from actors.search.embedding import LocalProvider
+from tests.search.references import CALIBRATION, GOLDEN
 
 
 @pytest.fixture(scope="module")

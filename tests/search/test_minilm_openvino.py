@@ -6,25 +6,16 @@ where the CPU multiplies in bfloat16."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from actors.search import embedding, minilm, minilm_openvino
 from actors.search.chunker import chunk_text
-from actors.search.embedding import CALIBRATION_FILE, LocalProvider, default_runtime
-
-GOLDEN = json.loads((Path(__file__).parent / "minilm_golden.json").read_text())
-CALIBRATION = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
-
-
-@pytest.fixture(scope="module")
-def reference() -> minilm.MiniLM:
-    return LocalProvider(runtime="numpy").model
+from actors.search.embedding import LocalProvider, default_runtime
+from tests.search.references import CALIBRATION, GOLDEN
 
 
 @pytest.fixture(scope="module")
