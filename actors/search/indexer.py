@@ -33,15 +33,13 @@ from actors.runtime import AggregateActor
 from actors.search import engine as eng
 from actors.search import events, keyword_stage, watching
 from actors.search.parsers import is_ignored
-from actors.search.progress import Pipeline, Rate, progress_event
-from actors.search.store import Progress
+from actors.search.progress import Pipeline, Rate, Reporter
 from events.errors import disk_full
 from events.model import Event
 
 log = logging.getLogger(__name__)
 
 KEYWORD_BATCH = 256
-PROGRESS_INTERVAL = 1.0
 
 
 @attrs.frozen
@@ -90,8 +88,7 @@ class SearchIndexer(AggregateActor):
         self.engine.pipeline = self.pipeline
         self.keyword_rate = Rate()
         self.embedding_rate = Rate()
-        self.progress: Progress | None = None
-        self.reported_at = float("-inf")
+        self.reporter = Reporter()
         self.documents = 0
         self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
         self.embedder_waiting = 0  # tries of the embedder since the disk was full
@@ -185,7 +182,7 @@ class SearchIndexer(AggregateActor):
             if recorded:
                 self.record(*recorded)
             self.keyword_rate.add(self.clock(), report.seconds, report.chunks)
-            self.progress = report.progress
+            self.reporter.counts = report.progress
             if report.chunks:
                 self._next_embedding()
         self._next_keyword()
@@ -230,7 +227,7 @@ class SearchIndexer(AggregateActor):
         elif isinstance(report, eng.EmbedReport):
             self.embedder_waiting = 0
             self.embedding_rate.add(self.clock(), report.seconds, report.embedded)
-            self.progress = report.progress
+            self.reporter.counts = report.progress
             if report.error is not None:
                 self.pipeline.embedding_error = report.error
             self._next_embedding()
@@ -242,14 +239,9 @@ class SearchIndexer(AggregateActor):
         now = self.clock()
         self.pipeline.keyword_rate = self.keyword_rate.per_second(now)
         self.pipeline.embedding_rate = self.embedding_rate.per_second(now)
-        if self.progress is None:
-            return  # nothing new since the last report
-        # While busy, at most once a second; once both stages are done, at once.
-        if self.pipeline.state != "idle" and now - self.reported_at < PROGRESS_INTERVAL:
-            return
-        self.record(progress_event(self.ident, self.progress, self.pipeline))
-        self.reported_at = now
-        self.progress = None
+        event = self.reporter.due(self.ident, self.pipeline, now)
+        if event is not None:
+            self.record(event)
 
 
 def sources_of(inbox: Path, changes: watching.Changes) -> tuple[str, ...]:

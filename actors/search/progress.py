@@ -12,6 +12,8 @@ from actors.search import events
 from actors.search.store import Progress
 
 RATE_WINDOW = 5.0
+# While a stage is busy, at most one progress event per this many seconds.
+PROGRESS_INTERVAL = 1.0
 
 
 class Rate:
@@ -65,3 +67,30 @@ def progress_event(db: str, progress: Progress, pipeline: Pipeline) -> events.In
         embedding_rate=round(pipeline.embedding_rate, 1),
         embedding_error=pipeline.embedding_error,
     )
+
+
+class Reporter:
+    """When the indexer records a progress event: while a stage is busy at most once per
+    `PROGRESS_INTERVAL`, at once when both stages are done, and never twice the same.
+
+    The move to idle is news even when no new counts came with it: the embedding stage's
+    last job finds nothing left and reports nothing, and a report sent just before it said
+    "embedding" (seen: a database that had embedded every chunk stayed "embedding" in the
+    console, its last event 38 s old)."""
+
+    def __init__(self) -> None:
+        self.counts: Progress | None = None
+        self.last: events.IndexingProgress | None = None
+        self.at = float("-inf")
+
+    def due(self, db: str, pipeline: Pipeline, now: float) -> events.IndexingProgress | None:
+        """The event to record now, if any (and it is then taken as recorded)."""
+        if self.counts is None:
+            return None  # nothing known yet
+        event = progress_event(db, self.counts, pipeline)
+        if event == self.last:
+            return None
+        if pipeline.state != "idle" and now - self.at < PROGRESS_INTERVAL:
+            return None
+        self.last, self.at = event, now
+        return event

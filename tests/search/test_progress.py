@@ -1,6 +1,13 @@
 """The pieces of a progress report: the rate over recent jobs and the state of the stages."""
 
-from actors.search.progress import RATE_WINDOW, Pipeline, Rate, progress_event
+from actors.search.progress import (
+    PROGRESS_INTERVAL,
+    RATE_WINDOW,
+    Pipeline,
+    Rate,
+    Reporter,
+    progress_event,
+)
 from actors.search.store import Progress
 
 
@@ -33,3 +40,27 @@ def test_the_event_carries_the_counts_and_rounded_rates() -> None:
         5, 40, 30, 8, 2,
     )  # fmt: skip
     assert (event.keyword_rate, event.embedding_rate) == (1234.6, 0.0)
+
+
+def test_the_move_to_idle_is_reported_even_with_no_new_counts() -> None:
+    """The embedding stage's last job finds nothing and brings no counts: a report sent just
+    before it said "embedding", so the idle one must follow at once."""
+    reporter, pipeline = Reporter(), Pipeline(embedding=True)
+    assert reporter.due("notes", pipeline, now=0.0) is None  # nothing known yet
+    reporter.counts = Progress(2, 2, 2, 0, 0)
+    busy = reporter.due("notes", pipeline, now=10.0)
+    assert busy is not None and busy.state == "embedding"
+    pipeline.embedding = False  # the last job: nothing left, no new counts
+    idle = reporter.due("notes", pipeline, now=10.1)
+    assert idle is not None and (idle.state, idle.embedded) == ("idle", 2)
+    assert reporter.due("notes", pipeline, now=10.2) is None  # never the same event twice
+
+
+def test_while_busy_at_most_one_report_per_interval() -> None:
+    reporter, pipeline = Reporter(), Pipeline(indexing=True)
+    reporter.counts = Progress(1, 10, 0, 10, 0)
+    assert reporter.due("notes", pipeline, now=0.0) is not None
+    reporter.counts = Progress(2, 20, 0, 20, 0)
+    assert reporter.due("notes", pipeline, now=PROGRESS_INTERVAL / 2) is None
+    later = reporter.due("notes", pipeline, now=PROGRESS_INTERVAL)
+    assert later is not None and later.chunks == 20
