@@ -112,9 +112,24 @@ def _shared_minilm(runtime: str) -> minilm.MiniLM:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
+    if runtime == "openvino":
+        return _working_openvino()
     model = minilm.MiniLM.load(runtime=runtime)
     if runtime == "onnx-int8":
         model = _checked_int8(model)
+    return model
+
+
+def _working_openvino() -> minilm.MiniLM:
+    """OpenVINO's model if it loads and embeds a word on this machine (its first compile,
+    ~0.3 s, which the first batch would pay anyway), else ONNX Runtime's float32 model: the
+    same vector space, so falling back re-embeds nothing."""
+    try:
+        model = minilm.MiniLM.load(runtime="openvino")
+        model.encode(["cairn"])
+    except Exception as exc:  # an import, a plugin or a compile failure alike
+        log.warning("EMBEDDING_RUNTIME=openvino unavailable (%s); embedding with ONNX Runtime", exc)
+        return minilm.MiniLM.load(runtime="onnx")
     return model
 
 

@@ -6,8 +6,10 @@ where the CPU multiplies in bfloat16."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +143,27 @@ def test_the_default_follows_the_cpu() -> None:
     Runtime: what this machine's CPU has decides, not a setting."""
     expected = "openvino" if minilm_openvino.bf16_capable() else "onnx"
     assert LocalProvider().model.runtime == expected
+
+
+def test_a_broken_openvino_falls_back_to_onnx_runtime(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runtime that imports but cannot compile on this machine costs a warning, not the
+    semantic half of search: the same vectors come from ONNX Runtime."""
+
+    def broken(model_file: Path) -> object:
+        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            raise RuntimeError("Exception from src/inference/src/cpp/core.cpp: no CPU plugin")
+
+        return run
+
+    monkeypatch.setattr(minilm_openvino, "runner", broken)
+    embedding._shared_minilm.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            provider = LocalProvider(runtime="openvino")
+    finally:
+        embedding._shared_minilm.cache_clear()
+    assert provider.model.runtime == "onnx"
+    assert "EMBEDDING_RUNTIME=openvino unavailable (Exception from" in caplog.text
+    assert provider.fingerprint == LocalProvider(runtime="onnx").fingerprint
