@@ -214,13 +214,10 @@ class Engine:
                 self.db.mark_failed(failed)
         return len(kept)
 
-    def save_vectors_if_settled(self) -> bool:
-        """Save the vector index once its changes have settled (see `vectors.SETTLE_SECONDS`);
-        True when it was saved."""
-        if not self.vectors.settled():
-            return False
-        self.vectors.save(self.fingerprint)
-        return True
+    def save_vectors_if_settled(self) -> None:
+        """Save the vector index once its changes have settled (`vectors.SETTLE_SECONDS`)."""
+        if self.vectors.settled():
+            self.vectors.save(self.fingerprint)
 
     # -- reads ----------------------------------------------------------------------------------
 
