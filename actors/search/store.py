@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 
 from actors.search import keyword
-from actors.search.tokenize import TOKENIZER_VERSION, document_tokens, query_tokens
+from actors.search.tokenize import TOKENIZER_VERSION, query_tokens
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -239,14 +239,18 @@ class Database:
 
     # -- writes (indexer only) ------------------------------------------------------------------
 
-    def _retire(self, conn: sqlite3.Connection, source: str) -> tuple[list[int], list[int]]:
-        """Soft-delete `source`'s chunks: (chunk ids, vector keys dropped)."""
+    @staticmethod
+    def _retire(
+        conn: sqlite3.Connection, source: str, retiring: list[tuple[int, str]]
+    ) -> tuple[list[int], list[int]]:
+        """Soft-delete `source`'s chunks: (chunk ids, vector keys dropped). Their (id, text)
+        go on `retiring`, whose keyword postings the caller drops once for the batch."""
         old = conn.execute(
             "SELECT id, content FROM chunks WHERE source = ? AND active = 1", (source,)
         ).fetchall()
         if not old:
             return [], []
-        self.keywords.remove(conn, ((cid, document_tokens(text)) for cid, text in old))
+        retiring += old
         ids = [(cid,) for cid, _ in old]
         marks = ",".join("?" * len(ids))
         flat = [cid for cid, _ in old]
@@ -266,8 +270,10 @@ class Database:
 
         New chunks, their queue entries, documents and keyword postings are written with one
         statement each per batch (per-file statements were a fifth of the keyword stage's
-        time); a source changed twice in one batch flushes them first, so order holds."""
+        time), and the postings of the chunks it retires are dropped in one pass at the end; a
+        source changed twice in one batch flushes them first, so order holds."""
         out: list[Written] = []
+        retiring: list[tuple[int, str]] = []
         with self.transaction() as conn:
             known = self._known_sources(conn, [change.source for change in changes])
             pending = _PendingChunks(self._next_chunk_id(conn))
@@ -282,7 +288,9 @@ class Database:
                     )
                     out.append(Written([], [], [], was_known))
                     continue
-                retired, keys = self._retire(conn, change.source) if was_known else ([], [])
+                retired, keys = (
+                    self._retire(conn, change.source, retiring) if was_known else ([], [])
+                )
                 if isinstance(change, Remove):
                     conn.execute("DELETE FROM documents WHERE source = ?", (change.source,))
                     known.discard(change.source)
@@ -292,6 +300,9 @@ class Database:
                 known.add(change.source)
                 out.append(Written(new_ids, retired, keys, was_known))
             pending.flush(conn, self.keywords)
+            # After the last flush: a source changed twice in the batch retires chunks that
+            # only that flush indexed.
+            self.keywords.remove(conn, retiring)
         return out
 
     @staticmethod

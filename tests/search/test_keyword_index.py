@@ -56,6 +56,44 @@ def test_ranking_matches_brute_force_through_adds_replaces_and_removes(
         assert [r.id for r in db.keyword_search(q, 100)] == reference(db, q, 100)
 
 
+def postings(db: Database) -> list[tuple[str, int]]:
+    """Every (token, chunk id) the index holds, as many times as it holds it."""
+    with db.snapshot() as conn:
+        rows = conn.execute("SELECT start, token, ids FROM kw_piece").fetchall()
+    return sorted(
+        (token, start + int(offset))
+        for start, token, blob in rows
+        for offset in keyword._unpack(blob)
+    )
+
+
+def test_batches_that_change_and_remove_many_files_at_once_leave_the_exact_postings(
+    tmp_path: Path, small_blocks: None
+) -> None:
+    rng = random.Random(11)
+    db = Database(tmp_path / "db.sqlite")
+    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(30)]
+    for _ in range(8):
+        batch: list[Replace | Remove] = []
+        for doc in rng.sample(range(40), 25):
+            if rng.random() < 0.2:
+                batch.append(Remove(f"d{doc}"))
+                continue
+            chunks = [
+                " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))
+            ]
+            batch.append(Replace(f"d{doc}", STATE, chunks))
+        db.write(batch)
+        with db.snapshot() as conn:
+            active = conn.execute("SELECT id, content FROM chunks WHERE active = 1").fetchall()
+        # Exactly the postings of the active chunks: none of a retired one, none twice.
+        assert postings(db) == sorted(
+            (token, chunk_id) for chunk_id, text in active for token in document_tokens(text)
+        )
+        for q in queries:
+            assert [r.id for r in db.keyword_search(q, 7)] == reference(db, q, 7), q
+
+
 def test_ranking_is_by_matched_tokens_then_row_id(tmp_path: Path) -> None:
     db = Database(tmp_path / "db.sqlite")
     db.replace_document("a.txt", STATE, ["alpha", "alpha beta", "beta gamma", "alpha beta gamma"])
