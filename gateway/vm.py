@@ -78,6 +78,9 @@ FORBIDDEN = "this IP is not allowed to perform this action"
 STEP_CHECK_ID = "preparation > checking VMID"
 # An install waits for its first records to be stored; under load that queues.
 _COMMAND_TIMEOUT = 120.0
+# The listing is answered from the actors' memory: a host that cannot do that in this time is
+# stopped or stalled, and a client should hear so, not wait two minutes.
+_LIST_TIMEOUT = 5.0
 _STREAMING = {Command.START, Command.REBOOT, Command.SET_NODE}
 _SYNC_ACTIONS = {
     "stop": Command.STOP,
@@ -270,6 +273,12 @@ NO_VM_HOST = (
     "no host runs the VM actors just now (in cluster mode: the host that did stopped, and "
     "another takes over within CAIRN_LEASE_TTL seconds); try again shortly"
 )
+# In cluster mode a request sent just after the VM actors' host died can still be routed to
+# it (the NATS servers have not yet dropped its interest), and then nobody answers at all.
+NO_VM_ANSWER = (
+    f"the host that runs the VM actors did not answer within {_LIST_TIMEOUT:g} s (in cluster "
+    "mode: if it stopped, another takes over within CAIRN_LEASE_TTL seconds); try again shortly"
+)
 
 
 class VmGateway:
@@ -327,13 +336,15 @@ class VmGateway:
             msg = await self.runtime.nc.request(
                 SUBJECT_LIST,
                 b"{}",
-                timeout=_COMMAND_TIMEOUT,
-                headers=deadline_headers(_COMMAND_TIMEOUT),
+                timeout=_LIST_TIMEOUT,
+                headers=deadline_headers(_LIST_TIMEOUT),
             )
         except NoRespondersError:
             why = NO_VM_HOST if self.runtime.cluster is not None else "no VM host"
             return web.Response(status=503, text=f"VM inventory unavailable: {why}")
-        except Exception as exc:  # it timed out: say so, plainly
+        except TimeoutError:
+            return web.Response(status=503, text=f"VM inventory unavailable: {NO_VM_ANSWER}")
+        except Exception as exc:  # say so, plainly
             return web.Response(status=503, text=f"VM inventory unavailable: {exc}")
         return web.Response(body=msg.data, content_type="application/json")
 
