@@ -1,3 +1,5 @@
+import random
+
 from actors.search.chunker import BUDGET, chunk_text, cost
 
 
@@ -31,3 +33,19 @@ def test_every_chunk_fits_the_budget_and_nothing_is_lost() -> None:
 
 def test_blank_text_has_no_chunks() -> None:
     assert chunk_text("  \n\n \t ") == []
+
+
+def test_a_long_paragraph_without_sentence_ends_is_cut_at_the_last_space_that_fits() -> None:
+    # The fast path for such text (rfind) against the definition: greedy, word by word.
+    rng = random.Random(4)
+    for _ in range(300):
+        words = ["".join(rng.choices("abcde", k=rng.randint(1, 30))) for _ in range(200)]
+        budget = rng.randint(30, 200)
+        text = "".join(word + rng.choice([" ", "  ", "\t", "\n", " \x0b "]) for word in words)
+        expected: list[str] = []
+        for word in words:
+            if expected and len(expected[-1]) + 1 + len(word) <= budget:
+                expected[-1] += " " + word
+            else:
+                expected.append(word)
+        assert chunk_text(text, budget) == expected
