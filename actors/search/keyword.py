@@ -27,12 +27,12 @@ import json
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from itertools import count, groupby, islice
+from itertools import groupby, islice
 from operator import itemgetter
 
 import numpy as np
 
-from actors.search.tokenize import document_postings
+from actors.search.tokenize import Postings, document_postings
 
 BLOCK = 16384
 # Writes a block takes before its pieces are merged (a live inbox adds one file per write).
@@ -63,42 +63,35 @@ def _unpack(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=_OFFSET)
 
 
-def _pieces(ids: np.ndarray, owners: np.ndarray, tokens: Sequence[str]) -> list[Piece]:
-    """The rows `add` writes for postings given as two parallel sequences, `ids[owners]` and
-    `tokens`, in any order, possibly repeated: one piece per block and token, in key order
-    (start, token), so they append to the B-tree in order.
+def _pieces(ids: np.ndarray, postings: Postings) -> list[Piece]:
+    """The rows `add` writes for `postings` of the chunks `ids` (the texts' ids, in order),
+    possibly repeated: one piece per block and token, in key order (start, token), so they
+    append to the B-tree in order.
 
     Postings are grouped by sorting one integer key per posting with numpy rather than by
-    appending them to per-token lists in Python: what is left in Python per posting is one dict
-    operation through `map`, at C speed (the list-append loop capped this stage near 13,000
+    appending them to per-token lists in Python (that loop capped this stage near 13,000
     chunks/s).
     """
-    if not tokens:
+    owners, tokens, vocabulary = postings
+    if not vocabulary:
         return []
-    # Each token numbered by its first position (setdefault with a running count: one pass),
-    # then renumbered densely in sorted order.
-    seen: dict[str, int] = {}
-    token = np.fromiter(map(seen.setdefault, tokens, count()), dtype=np.int64, count=len(tokens))
-    vocabulary = sorted(seen)
-    dense = np.empty(len(tokens), dtype=np.int64)
-    dense[[seen[t] for t in vocabulary]] = np.arange(len(vocabulary))
     first_block = int(ids.min()) // BLOCK
     # (block, token, offset) in one int64, so one sort groups and orders every posting; a
     # repeated posting is dropped, as it would otherwise count twice.
     per_chunk = (ids // BLOCK - first_block) * (len(vocabulary) * BLOCK) + ids % BLOCK
-    key = dense[token] * BLOCK + per_chunk[owners]
+    key = tokens * BLOCK + per_chunk[owners]
     key.sort()  # np.unique (hashing) was measured 5x slower than sorting here
     key = key[np.diff(key, prepend=-1) != 0]
-    group = key // BLOCK
-    offsets = (key - group * BLOCK).astype(_OFFSET)
+    group, offsets = np.divmod(key, BLOCK)
+    offsets = offsets.astype(_OFFSET)
     starts = np.flatnonzero(np.diff(group, prepend=-1))
-    heads = group[starts]
+    block, token = np.divmod(group[starts], len(vocabulary))
     packed = offsets.tobytes()
     edges = (np.append(starts, len(key)) * _OFFSET.itemsize).tolist()
     return list(
         zip(
-            ((heads // len(vocabulary) + first_block) * BLOCK).tolist(),
-            map(vocabulary.__getitem__, (heads % len(vocabulary)).tolist()),
+            ((block + first_block) * BLOCK).tolist(),
+            map(vocabulary.__getitem__, token.tolist()),
             offsets[starts].tolist(),
             map(packed.__getitem__, map(slice, edges[:-1], edges[1:])),
             strict=True,
@@ -121,8 +114,7 @@ class KeywordIndex:
         # In slices, so re-indexing a whole database keeps a bounded working set.
         while part := list(islice(chunks, ADD_SLICE)):
             ids = np.fromiter((chunk_id for chunk_id, _ in part), dtype=np.int64, count=len(part))
-            owners, tokens = document_postings([text for _, text in part])
-            rows = _pieces(ids, owners, tokens)
+            rows = _pieces(ids, document_postings([text for _, text in part]))
             conn.executemany(
                 "INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", rows
             )
@@ -153,11 +145,11 @@ class KeywordIndex:
         chunks = iter(chunks)
         while part := list(islice(chunks, ADD_SLICE)):
             ids = np.fromiter((chunk_id for chunk_id, _ in part), dtype=np.int64, count=len(part))
-            owners, tokens = document_postings([text for _, text in part])
+            postings = document_postings([text for _, text in part])
             dropped: list[tuple[int, str, int]] = []
             kept: list[Piece] = []
             # The same grouping as `add`: one piece of offsets to drop per block and token.
-            for start, drops in groupby(_pieces(ids, owners, tokens), key=itemgetter(0)):
+            for start, drops in groupby(_pieces(ids, postings), key=itemgetter(0)):
                 _drop_in_block(conn, start, list(drops), dropped, kept)
             # Written per slice: the next slice reads the pieces this one rewrote.
             conn.executemany(

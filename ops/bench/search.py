@@ -28,6 +28,7 @@ from actors.search import keyword_stage, minilm_openvino
 from actors.search.chunker import chunk_text
 from actors.search.embedding import LocalProvider, Provider
 from actors.search.engine import EMBED_BATCH
+from actors.search.indexer import KEYWORD_BATCH
 from actors.search.query_cache import QueryCache
 from actors.search.store import Database, DocumentState, Replace
 from actors.search.tokenize import query_tokens
@@ -268,6 +269,28 @@ def keyword_stage_rates(texts: list[str], tmp: str) -> None:
     db.close()
 
 
+def whole_stage_rates(texts: list[str], tmp: str) -> None:
+    """The whole keyword stage (`keyword_stage.index_files`: read, parse, chunk, tokenise,
+    write) on files of 10 paragraphs: in calls of `KEYWORD_BATCH` files, as the indexer
+    actor makes them, and in one call (transactions cut at block ends only)."""
+    inbox = Path(tmp) / "stage-inbox"
+    inbox.mkdir()
+    for i in range(0, len(texts), 10):
+        (inbox / f"doc{i:06d}.txt").write_text("\n\n".join(texts[i : i + 10]))
+    sources = sorted(p.name for p in inbox.iterdir())
+    for name, size in (("calls of the indexer", KEYWORD_BATCH), ("one call", len(sources))):
+        db = Database(Path(tmp) / f"stage-{size}.sqlite")
+        start, chunks = time.perf_counter(), 0
+        for i in range(0, len(sources), size):
+            chunks += keyword_stage.index_files(db, inbox, "bench", sources[i : i + size]).chunks
+        elapsed = time.perf_counter() - start
+        db.close()
+        print(
+            f"keyword stage, whole ({len(sources):,} files read, parsed, chunked and written, "
+            f"{name}): {chunks / elapsed:,.0f} chunks/s of {chunks:,} (target >= 20,000)"
+        )
+
+
 def write_all(
     db: Database, name: str, batches: Callable[[Database], Iterable[list[Replace]]]
 ) -> None:
@@ -301,6 +324,7 @@ def main() -> None:
     texts = corpus(args.chunks, rng)
     with tempfile.TemporaryDirectory() as tmp:
         keyword_stage_rates(texts[:20_000], tmp)
+        whole_stage_rates(texts[:40_000], tmp)
         db = Database(Path(tmp) / "index.sqlite")
         db.write(
             [Replace(f"doc{i}.txt", STATE, texts[i : i + 10]) for i in range(0, len(texts), 10)]

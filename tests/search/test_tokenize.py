@@ -65,7 +65,11 @@ def test_many_texts_at_once_give_each_text_its_own_tokens() -> None:
         "x_y 42 ü",
         "plain ASCII, the common case",
     ]
-    owners, tokens = document_postings(texts)
+    owners, tokens, vocabulary = document_postings(texts)
+    assert vocabulary == sorted(set(vocabulary))
     for i, text in enumerate(texts):
-        mine = {t for owner, t in zip(owners.tolist(), tokens, strict=True) if owner == i}
+        mine = {
+            vocabulary[t] for owner, t in zip(owners.tolist(), tokens, strict=True) if owner == i
+        }
         assert mine == set(document_tokens(text)), text
+    assert document_postings([]).vocabulary == document_postings(["", " ,"]).vocabulary == []
