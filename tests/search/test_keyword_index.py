@@ -26,6 +26,11 @@ def reference(db: Database, query: str, limit: int) -> list[int]:
     return [chunk_id for _, chunk_id in sorted(scored)[:limit]]
 
 
+def random_chunks(rng: random.Random) -> list[str]:
+    """One to five chunks of one to twelve of `WORDS`."""
+    return [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))]
+
+
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small blocks make a few hundred chunks cross many block boundaries.
@@ -43,10 +48,7 @@ def test_ranking_matches_brute_force_through_adds_replaces_and_removes(
             if rng.random() < 0.3 and round_:
                 db.remove_document(f"d{doc}")
                 continue
-            chunks = [
-                " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))
-            ]
-            db.replace_document(f"d{doc}", STATE, chunks)
+            db.replace_document(f"d{doc}", STATE, random_chunks(rng))
         for q in queries:
             assert [r.id for r in db.keyword_search(q, 7)] == reference(db, q, 7), q
     # Reopened, the index answers the same (it is all in the file).
@@ -79,10 +81,7 @@ def test_batches_that_change_and_remove_many_files_at_once_leave_the_exact_posti
             if rng.random() < 0.2:
                 batch.append(Remove(f"d{doc}"))
                 continue
-            chunks = [
-                " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))
-            ]
-            batch.append(Replace(f"d{doc}", STATE, chunks))
+            batch.append(Replace(f"d{doc}", STATE, random_chunks(rng)))
         db.write(batch)
         with db.snapshot() as conn:
             active = conn.execute("SELECT id, content FROM chunks WHERE active = 1").fetchall()
