@@ -13,7 +13,7 @@ The queries come from a client process of its own (as a user's would), one after
 report names the slowest, so a stall can be placed (start-up, a batch, a commit). `--rounds`
 repeats each scenario and pools the queries, so a p99 is not the one worst sample.
 
-Run: .venv/bin/python -m ops.bench.search_ingest [--chunks 20000 100000] [--live 20000]
+Run: .venv/bin/python -m ops.bench.search_ingest [--chunks 20000 100000] [--live 20000] (0: none)
      [--wait-embedding] [--embed-seconds 20] [--rounds 1] [--env KEY=VALUE ...]
 """
 
@@ -311,8 +311,9 @@ def report(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--chunks", type=int, nargs="*", default=[20_000, 100_000])
-    parser.add_argument("--live", type=int, nargs="*", default=[20_000])
+    # One or more sizes each; 0 runs none of that kind (a bare `--live` used to mean that).
+    parser.add_argument("--chunks", type=int, nargs="+", default=[20_000, 100_000])
+    parser.add_argument("--live", type=int, nargs="+", default=[20_000])
     parser.add_argument("--wait-embedding", action="store_true")
     parser.add_argument("--embed-seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=1)
@@ -336,7 +337,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     for kind, sizes in (("backlog", args.chunks), ("live", args.live)):
-        for chunks in sizes:
+        for chunks in filter(None, sizes):
             waited, seconds = args.wait_embedding, args.embed_seconds
             report(run_rounds(kind, chunks, waited, seconds, args.rounds, extra))
 
