@@ -9,8 +9,6 @@ one-character query ("猫") finds the text "猫が好き" while longer queries s
 NFKC folds full-width Latin and half-width Katakana into their usual forms before lowercasing.
 """
 
-from __future__ import annotations
-
 import re
 import unicodedata
 from collections.abc import Sequence
