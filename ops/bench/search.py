@@ -274,9 +274,7 @@ def whole_stage_rates(texts: list[str], tmp: str) -> None:
     write) on files of 10 paragraphs: in calls of `KEYWORD_BATCH` files, as the indexer
     actor makes them, and in one call (transactions cut at block ends only)."""
     inbox = Path(tmp) / "stage-inbox"
-    inbox.mkdir()
-    for i in range(0, len(texts), 10):
-        (inbox / f"doc{i:06d}.txt").write_text("\n\n".join(texts[i : i + 10]))
+    search_ingest.write_files(inbox, texts)
     sources = sorted(p.name for p in inbox.iterdir())
     for name, size in (("calls of the indexer", KEYWORD_BATCH), ("one call", len(sources))):
         db = Database(Path(tmp) / f"stage-{size}.sqlite")
@@ -326,9 +324,7 @@ def main() -> None:
         keyword_stage_rates(texts[:20_000], tmp)
         whole_stage_rates(texts[:40_000], tmp)
         db = Database(Path(tmp) / "index.sqlite")
-        db.write(
-            [Replace(f"doc{i}.txt", STATE, texts[i : i + 10]) for i in range(0, len(texts), 10)]
-        )
+        db.write(files_of(texts))
 
         queries = []
         for _ in range(300):
