@@ -26,6 +26,15 @@ def reference(db: Database, query: str, limit: int) -> list[int]:
     return [chunk_id for _, chunk_id in sorted(scored)[:limit]]
 
 
+def random_queries(rng: random.Random) -> list[str]:
+    return [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(30)]
+
+
+def assert_ranked_as_reference(db: Database, queries: list[str], limit: int) -> None:
+    for q in queries:
+        assert [r.id for r in db.keyword_search(q, limit)] == reference(db, q, limit), q
+
+
 def random_chunks(rng: random.Random) -> list[str]:
     """One to five chunks of one to twelve of `WORDS`."""
     return [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))]
@@ -42,20 +51,18 @@ def test_ranking_matches_brute_force_through_adds_replaces_and_removes(
 ) -> None:
     rng = random.Random(5)
     db = Database(tmp_path / "db.sqlite")
-    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(30)]
+    queries = random_queries(rng)
     for round_ in range(6):
         for doc in range(12):
             if rng.random() < 0.3 and round_:
                 db.remove_document(f"d{doc}")
                 continue
             db.replace_document(f"d{doc}", STATE, random_chunks(rng))
-        for q in queries:
-            assert [r.id for r in db.keyword_search(q, 7)] == reference(db, q, 7), q
+        assert_ranked_as_reference(db, queries, 7)
     # Reopened, the index answers the same (it is all in the file).
     db.close()
     db = Database(tmp_path / "db.sqlite")
-    for q in queries:
-        assert [r.id for r in db.keyword_search(q, 100)] == reference(db, q, 100)
+    assert_ranked_as_reference(db, queries, 100)
 
 
 def postings(db: Database) -> list[tuple[str, int]]:
@@ -74,7 +81,7 @@ def test_batches_that_change_and_remove_many_files_at_once_leave_the_exact_posti
 ) -> None:
     rng = random.Random(11)
     db = Database(tmp_path / "db.sqlite")
-    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(30)]
+    queries = random_queries(rng)
     for _ in range(8):
         batch: list[Replace | Remove] = []
         for doc in rng.sample(range(40), 25):
@@ -89,8 +96,7 @@ def test_batches_that_change_and_remove_many_files_at_once_leave_the_exact_posti
         assert postings(db) == sorted(
             (token, chunk_id) for chunk_id, text in active for token in document_tokens(text)
         )
-        for q in queries:
-            assert [r.id for r in db.keyword_search(q, 7)] == reference(db, q, 7), q
+        assert_ranked_as_reference(db, queries, 7)
 
 
 def test_ranking_is_by_matched_tokens_then_row_id(tmp_path: Path) -> None:
