@@ -174,6 +174,22 @@ _SELECT = sa.select(
 )
 
 
+def _rows(
+    stream: str, expected_version: int, events: Sequence[Event], now: float
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "stream": stream,
+            "version": expected_version + i,
+            "type": ev.type_name,
+            "schema": ev.schema_version,
+            "data": encode(ev).decode(),
+            "recorded_at": now,
+        }
+        for i, ev in enumerate(events, start=1)
+    ]
+
+
 class EventStore:
     """Append, read a stream, read everything in global order; notify listeners of appends."""
 
@@ -302,19 +318,14 @@ class EventStore:
         if not events:
             return []
         now = time.time()
-        rows = [
-            {
-                "stream": stream,
-                "version": expected_version + i,
-                "type": ev.type_name,
-                "schema": ev.schema_version,
-                "data": encode(ev).decode(),
-                "recorded_at": now,
-            }
-            for i, ev in enumerate(events, start=1)
-        ]
+        rows: list[dict[str, Any]] = []
 
         async def insert(conn: AsyncConnection) -> list[int]:
+            if not rows:
+                # Encoded under the write lock rather than before it: appends queued together
+                # (an indexer recording a block's 1,600 documents in slices) are then encoded
+                # one per loop turn, between writes, not all in the turn that queued them.
+                rows.extend(_rows(stream, expected_version, events, now))
             # A version this process wrote itself needs no re-read: if another writer got
             # there since, the unique (stream, version) key refuses the insert.
             if self._versions.get(stream) != expected_version:
@@ -330,10 +341,12 @@ class EventStore:
             raise ConcurrencyConflict(stream, expected_version, actual)
 
         positions = await self._write(f"append to {stream}", insert, conflict)
-        self._remember(stream, rows[-1]["version"])  # type: ignore[arg-type]
+        self._remember(stream, expected_version + len(events))
         recorded = [
-            Recorded(pos, stream, row["version"], ev, now)  # type: ignore[arg-type]
-            for pos, row, ev in zip(positions, rows, events, strict=True)
+            Recorded(pos, stream, version, ev, now)
+            for version, (pos, ev) in enumerate(
+                zip(positions, events, strict=True), start=expected_version + 1
+            )
         ]
         for listener in list(self._listeners):
             listener(recorded)
