@@ -71,6 +71,7 @@ class IndexReport:
     seconds: float
     progress: Progress
     dropped_keys: list[int]
+    rest: tuple[str, ...] = ()  # sources not reached: the transaction was full
 
 
 def _prepare(
@@ -122,14 +123,18 @@ def _room(db: Database) -> int:
 
 
 def index_files(db: Database, inbox: Path, name: str, sources: Sequence[str]) -> IndexReport:
-    """Bring `sources` up to date (index, re-index, remove or dismiss each), committing
-    every `FLUSH_CHUNKS` chunks or `FLUSH_BYTES` of text. Blocking."""
+    """Bring `sources` up to date (index, re-index, remove or dismiss each) in one transaction,
+    in order, until it holds the chunks left in the keyword index's current block or
+    `FLUSH_BYTES` of text; the sources not reached are the report's `rest`. Blocking.
+
+    One transaction per call, ending at a block end: a block written by several transactions
+    holds a piece per token and write (and is merged later), which made a backlog drained in
+    calls of 256 files 1.6x slower than the same files written a block at a time."""
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
     dropped: list[int] = []
     changes: list[Change] = []
     known: list[Outcome | None] = []
-    chunks = size = total = 0
+    chunks = size = 0
     room = _room(db)
     # One query for the batch: one per file was a tenth of the stage's time.
     states = db.documents_of(sources)
@@ -148,17 +153,14 @@ def index_files(db: Database, inbox: Path, name: str, sources: Sequence[str]) ->
             chunks += len(change.chunks)
         size += text_size
         if chunks >= room or size >= FLUSH_BYTES:
-            outcomes += _write(db, changes, known, dropped)
-            total += chunks
-            changes, known, chunks, size = [], [], 0, 0
-            room = _room(db)
-    if changes:
-        outcomes += _write(db, changes, known, dropped)
-        total += chunks
+            break
+    outcomes = _write(db, changes, known, dropped) if changes else []
     for outcome in outcomes:
         if isinstance(outcome, Dismissed):
             log.info("search %s: skipped %s: %s", name, outcome.source, outcome.reason)
-    return IndexReport(outcomes, total, time.perf_counter() - started, db.progress(), dropped)
+    rest = tuple(sources[len(changes) :])
+    elapsed = time.perf_counter() - started
+    return IndexReport(outcomes, chunks, elapsed, db.progress(), dropped, rest)
 
 
 _open: dict[str, Database] = {}
