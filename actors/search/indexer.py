@@ -28,6 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,9 @@ class SearchIndexer(AggregateActor):
         self.documents = 0
         self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
         self.embedder_waiting = 0  # tries of the embedder since the disk was full
+        # Files of batches during which the writer died, offered `suspects_limit` at a time.
+        self.suspects: set[str] = set()
+        self.suspects_limit = KEYWORD_BATCH
         self.unrecorded: deque[Event] = deque()  # events waiting for their slice
         self.pacing = False
 
@@ -174,7 +178,8 @@ class SearchIndexer(AggregateActor):
         self.pipeline.queued = len(self.queue)
         if self.pipeline.indexing or not self.queue:
             return
-        sources = tuple(list(self.queue)[:KEYWORD_BATCH])
+        limit = self.suspects_limit if self.suspects else KEYWORD_BATCH
+        sources = tuple(list(self.queue)[:limit])
         for source in sources:
             del self.queue[source]
         self.pipeline.queued = len(self.queue)
@@ -190,6 +195,8 @@ class SearchIndexer(AggregateActor):
         report = message.report
         if isinstance(report, BaseException) and disk_full(report):
             self._retry_when_space(message.sources)
+        elif isinstance(report, BrokenProcessPool):
+            self._writer_died(message.sources, report)
         elif isinstance(report, BaseException):
             log.error("search %s: indexing failed: %r", self.ident, report)
             self._record_paced(
@@ -206,6 +213,7 @@ class SearchIndexer(AggregateActor):
             self.queue = {**dict.fromkeys(report.rest), **self.queue}
             for source in message.sources[: len(message.sources) - len(report.rest)]:
                 self.waiting_for_space.pop(source, None)
+                self.suspects.discard(source)
             self._record_paced(*(e for e in map(self._event_for, report.outcomes) if e is not None))
             self.keyword_rate.add(self.clock(), report.seconds, report.chunks)
             self.reporter.counts = report.progress
@@ -213,6 +221,29 @@ class SearchIndexer(AggregateActor):
                 self._next_embedding()
         self._next_keyword()
         self._report()
+
+    def _writer_died(self, sources: tuple[str, ...], error: BrokenProcessPool) -> None:
+        """The writer process died during this batch (killed, out of memory): nothing of it
+        was written, and the next batch starts a new writer. A file that kills it each time
+        must not take the others with it, and a kill from outside is no verdict on the files:
+        the batch goes back to the head of the queue and is offered again in halves while
+        any of its files is left, down to one file, which is then dismissed."""
+        if len(sources) == 1:
+            log.error("search %s: %s killed the keyword writer: %s", self.ident, sources[0], error)
+            self.suspects.discard(sources[0])
+            reason = f"indexing failed: the keyword writer process died ({error})"
+            self._record_paced(
+                events.DocumentDismissed(db=self.ident, source=sources[0], reason=reason)
+            )
+            return
+        log.warning(
+            "search %s: the keyword writer died during a batch of %d files; offering them again"
+            " in batches of %d",
+            self.ident, len(sources), len(sources) // 2,
+        )  # fmt: skip
+        self.queue = {**dict.fromkeys(sources), **self.queue}
+        self.suspects.update(sources)
+        self.suspects_limit = len(sources) // 2
 
     def _event_for(self, outcome: keyword_stage.Outcome) -> Event | None:
         db = self.ident
