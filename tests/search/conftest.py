@@ -18,6 +18,7 @@ from actors.search import minilm
 from actors.search.embedding import LocalProvider
 from actors.search.registry import Registry, config_dir
 from events.nats_server import EmbeddedNats, free_port
+from events.store import EventStore, Recorded, default_store_url
 from gateway import search
 from tests.search.fake_openai import FakeOpenAI
 
@@ -97,6 +98,26 @@ class SearchHarness:
             progress = await self.event("search.progress", timeout=timeout)
             if progress["state"] == "idle":
                 return progress
+
+    async def until_indexed(self, db: str, documents: int) -> dict[str, Any]:
+        """`GET /api/status?db=` once `documents` are indexed and no file waits for it."""
+        async with asyncio.timeout(120):
+            while True:
+                status, body = await self.get("/api/status", db=db)
+                assert status == 200, body
+                if body["documents"] == documents and body["state"] != "indexing":
+                    return dict(body)
+                await asyncio.sleep(0.05)  # polling the route a user would poll
+
+    async def stopped_stream(self, db: str) -> list[Recorded]:
+        """Stop the service, then read the stream `search:<db>` from the event store's file:
+        what was recorded, including on the way out."""
+        await self.stop()
+        store = await EventStore.open(default_store_url(Path(self.env["CAIRN_DATA"])))
+        try:
+            return await store.read_stream(f"search:{db}")
+        finally:
+            await store.close()
 
     def write(self, relative: str, content: str | bytes) -> Path:
         path = self.inbox / relative

@@ -21,7 +21,6 @@ from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.events import DocumentIndexed
 from actors.search.registry import config_dir
-from events.store import EventStore, default_store_url
 from gateway import search_cli
 from tests.search.conftest import SearchHarness
 from tests.search.fake_openai import FakeOpenAI
@@ -246,7 +245,7 @@ def test_document_embedding_runs_below_the_keyword_writer() -> None:
 
 
 async def test_a_backlog_larger_than_a_keyword_block_is_indexed_once_and_all_recorded(
-    harness: SearchHarness, tmp_path: Path
+    harness: SearchHarness,
 ) -> None:
     # 1,700 files of 10 chunks: the writer takes the first 1,638 (a block of ids is full) and
     # hands back the rest, which the next call indexes.
@@ -256,25 +255,14 @@ async def test_a_backlog_larger_than_a_keyword_block_is_indexed_once_and_all_rec
         paragraphs = [f"file{i} part{p} " + "filler words here " * 36 for p in range(10)]
         harness.write(f"notes/f{i:04}.txt", "\n\n".join(paragraphs))
     await harness.start(EMBEDDING_PROVIDER="none")
-    async with asyncio.timeout(120):
-        while True:
-            status, body = await harness.get("/api/status", db="notes")
-            assert status == 200
-            if body["documents"] == files and body["state"] != "indexing":
-                break
-            await asyncio.sleep(0.05)
+    body = await harness.until_indexed("notes", files)
     assert (body["queued"], body["chunks"]) == (0, 10 * files)
     for i in (0, 1_637, 1_638, files - 1):
         _, found = await harness.get("/api/search", db="notes", q=f"file{i}", target="keyword")
         assert [g["source"] for g in found["keyword"]] == [f"f{i:04}.txt"]
         assert len(found["keyword"][0]["matches"]) == 10
     # Stopped at once: the events still waiting for their turn are recorded on the way out.
-    await harness.stop()
-    store = await EventStore.open(default_store_url(tmp_path / "data"))
-    try:
-        stream = await store.read_stream("search:notes")
-    finally:
-        await store.close()
+    stream = await harness.stopped_stream("notes")
     indexed = [r.event for r in stream if isinstance(r.event, DocumentIndexed)]
     assert sorted(e.source for e in indexed) == [f"f{i:04}.txt" for i in range(files)]
     assert {e.chunks for e in indexed} == {10}

@@ -8,10 +8,8 @@ import asyncio
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 from actors.search.events import DocumentDismissed, DocumentIndexed
-from events.store import EventStore, Recorded, default_store_url
 from tests.search.conftest import SearchHarness
 
 
@@ -43,28 +41,7 @@ async def kill_the_writer_when_it_starts(before: set[int]) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-async def indexed(harness: SearchHarness, documents: int) -> dict[str, Any]:
-    async with asyncio.timeout(120):
-        while True:
-            status, body = await harness.get("/api/status", db="notes")
-            assert status == 200
-            if body["documents"] == documents and body["state"] != "indexing":
-                return dict(body)
-            await asyncio.sleep(0.05)  # polling the route a user would poll
-
-
-async def stored_stream(harness: SearchHarness, tmp_path: Path) -> list[Recorded]:
-    await harness.stop()
-    store = await EventStore.open(default_store_url(tmp_path / "data"))
-    try:
-        return await store.read_stream("search:notes")
-    finally:
-        await store.close()
-
-
-async def test_a_writer_killed_during_a_batch_loses_no_file(
-    harness: SearchHarness, tmp_path: Path
-) -> None:
+async def test_a_writer_killed_during_a_batch_loses_no_file(harness: SearchHarness) -> None:
     files = 300
     harness.registry.add("notes")
     for i in range(files):
@@ -73,19 +50,19 @@ async def test_a_writer_killed_during_a_batch_loses_no_file(
     await harness.start(EMBEDDING_PROVIDER="none")
     await kill_the_writer_when_it_starts(before)
 
-    body = await indexed(harness, files)
+    body = await harness.until_indexed("notes", files)
     assert (body["queued"], body["chunks"]) == (0, files)
     for i in (0, files // 2, files - 1):
         _, found = await harness.get("/api/search", db="notes", q=f"file{i}", target="keyword")
         assert [g["source"] for g in found["keyword"]] == [f"f{i:03}.txt"]
-    stream = await stored_stream(harness, tmp_path)
+    stream = await harness.stopped_stream("notes")
     assert not [r for r in stream if isinstance(r.event, DocumentDismissed)]
     indexed_sources = [r.event.source for r in stream if isinstance(r.event, DocumentIndexed)]
     assert sorted(indexed_sources) == [f"f{i:03}.txt" for i in range(files)]
 
 
 async def test_a_file_during_which_the_writer_dies_alone_is_dismissed_until_it_changes(
-    harness: SearchHarness, tmp_path: Path
+    harness: SearchHarness,
 ) -> None:
     harness.registry.add("notes")
     harness.write("notes/only.txt", "first version of the only file")
@@ -94,7 +71,7 @@ async def test_a_file_during_which_the_writer_dies_alone_is_dismissed_until_it_c
     await kill_the_writer_when_it_starts(before)
     dismissed = await harness.event("search.document_dismissed", "only.txt")
     assert dismissed["reason"].startswith("indexing failed: the keyword writer process died (")
-    body = await indexed(harness, 0)
+    body = await harness.until_indexed("notes", 0)
     assert (body["documents"], body["chunks"], body["queued"]) == (0, 0, 0)
 
     # It heals: the file changed, a new writer indexes it.
