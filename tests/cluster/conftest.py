@@ -24,7 +24,7 @@ from pvesim.cli import read_printed_env
 from pvesim.cluster import SimCluster, VmView
 
 from events.nats_cluster import NatsCluster
-from events.nats_server import free_port
+from events.nats_server import free_ports
 from tests.conftest import wait_for
 from tests.faults.conftest import end_strays
 from tests.postgres import PostgresServer
@@ -191,6 +191,7 @@ async def cluster(
     shared_images = tmp_path / "shared-images"
     shared_images.mkdir()
     try:
+        ports = iter(free_ports(4 * HOSTS))  # all different, across the hosts too
         for i in range(HOSTS):
             home = tmp_path / f"host{i}"
             # One image tree for every host, as a shared filesystem would be (docs/images.md):
@@ -215,10 +216,10 @@ async def cluster(
                 "VM_POLL_INTERVAL": "30",
                 "VM_CPU_TYPE": "x86-64-v2-AES",
                 "RUN_CONCURRENCY": "4",
-                "CAIRN_PORT": str(free_port()),
-                "VM_PORT": str(free_port()),
-                "FUNCTIONS_PORT": str(free_port()),
-                "IMAGES_PORT": str(free_port()),
+                "CAIRN_PORT": str(next(ports)),
+                "VM_PORT": str(next(ports)),
+                "FUNCTIONS_PORT": str(next(ports)),
+                "IMAGES_PORT": str(next(ports)),
             }
             session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
             sessions.append(session)

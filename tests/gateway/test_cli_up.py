@@ -5,7 +5,6 @@ leaving nothing behind that breaks the next start."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import signal
@@ -16,23 +15,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from events.nats_server import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def distinct_ports(count: int) -> list[int]:
-    """`count` free loopback ports, all different: each is held until every one is picked.
-    Picked and released one at a time, the same port came back twice (CAIRN_PORT and
-    IMAGES_PORT), and `cairn up` found it taken by its own status server."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def up_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
-    cairn, vm, functions, images = distinct_ports(4)
+    cairn, vm, functions, images = free_ports(4)
     env.update(
         CAIRN_DATA=str(tmp_path / "data"),
         XDG_CONFIG_HOME=str(tmp_path / "config"),

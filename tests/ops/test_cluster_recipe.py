@@ -25,7 +25,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
 from actors.platform import lease_settings, stream_settings
-from events.nats_server import _TIED_TO_PARENT, end_server, find_binary, free_port
+from events.nats_server import _TIED_TO_PARENT, end_server, find_binary, free_ports
 from tests.conftest import wait_for
 from tests.faults.conftest import stray_processes
 from tests.ops.test_systemd import unit_section
@@ -74,12 +74,13 @@ def render(template: str, member: Member, members: list[Member]) -> str:
 
 
 def members_under(root: Path) -> list[Member]:
+    ports = iter(free_ports(9))  # all different
     members = [
         Member(
             name=f"node{i}",
-            port=free_port(),
-            route_port=free_port(),
-            monitor_port=free_port(),
+            port=next(ports),
+            route_port=next(ports),
+            monitor_port=next(ports),
             config_path=root / f"node{i}" / "nats-server.conf",
             store_dir=root / f"node{i}" / "store",
         )
