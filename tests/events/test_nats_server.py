@@ -18,7 +18,7 @@ from events.nats_server import (
     NatsServerError,
     end_stale_servers,
     find_binary,
-    free_port,
+    free_ports,
     servers_on,
 )
 from tests.conftest import wait_for
@@ -96,8 +96,9 @@ async def test_servers_left_on_a_store_directory_are_found_and_ended(tmp_path: P
     other = (tmp_path / "other").resolve()
     other.mkdir()
     argv = [str(find_binary()), "-a", "127.0.0.1", "-js", "-sd"]
-    mine = await asyncio.create_subprocess_exec(*argv, str(store), "-p", str(free_port()))
-    theirs = await asyncio.create_subprocess_exec(*argv, str(other), "-p", str(free_port()))
+    port, other_port = free_ports(2)  # different: the first server may not have bound yet
+    mine = await asyncio.create_subprocess_exec(*argv, str(store), "-p", str(port))
+    theirs = await asyncio.create_subprocess_exec(*argv, str(other), "-p", str(other_port))
     try:
         await wait_for(lambda: servers_on(store) == [mine.pid], what="the stale server")
         assert await end_stale_servers(store) == []

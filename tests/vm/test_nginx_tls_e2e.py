@@ -4,7 +4,6 @@ service: an install streams through TLS live, and ALLOW_IPS sees the client's ow
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import subprocess
 from pathlib import Path
@@ -12,14 +11,9 @@ from typing import Any
 
 import aiohttp
 
+from events.nats_server import free_ports
 from tests.nginx import EXAMPLES, running_nginx
 from tests.vm.conftest import Service, read_sse
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _certificate(work: Path) -> tuple[Path, Path]:
@@ -53,7 +47,7 @@ async def test_an_install_streams_through_tls_and_the_client_address_is_checked(
     service: Service = await start_service(ALLOW_IPS="127.0.0.5", TRUSTED_PROXIES="127.0.0.1")
     service_port = int(service.url.rsplit(":", 1)[1])
     cert, key = await asyncio.to_thread(_certificate, tmp_path / "tls")
-    https, http = _free_port(), _free_port()
+    https, http = free_ports(2)
     site = _site(service_port, https, http, cert, key)
     context = ssl.create_default_context(cafile=str(cert))
     context.check_hostname = False
