@@ -116,8 +116,8 @@ class SearchIndexer(AggregateActor):
         # Files of batches during which the writer died, offered `suspects_limit` at a time.
         self.suspects: set[str] = set()
         self.suspects_limit = KEYWORD_BATCH
-        self.unrecorded: deque[Event] = deque()  # events waiting for their slice
-        self.pacing = False
+        # Events waiting for their slice; while any wait, a pause is under way.
+        self.unrecorded: deque[Event] = deque()
 
     def apply(self, event: Event) -> None:
         if isinstance(event, events.DocumentIndexed):
@@ -304,16 +304,16 @@ class SearchIndexer(AggregateActor):
 
     def _record_paced(self, *recorded: Event) -> None:
         """Record `recorded` after the events already waiting, `EVENTS_PER_APPEND` at a time."""
+        paused = bool(self.unrecorded)  # a pause is under way: its end records the next slice
         self.unrecorded.extend(recorded)
-        if not self.pacing:
+        if not paused:
             self._record_slice()
 
     def _record_slice(self) -> None:
         count = min(EVENTS_PER_APPEND, len(self.unrecorded))
         if count:
             self.record(*(self.unrecorded.popleft() for _ in range(count)))
-        self.pacing = bool(self.unrecorded)
-        if self.pacing:
+        if self.unrecorded:
             self.start_job(asyncio.sleep(EVENT_PACE), done=lambda _: _RecordMore(), timer=True)
 
     def on_stop(self) -> None:
