@@ -101,7 +101,7 @@ def stream_settings(env: Mapping[str, str]) -> StreamSettings:
 
 
 def lease_settings(env: Mapping[str, str]) -> LeaseSettings:
-    """Cluster mode's leases: ``CAIRN_LEASE_TTL`` seconds (default 8) a dead holder keeps one,
+    """Cluster mode's leases: ``CAIRN_LEASE_TTL`` seconds (default 15) a dead holder keeps one,
     replicated like the events stream."""
     ttl = env_float(env, "CAIRN_LEASE_TTL", LeaseSettings().ttl, min=1.0)
     return LeaseSettings(ttl=ttl, replicas=stream_settings(env).replicas)

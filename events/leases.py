@@ -44,8 +44,8 @@ from nats.js.kv import KeyValue
 log = logging.getLogger(__name__)
 
 BUCKET = "CAIRN_LEASES"
-# Seconds between renewals after one failed: a JetStream leader election (4.4-5.0 s here when
-# a server of three dies) must not use up the holder's trust between two tries.
+# Seconds between renewals after one failed: a JetStream leader election (4-10 s when a server
+# of three dies) must not use up the holder's trust between two tries.
 RETRY_EVERY = 0.25
 
 
@@ -55,20 +55,30 @@ class LeaseState(enum.Enum):
     STOPPED = "stopped"
 
 
+# How long a NATS cluster may be without a leader for a replicated stream when the server
+# that led it dies: a follower campaigns 4-9 s after the last heartbeat it heard
+# (minElectionTimeoutDefault..maxElectionTimeoutDefault in nats-server's server/raft.go;
+# heartbeats every second), a campaign waits up to 0.8 s more, and the first renewal after it
+# lands within RETRY_EVERY. A lease must outlive that, or its holder gives up its actors
+# because one NATS server died.
+LEADERLESS_AT_WORST = 9.0 + 0.8 + RETRY_EVERY
+
+
 @attrs.frozen
 class LeaseSettings:
     """``ttl``: seconds a holder that stopped renewing keeps the lease (``CAIRN_LEASE_TTL``);
     ``replicas``: copies of the bucket in a NATS cluster (like the events stream's)."""
 
-    ttl: float = 8.0
+    ttl: float = 15.0
     replicas: int = 1
 
     # The outage a holder rides out, at worst, is trust - renew_every: the bus can fail just
-    # after a renewal landed, and the next is due a period later. With renewals every ttl/4
-    # and trust 0.8 ttl that was 4.4 s at the default TTL, under the JetStream leader
-    # election it is there for (4.4-5.0 s measured when a server of three dies): a holder lost
-    # its lease to itself and its installs were interrupted. Renewals every ttl/8 and trust
-    # 0.9 ttl: 6.2 s at the default, still ending 0.8 s before the server's TTL can expire.
+    # after a renewal landed, and the next is due a period later. It must exceed
+    # LEADERLESS_AT_WORST. At the former default TTL of 8 s it was 6.2 s, and one kill of the
+    # lease bucket's leader in three or four took longer to elect a successor (a follower
+    # drew a timeout past ~6 s): the holder stopped its actors and another host took them
+    # over, interrupting nothing but moving everything. At 15 s it is 11.6 s; the price is a
+    # dead host's actors moving after 15 s instead of 8 (a graceful stop hands them on at once).
 
     @property
     def renew_every(self) -> float:
@@ -77,6 +87,11 @@ class LeaseSettings:
     @property
     def trust(self) -> float:
         return self.ttl * 0.9
+
+    @property
+    def rides_out(self) -> float:
+        """Seconds without an answer from the bus that the holder survives, at worst."""
+        return self.trust - self.renew_every
 
     def bucket(self) -> KeyValueConfig:
         return KeyValueConfig(

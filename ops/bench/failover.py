@@ -14,7 +14,7 @@ and a graceful stop (SIGTERM: the lease is handed on at once; `CAIRN_STOP_GRACE=
 the install off instead of letting it finish), the baseline. The ended host is
 started again before the next round.
 
-    .venv/bin/python -m ops.bench.failover [--rounds 3] [--ttl 8] [--store URL]
+    .venv/bin/python -m ops.bench.failover [--rounds 3] [--ttl 15] [--store URL]
 """
 
 from __future__ import annotations

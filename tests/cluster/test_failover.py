@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
+from events.leases import LeaseSettings
 from gateway.vm import NO_VM_ANSWER, NO_VM_HOST
 from tests.cluster.conftest import Cluster, Host, dump, journal, versions
 from tests.conftest import wait_for
@@ -14,7 +15,8 @@ from tests.vm.conftest import read_sse
 
 # The install is cut off here: the VM exists in Proxmox, half-built.
 CUT = "VM creation > importing disk image"
-FAILOVER_LIMIT = 15.0
+# A survivor takes the lease a TTL after the last renewal; then it replays and settles.
+FAILOVER_LIMIT = LeaseSettings().ttl + 7.0
 
 
 async def _install_until_cut(host: Host, vmid: int) -> list[str]:

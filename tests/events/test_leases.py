@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
-from events.leases import Lease, LeaseSettings, LeaseState
+from events.leases import LEADERLESS_AT_WORST, Lease, LeaseSettings, LeaseState
 from tests.conftest import wait_for
 
 FAST = LeaseSettings(ttl=1.0)
@@ -130,3 +130,14 @@ async def test_a_renewal_whose_answer_was_lost_is_recognised_as_ours(hosts: list
         lambda: a.lease._revision > landed, timeout=5, what="a renews past its lost answer"
     )
     assert a.held and a.seen == ["acquired"]
+
+
+def test_the_default_lease_outlives_a_nats_leader_election() -> None:
+    """One NATS server of three dying leaves the lease bucket without a leader for up to
+    LEADERLESS_AT_WORST; a holder must not give its actors up meanwhile, and it must stop
+    trusting its lease before the server may let another host take it."""
+    default = LeaseSettings()
+    assert default.rides_out > LEADERLESS_AT_WORST
+    assert default.trust < default.ttl
+    # At the former default of 8 s a holder gave up after 6.2 s of election.
+    assert LeaseSettings(ttl=8.0).rides_out < LEADERLESS_AT_WORST
