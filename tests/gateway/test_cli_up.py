@@ -20,9 +20,12 @@ from events.nats_server import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def up_env(tmp_path: Path) -> dict[str, str]:
+def up_env(tmp_path: Path, *more_ports: str) -> dict[str, str]:
+    """The environment of a `cairn` process with ports of its own; `more_ports` names further
+    variables to give a port, picked with the others so no two are the same."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
-    cairn, vm, functions, images = free_ports(4)
+    cairn, vm, functions, images, *more = free_ports(4 + len(more_ports))
+    env.update(zip(more_ports, map(str, more), strict=True))
     env.update(
         CAIRN_DATA=str(tmp_path / "data"),
         XDG_CONFIG_HOME=str(tmp_path / "config"),

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import aiohttp
 
-from events.nats_server import free_port
 from tests.gateway.test_cli_up import start, up_env
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
@@ -19,7 +18,7 @@ CAIRN = str(Path(sys.executable).parent / "cairn")
 
 async def refused(argv: list[str], tmp_path: Path, **extra: str) -> str:
     """Run `cairn ARGV`, expecting a configuration error; its stderr."""
-    env = {**up_env(tmp_path), "PORT": str(free_port()), **extra}
+    env = {**up_env(tmp_path, "PORT"), **extra}
     proc = await asyncio.create_subprocess_exec(
         CAIRN, *argv, cwd=tmp_path, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -50,7 +49,7 @@ async def test_half_a_real_cluster_stops_cairn_up(tmp_path: Path) -> None:
 
 
 async def test_allow_all_beyond_loopback_is_said_at_start_up(tmp_path: Path) -> None:
-    env = {**up_env(tmp_path), "PORT": str(free_port()), "VM_HOST": "0.0.0.0",
+    env = {**up_env(tmp_path, "PORT"), "VM_HOST": "0.0.0.0",
            "ALLOW_IPS": "0.0.0.0", "NODE_pve9": "10.0.0.9"}  # fmt: skip
     proc, lines = await start([CAIRN, "serve", "vm", "--sim"], tmp_path, env)
     try:
