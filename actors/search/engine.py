@@ -1,11 +1,12 @@
 """The work on one search database: reconcile, index batches of files, embed, search.
 
 Two stages, as jobs the indexer actor starts:
-- `index_batch` parses a batch of files and writes them, chunks and keyword postings, in as few
-  transactions as memory allows (`keyword_stage`): they are keyword-searchable at each commit.
-  It runs in a writer process of its own: that stage is pure Python, and in this process it
-  held the GIL against every query (tens of ms of p99 latency while a backlog drained) and
-  could use only the core the event loop also needs;
+- `index_batch` parses a batch of files and writes them, chunks and keyword postings, in one
+  transaction per keyword block (`keyword_stage`): they are keyword-searchable at its commit.
+  It runs in two processes of its own, one preparing the next batch while the other writes
+  this one (`keyword_pipeline`): that stage is pure Python, and in this process it held the
+  GIL against every query (tens of ms of p99 latency while a backlog drained) and could use
+  only the core the event loop also needs;
 - `embed_next` embeds the newest queued chunks, one provider batch at a time, and stores their
   vectors only if the chunks are still active (worker threads; the model releases the GIL).
 The read paths (`keyword`, `semantic`) are what the HTTP service uses; they never wait for
@@ -16,21 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import attrs
 import numpy as np
 
-from actors.search import keyword_stage, parsers
+from actors.search import keyword_pipeline, keyword_stage, parsers
 from actors.search.chunker import CHUNKER_VERSION
 from actors.search.embedding import EmbeddingError, Provider
 from actors.search.events import IndexingProgress
-from actors.search.priority import WRITER_NICE, lower_this_thread
 from actors.search.progress import Pipeline, progress_event
 from actors.search.query_cache import QueryCache
 from actors.search.store import (
@@ -78,11 +75,11 @@ class Engine:
         self.cache = cache
         directory.mkdir(parents=True, exist_ok=True)
         self.db = Database(directory / "index.sqlite")
+        # The keyword stage's processes (started with the first batch).
+        self.indexing = keyword_pipeline.Pipeline(self.db.path, inbox, name)
         self.vectors = VectorIndex(directory / "vectors.usearch")
         # Replaced by the indexer actor's own when it starts; read by `status`.
         self.pipeline = Pipeline()
-        # The keyword stage's process (started with the first batch).
-        self._writer: ProcessPoolExecutor | None = None
 
     def status(self) -> IndexingProgress:
         """Where both stages stand now (blocking: counts rows)."""
@@ -109,9 +106,7 @@ class Engine:
             log.info("search %s: vector index rebuilt (%d vectors)", self.name, len(keys))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.shutdown(wait=True, cancel_futures=True)
-            self._writer = None
+        self.indexing.close()
         if self.vectors.dirty:
             self.vectors.save(self.fingerprint)
         self.db.close()
@@ -137,17 +132,9 @@ class Engine:
         return todo
 
     async def index_batch(self, sources: Sequence[str]) -> IndexReport:
-        """Run the keyword stage for `sources` in the writer process, then drop the vectors of
-        the chunks it retired from the vector index."""
-        loop = asyncio.get_running_loop()
-        if self._writer is None:
-            self._writer = await asyncio.to_thread(_start_writer)
-        job = (str(self.db.path), str(self.inbox), self.name, tuple(sources))
-        try:
-            report = await loop.run_in_executor(self._writer, keyword_stage.run_in_writer, *job)
-        except BrokenProcessPool:
-            self._writer = None  # the next batch starts a new writer
-            raise
+        """Run the keyword stage for `sources` in its processes, then drop the vectors of the
+        chunks it retired from the vector index."""
+        report = await self.indexing.index(sources)
         if report.dropped_keys:
             await asyncio.to_thread(self._drop_vectors, report.dropped_keys)
         return report
@@ -254,21 +241,3 @@ class Engine:
     async def semantic(self, query: str, limit: int) -> list[ChunkRow]:
         vector = await self.query_vector(query)
         return await asyncio.to_thread(self._semantic_rows, vector, limit)
-
-
-def _start_writer() -> ProcessPoolExecutor:
-    """The keyword stage's process, started `WRITER_NICE` below the service. Spawning blocks
-    the caller (~10 ms, measured on the event loop while a backlog's first query waited): call
-    it off the loop. It is spawned from a throwaway thread lowered first, so the process is
-    niced from its first instruction (its imports included), as is the pool's result thread,
-    which the same thread starts, and the service's own threads are not."""
-    with ThreadPoolExecutor(
-        1, "keyword writer start", initializer=lower_this_thread, initargs=(WRITER_NICE,)
-    ) as starter:
-        return starter.submit(_spawn_writer).result()
-
-
-def _spawn_writer() -> ProcessPoolExecutor:
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    pool.submit(int)  # a spawned pool starts its process on the first submit
-    return pool

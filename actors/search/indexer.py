@@ -2,11 +2,12 @@
 
 The actor decides, jobs do. It keeps the queue of sources to (re)process and runs two stages as
 jobs, each one at a time:
-- keyword: the queued sources, up to `KEYWORD_BATCH` at once, are offered to the writer, which
-  parses and writes them with their keyword postings in one transaction ending at the keyword
-  index's block end (`Engine.index_batch`) and hands back those it did not reach: they go back
-  to the head of the queue. Each outcome is recorded as an event per document, paced
-  (`EVENT_PACE`) so a large backlog's events do not crowd the queries answered meanwhile;
+- keyword: the queued sources, up to `KEYWORD_BATCH` at once, are offered to the keyword stage,
+  which parses and writes them with their keyword postings in one transaction ending at the
+  keyword index's block end (`Engine.index_batch`) and hands back those it did not reach: they
+  go back to the head of the queue, where the next call finds them already being prepared.
+  Each outcome is recorded as an event per document, paced (`EVENT_PACE`) so a large
+  backlog's events do not crowd the queries answered meanwhile;
 - embedding: the newest chunks without vectors, a provider batch at a time (`Engine.embed_next`),
   restarted as long as chunks wait.
 The keyword stage never waits for embedding: its next batch starts as soon as the previous one
@@ -45,9 +46,10 @@ from events.model import Event
 
 log = logging.getLogger(__name__)
 
-# Files offered to the writer per call; it takes them up to the end of the keyword index's
-# block (one transaction) and hands the rest back.
-KEYWORD_BATCH = 2048
+# Files offered to the keyword stage per call; it takes them up to the end of the keyword
+# index's block (one transaction: ~1,600 files of 10 chunks) and prepares the rest for the next
+# call, which must begin with a full block's worth for the two to overlap.
+KEYWORD_BATCH = 4096
 # Events are recorded at most this many at a time, this many seconds apart (~430 a second).
 # Each costs the store, the outbox relay and the NATS server a fraction of a millisecond of the
 # CPU the writer leaves; recorded as fast as block-sized calls index files (~1,600 per call),
@@ -113,7 +115,8 @@ class SearchIndexer(AggregateActor):
         self.documents = 0
         self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
         self.embedder_waiting = 0  # tries of the embedder since the disk was full
-        # Files of batches during which the writer died, offered `suspects_limit` at a time.
+        # Files of batches during which a keyword stage process died, offered
+        # `suspects_limit` at a time.
         self.suspects: set[str] = set()
         self.suspects_limit = KEYWORD_BATCH
         # Events waiting for their slice; while any wait, a pause is under way.
@@ -223,23 +226,23 @@ class SearchIndexer(AggregateActor):
         self._report()
 
     def _writer_died(self, sources: tuple[str, ...], error: BrokenProcessPool) -> None:
-        """The writer process died during this batch (killed, out of memory): nothing of it
-        was written, and the next batch starts a new writer. A file that kills it each time
-        must not take the others with it, and a kill from outside is no verdict on the files:
-        the batch goes back to the head of the queue and is offered again in halves while
-        any of its files is left, down to one file, which is then dismissed."""
+        """A keyword stage process (the preparer or the writer) died during this batch
+        (killed, out of memory, a parser's crash): nothing of it was written, and the next
+        batch starts a new one. A file that kills it each time must not take the others with
+        it, and a kill from outside is no verdict on the files: the batch goes back to the
+        head of the queue and is offered again in halves while any of its files is left, down
+        to one file, which is then dismissed."""
         if len(sources) == 1:
-            log.error("search %s: %s killed the keyword writer: %s", self.ident, sources[0], error)
+            log.error("search %s: indexing %s: %s", self.ident, sources[0], error)
             self.suspects.discard(sources[0])
-            reason = f"indexing failed: the keyword writer process died ({error})"
+            reason = f"indexing failed: {error}"
             self._record_paced(
                 events.DocumentDismissed(db=self.ident, source=sources[0], reason=reason)
             )
             return
         log.warning(
-            "search %s: the keyword writer died during a batch of %d files; offering them again"
-            " in batches of %d",
-            self.ident, len(sources), len(sources) // 2,
+            "search %s: %s during a batch of %d files; offering them again in batches of %d",
+            self.ident, error, len(sources), len(sources) // 2,
         )  # fmt: skip
         self.queue = {**dict.fromkeys(sources), **self.queue}
         self.suspects.update(sources)

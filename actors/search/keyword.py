@@ -120,11 +120,17 @@ class KeywordIndex:
         """Index new chunks (id, text), ids above every earlier one."""
         blocks: set[int] = set()
         for ids, postings in _counted(chunks):
-            rows = _pieces(ids, postings)
-            conn.executemany(
-                "INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", rows
-            )
-            blocks.update({start for start, _, _, _ in rows})
+            blocks |= _insert(conn, _pieces(ids, postings))
+        self._added(conn, blocks)
+
+    def add_postings(self, conn: sqlite3.Connection, ids: np.ndarray, postings: Postings) -> None:
+        """Index new chunks `ids` (above every earlier one) whose tokens were worked out ahead:
+        `postings` of the texts, as `document_postings` numbers them."""
+        self._added(conn, _insert(conn, _pieces(ids, postings)))
+
+    def _added(self, conn: sqlite3.Connection, blocks: set[int]) -> None:
+        """Count a write in each block it touched; merge the blocks it completed or that
+        gathered too many pieces."""
         if not blocks:
             return
         last = max(blocks)
@@ -169,6 +175,12 @@ class KeywordIndex:
         marks = ",".join(f"?{i + 1}" for i in range(len(tokens)))
         pieces = conn.execute(_QUERY.format(block=BLOCK, marks=marks), list(tokens)).fetchall()
         return rank([(start, _unpack(blob)) for start, blob in pieces], limit)
+
+
+def _insert(conn: sqlite3.Connection, rows: list[Piece]) -> set[int]:
+    """Insert pieces; the blocks they are in."""
+    conn.executemany("INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", rows)
+    return {start for start, _, _, _ in rows}
 
 
 def _drop_in_block(

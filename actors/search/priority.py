@@ -1,8 +1,9 @@
 """The search service's background work runs below the service itself, so the event loop that
-answers queries wins a shared core: the keyword writer process `WRITER_NICE` below it, document
-embedding `EMBED_NICE` below it (after the keyword stage). Linux threads have a nice value of
-their own, a thread or process starts with its creator's, and lowering one's own priority needs
-no privilege (raising it back does: so only threads that do nothing else are lowered).
+answers queries wins a shared core: the keyword stage's processes (preparer and writer)
+`WRITER_NICE` below it, document embedding `EMBED_NICE` below it (after the keyword stage).
+Linux threads have a nice value of their own, a thread or process starts with its creator's,
+and lowering one's own priority needs no privilege (raising it back does: so only threads that
+do nothing else are lowered).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 
 from actors.search import keyword
-from actors.search.tokenize import TOKENIZER_VERSION, query_tokens
+from actors.search.tokenize import TOKENIZER_VERSION, Postings, query_tokens
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -265,20 +265,26 @@ class Database:
         conn.execute(f"DELETE FROM embed_queue WHERE chunk_id IN ({marks})", flat)
         return flat, keys
 
-    def write(self, changes: Sequence[Change]) -> list[Written]:
+    def write(self, changes: Sequence[Change], postings: Postings | None = None) -> list[Written]:
         """Apply a batch of changes in one transaction, in order.
 
         New chunks, their queue entries, documents and keyword postings are written with one
         statement each per batch (per-file statements were a fifth of the keyword stage's
         time), and the postings of the chunks it retires are dropped in one pass at the end; a
-        source changed twice in one batch flushes them first, so order holds."""
+        source changed twice in one batch flushes them first, so order holds.
+
+        `postings`, when given, are the new chunks' tokens, worked out ahead (the keyword
+        preparer): posting owners number the chunks of the `Replace` changes in order. Their
+        sources must then be distinct (one flush)."""
         out: list[Written] = []
         retiring: list[tuple[int, str]] = []
         with self.transaction() as conn:
             known = self._known_sources(conn, [change.source for change in changes])
-            pending = _PendingChunks(self._next_chunk_id(conn))
+            pending = _PendingChunks(_next_chunk_id(conn))
             for change in changes:
                 if change.source in pending.sources:
+                    if postings is not None:
+                        raise ValueError(f"{change.source} twice in a batch with postings")
                     pending.flush(conn, self.keywords)
                 was_known = change.source in known
                 if isinstance(change, Touch):
@@ -299,7 +305,7 @@ class Database:
                 new_ids = pending.add(change)
                 known.add(change.source)
                 out.append(Written(new_ids, retired, keys, was_known))
-            pending.flush(conn, self.keywords)
+            pending.flush(conn, self.keywords, postings)
             # After the last flush: a source changed twice in the batch retires chunks that
             # only that flush indexed.
             self.keywords.remove(conn, retiring)
@@ -319,15 +325,10 @@ class Database:
             )
         return known
 
-    @staticmethod
-    def _next_chunk_id(conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT max(seq) FROM sqlite_sequence WHERE name = 'chunks'").fetchone()
-        return int(row[0] or 0) + 1
-
     def next_chunk_id(self) -> int:
         """The id the next chunk written will get (ids only grow)."""
         with self.snapshot() as conn:
-            return self._next_chunk_id(conn)
+            return _next_chunk_id(conn)
 
     def replace_document(
         self, source: str, state: DocumentState, chunks: Sequence[str]
@@ -401,18 +402,8 @@ class Database:
 
     def documents_of(self, sources: Sequence[str]) -> dict[str, DocumentState]:
         """The indexed state of those of `sources` that are indexed."""
-        out: dict[str, DocumentState] = {}
         with self.snapshot() as conn:
-            for i in range(0, len(sources), 500):
-                part = list(sources[i : i + 500])
-                marks = ",".join("?" * len(part))
-                rows = conn.execute(
-                    "SELECT source, size, mtime_ns, sha256 FROM documents"
-                    f" WHERE source IN ({marks})",
-                    part,
-                ).fetchall()
-                out.update((source, DocumentState(*state)) for source, *state in rows)
-        return out
+            return _documents_of(conn, sources)
 
     def document(self, source: str) -> DocumentState | None:
         with self.snapshot() as conn:
@@ -508,7 +499,12 @@ class _PendingChunks:
         self.sources.add(change.source)
         return list(range(first, self.next_id))
 
-    def flush(self, conn: sqlite3.Connection, keywords: keyword.KeywordIndex) -> None:
+    def flush(
+        self,
+        conn: sqlite3.Connection,
+        keywords: keyword.KeywordIndex,
+        postings: Postings | None = None,
+    ) -> None:
         # Explicit ids: AUTOINCREMENT still records the largest in sqlite_sequence.
         conn.executemany(
             "INSERT INTO chunks (id, source, chunk, content) VALUES (?, ?, ?, ?)", self.chunks
@@ -521,7 +517,11 @@ class _PendingChunks:
             "INSERT OR REPLACE INTO documents (source, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
             self.documents,
         )
-        keywords.add(conn, ((c[0], c[3]) for c in self.chunks))
+        if postings is None:
+            keywords.add(conn, ((c[0], c[3]) for c in self.chunks))
+        elif self.chunks:
+            ids = np.fromiter((c[0] for c in self.chunks), dtype=np.int64, count=len(self.chunks))
+            keywords.add_postings(conn, ids, postings)
         self.sources.clear()
         self.chunks.clear()
         self.documents.clear()
@@ -532,6 +532,47 @@ INSERT INTO embed_queue (chunk_id)
 WITH RECURSIVE ids(id) AS (SELECT ?1 UNION ALL SELECT id + 1 FROM ids WHERE id < ?2)
 SELECT id FROM ids
 """
+
+
+class Reader:
+    """A read-only view of a search database for another process (the keyword preparer): it
+    never writes, migrates or locks the file."""
+
+    def __init__(self, path: Path) -> None:
+        # as_uri quotes what a URI would misread in a path ("?", "#", "%").
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+        self._conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def documents_of(self, sources: Sequence[str]) -> dict[str, DocumentState]:
+        self._conn.execute("BEGIN")
+        try:
+            return _documents_of(self._conn, sources)
+        finally:
+            self._conn.execute("COMMIT")
+
+    def next_chunk_id(self) -> int:
+        return _next_chunk_id(self._conn)
+
+
+def _documents_of(conn: sqlite3.Connection, sources: Sequence[str]) -> dict[str, DocumentState]:
+    out: dict[str, DocumentState] = {}
+    for i in range(0, len(sources), 500):
+        part = list(sources[i : i + 500])
+        marks = ",".join("?" * len(part))
+        rows = conn.execute(
+            f"SELECT source, size, mtime_ns, sha256 FROM documents WHERE source IN ({marks})",
+            part,
+        ).fetchall()
+        out.update((source, DocumentState(*state)) for source, *state in rows)
+    return out
+
+
+def _next_chunk_id(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT max(seq) FROM sqlite_sequence WHERE name = 'chunks'").fetchone()
+    return int(row[0] or 0) + 1
 
 
 def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:

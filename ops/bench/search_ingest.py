@@ -36,6 +36,7 @@ import numpy as np
 from aiohttp.test_utils import TestServer
 
 from actors.platform import open_runtime
+from actors.search.keyword_pipeline import PREPARER, WRITER
 from actors.search.registry import Registry, config_dir
 from events.nats_server import free_port
 from gateway import search
@@ -146,7 +147,7 @@ async def scenario(
                 embedded_s = keyword_s + left / rate if rate else float("nan")
                 projected = True
             semantic = await semantic_client.end(started)
-            writer_mb = writer_peak_rss_mb()
+            stage_mb = stage_peak_rss_mb()
             await server.close()
     return {
         "kind": kind,
@@ -162,7 +163,8 @@ async def scenario(
         "query_latencies": latencies,
         "semantic_latencies": semantic,
         "peak_rss_mb": own_peak_rss_mb(),
-        "writer_peak_rss_mb": writer_mb,
+        "writer_peak_rss_mb": stage_mb.get(WRITER, 0.0),
+        "preparer_peak_rss_mb": stage_mb.get(PREPARER, 0.0),
     }
 
 
@@ -226,11 +228,11 @@ def own_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def writer_peak_rss_mb() -> float:
-    """Peak RSS (VmHWM) of this process's keyword writer (a multiprocessing child). Not
-    RUSAGE_CHILDREN: a child started by fork and exec carries this process's RSS at the fork
-    in its ru_maxrss."""
-    peak = 0.0
+def stage_peak_rss_mb() -> dict[str, float]:
+    """Peak RSS (VmHWM) of this process's keyword stage processes (multiprocessing children),
+    by name. Not RUSAGE_CHILDREN: a child started by fork and exec carries this process's RSS
+    at the fork in its ru_maxrss."""
+    peaks: dict[str, float] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             fields = dict(
@@ -240,8 +242,9 @@ def writer_peak_rss_mb() -> float:
         except OSError:
             continue
         if int(fields.get("PPid", "0")) == os.getpid() and b"multiprocessing" in cmdline:
-            peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
-    return peak
+            name = fields["Name"].strip()
+            peaks[name] = max(peaks.get(name, 0.0), int(fields["VmHWM"].split()[0]) / 1024)
+    return peaks
 
 
 def run_child(
@@ -290,7 +293,7 @@ def report(result: dict[str, Any]) -> None:
         f"{result['service_ready_s']:.1f} s); embedding {result['embedding_chunks_per_s']:,.1f} "
         f"chunks/s, fully embedded after {result['fully_embedded_s']:,.0f} s ({full}); "
         f"peak RSS {result['peak_rss_mb']:,.0f} MB, keyword writer process "
-        f"{result['writer_peak_rss_mb']:,.0f} MB"
+        f"{result['writer_peak_rss_mb']:,.0f} MB, preparer {result['preparer_peak_rss_mb']:,.0f} MB"
     )
     rounds = result.get("rounds", 1)
     if rounds > 1:

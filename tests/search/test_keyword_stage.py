@@ -2,6 +2,7 @@
 (or after `FLUSH_BYTES` of text); the sources it did not reach come back untouched, in order, as
 the report's `rest`, and the next call starts the next block."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,49 @@ def test_a_call_stops_after_flush_bytes_of_text(
     # The third file reaches the limit: it is written, the rest waits for the next call.
     assert [o.source for o in report.outcomes] == SOURCES[:3]
     assert report.rest == tuple(SOURCES[3:])
+
+
+def rewrite(path: Path, text: str, *, later_by_ns: int = 10**9) -> None:
+    """Give `path` new text and an mtime that differs from its last (filesystems' clocks are
+    coarser than a test)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + later_by_ns, before + later_by_ns))
+
+
+def found(db: Database, word: str) -> list[str]:
+    return sorted({row.source for row in db.keyword_search(word, 50)})
+
+
+def test_a_file_changed_after_it_was_prepared_is_written_as_it_is_now(
+    inbox: Path, tmp_path: Path
+) -> None:
+    db = Database(tmp_path / "db.sqlite")
+    prepared = keyword_stage.prepare(db, inbox, SOURCES[:2])
+    rewrite(inbox / SOURCES[0], "rewritten meanwhile")
+    report = keyword_stage.write_prepared(db, inbox, "t", prepared)
+    assert [o.source for o in report.outcomes] == SOURCES[:2]
+    assert found(db, "meanwhile") == [SOURCES[0]]
+    assert found(db, "file0") == []
+    assert db.stats() == (2, 1 + 3)
+
+
+def test_a_file_indexed_meanwhile_is_not_left_as_the_preparer_saw_it(
+    inbox: Path, tmp_path: Path
+) -> None:
+    """The preparer saw the file as indexed and unchanged; before its batch was written, the
+    file changed, was indexed, and changed back. Trusting the preparer would keep the
+    in-between text."""
+    db = Database(tmp_path / "db.sqlite")
+    source = SOURCES[0]
+    keyword_stage.index_files(db, inbox, "t", [source])
+    original = (inbox / source).read_text()
+    prepared = keyword_stage.prepare(db, inbox, [source])
+    assert prepared.known[0] is not None  # unchanged, as far as the preparer knew
+    rewrite(inbox / source, "an interim version")
+    keyword_stage.index_files(db, inbox, "t", [source])
+    rewrite(inbox / source, original)
+    keyword_stage.write_prepared(db, inbox, "t", prepared)
+    assert found(db, "interim") == []
+    assert found(db, "file0") == [source]
+    assert db.stats() == (1, 3)

@@ -16,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from actors.search import engine, priority
+import pytest
+
+from actors.search import keyword_pipeline, priority
 from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.events import DocumentIndexed
@@ -210,16 +212,19 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
     assert registry.is_absolute() and inbox.is_absolute()
 
 
-def test_the_keyword_writer_runs_below_the_service() -> None:
-    """The keyword stage's process is niced (an operator's `ps` shows NI 5), so the event
-    loop answering queries wins a shared core; the thread that started it is not."""
+@pytest.mark.parametrize("name", [keyword_pipeline.WRITER, keyword_pipeline.PREPARER])
+def test_the_keyword_processes_run_below_the_service_under_their_names(name: str) -> None:
+    """The keyword stage's processes are niced (an operator's `ps` shows NI 5), so the event
+    loop answering queries wins a shared core, and named, so `top` tells them apart; the
+    thread that started them is not niced."""
     before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    pool = engine._start_writer()
+    pool = keyword_pipeline._start_process(name)
     try:
         pid = pool.submit(os.getpid).result(timeout=60)
         assert pid != os.getpid()
         assert os.getpriority(os.PRIO_PROCESS, pid) == before + priority.WRITER_NICE
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == name
     finally:
         pool.shutdown()
 

@@ -1,0 +1,252 @@
+"""The keyword stage in two processes, a batch apart: while the writer writes one batch, the
+preparer reads, parses, chunks and tokenises the next.
+
+In one process the stage did both halves one after the other, and the preparing half was
+most of it (per 100,000 chunks of the benchmark's corpus: ~4.1 s tokenising, ~0.9 s reading
+and parsing, ~3.3 s writing), so a backlog drained at ~14,000 chunks/s with a core to spare.
+Overlapped, the stage is bound by the slower half.
+
+What runs where:
+- `Pipeline.index` (this process) asks the preparer for a batch (`keyword_stage.prepare`),
+  hands it to the writer (`keyword_stage.write_prepared`), and meanwhile has the preparer
+  work on the sources the writer will not reach, cut for the chunk id the writer's batch ends
+  at. The indexer actor puts those sources back at the head of its queue, so its next call
+  begins with them and takes the prepared batch; a call that begins otherwise drops it. The
+  writer checks every prepared file before writing it (`Prepared.fresh`): a file that changed
+  meanwhile is prepared again, never written stale.
+- A prepared batch goes from the preparer to the writer as a file in `handoff/` beside the
+  database, not through this process: unpickling and pickling a block's texts and postings
+  here would hold the GIL the queries this process answers need (~40 ms per block). The
+  files are ours, written by the preparer and read once by the writer; whatever is left of
+  them when the service stops or starts is deleted.
+
+Either process dying (killed, out of memory, a parser crash) fails the call with
+`StageProcessDied`, which says which one; the next call starts a new process. The indexer
+offers that batch again in halves. Both processes run `WRITER_NICE` below the service and
+are named (`/proc/<pid>/comm`) so an operator's `top` tells them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import attrs
+
+from actors.search import keyword_stage
+from actors.search.keyword_stage import IndexReport
+from actors.search.priority import WRITER_NICE, lower_this_thread
+from actors.search.store import Database, Reader
+
+log = logging.getLogger(__name__)
+
+WRITER = "cairn-kw-writer"
+PREPARER = "cairn-kw-prep"
+
+
+class StageProcessDied(BrokenProcessPool):
+    """A process of the keyword stage died during a call (the message says which)."""
+
+
+@attrs.frozen
+class Handoff:
+    """A prepared batch, waiting in a file for the writer: what this process needs of it."""
+
+    path: str
+    sources: tuple[str, ...]
+    chunks: int
+    next_id: int
+
+
+class Pipeline:
+    """The keyword stage of one database. `index` is called once at a time (the indexer
+    actor's keyword job); `close` ends both processes."""
+
+    def __init__(self, database: Path, inbox: Path, name: str) -> None:
+        self.database = database
+        self.inbox = inbox
+        self.name = name
+        self.handoff_dir = database.parent / "handoff"
+        self.handoff_dir.mkdir(exist_ok=True)
+        self._clear_handoffs()
+        self._writer: ProcessPoolExecutor | None = None
+        self._preparer: ProcessPoolExecutor | None = None
+        self._ahead: asyncio.Task[Handoff] | None = None
+
+    async def start(self) -> None:
+        """Start both processes now rather than with the first batch."""
+        if self._preparer is None:
+            self._preparer = await asyncio.to_thread(_start_process, PREPARER)
+        if self._writer is None:
+            self._writer = await asyncio.to_thread(_start_process, WRITER)
+        await asyncio.gather(*(asyncio.wrap_future(p.submit(int)) for p in self._pools()))
+
+    def _pools(self) -> list[ProcessPoolExecutor]:
+        return [pool for pool in (self._preparer, self._writer) if pool is not None]
+
+    async def index(self, sources: Sequence[str]) -> IndexReport:
+        """Bring `sources` up to date in one transaction, in order, as far as the keyword
+        block allows; the report's `rest` is those not reached (their preparation is under
+        way for the next call)."""
+        started = time.perf_counter()
+        sources = tuple(sources)
+        if self._writer is None:  # started first: its imports overlap the preparation
+            self._writer = await asyncio.to_thread(_start_process, WRITER)
+        writer = self._writer
+        handoff = await self._take_ahead(sources) or await self._prepare(sources, None)
+        ahead = sources[len(handoff.sources) :]
+        if ahead:
+            self._ahead = asyncio.create_task(
+                self._prepare(ahead, handoff.next_id + handoff.chunks), name="keyword lookahead"
+            )
+            self._ahead.add_done_callback(_retrieve)
+        try:
+            report = await self._write(writer, handoff)
+        except BaseException:
+            self._drop_ahead()
+            _unlink(handoff.path)
+            raise
+        return attrs.evolve(report, rest=report.rest + ahead, seconds=time.perf_counter() - started)
+
+    def close(self) -> None:
+        """End both processes (blocking) and delete the batches they left."""
+        self._ahead = None
+        for pool in self._pools():
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._preparer = self._writer = None
+        self._clear_handoffs()
+
+    async def _take_ahead(self, sources: tuple[str, ...]) -> Handoff | None:
+        """The batch prepared ahead, if `sources` begin with it."""
+        task, self._ahead = self._ahead, None
+        if task is None:
+            return None
+        try:
+            handoff = await task
+        except Exception as exc:
+            # Prepared again now: a file that kills the preparer does so again, in the call
+            # that offers it, where the indexer can tell which batch it was in.
+            log.debug("search %s: the batch prepared ahead failed: %r", self.name, exc)
+            return None
+        if handoff.sources and sources[: len(handoff.sources)] == handoff.sources:
+            return handoff
+        _unlink(handoff.path)
+        return None
+
+    def _drop_ahead(self) -> None:
+        task, self._ahead = self._ahead, None
+        if task is not None:
+            task.add_done_callback(_discard)
+
+    async def _prepare(self, sources: tuple[str, ...], next_id: int | None) -> Handoff:
+        if self._preparer is None:
+            self._preparer = await asyncio.to_thread(_start_process, PREPARER)
+        job = (str(self.database), str(self.inbox), str(self.handoff_dir), sources, next_id)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._preparer, prepare_in_preparer, *job
+            )
+        except BrokenProcessPool as exc:
+            self._preparer = None
+            raise StageProcessDied(f"the keyword preparer process died ({exc})") from exc
+
+    async def _write(self, writer: ProcessPoolExecutor, handoff: Handoff) -> IndexReport:
+        job = (str(self.database), str(self.inbox), self.name, handoff.path)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(writer, write_in_writer, *job)
+        except BrokenProcessPool as exc:
+            self._writer = None
+            raise StageProcessDied(f"the keyword writer process died ({exc})") from exc
+
+    def _clear_handoffs(self) -> None:
+        for path in self.handoff_dir.glob("*.pickle"):
+            _unlink(str(path))
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _retrieve(task: asyncio.Task[Handoff]) -> None:
+    # Nobody may await a dropped lookahead: its failure is not news (it is prepared again).
+    if not task.cancelled():
+        task.exception()
+
+
+def _discard(task: asyncio.Task[Handoff]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        _unlink(task.result().path)
+
+
+# -- in the processes -----------------------------------------------------------------------
+
+_readers: dict[str, Reader] = {}
+_databases: dict[str, Database] = {}
+_handoffs = itertools.count()
+
+
+def prepare_in_preparer(
+    database: str, inbox: str, handoff_dir: str, sources: tuple[str, ...], next_id: int | None
+) -> Handoff:
+    """`keyword_stage.prepare` in the preparer, its batch written to a handoff file."""
+    reader = _readers.get(database)
+    if reader is None:
+        reader = _readers[database] = Reader(Path(database))
+    prepared = keyword_stage.prepare(reader, Path(inbox), sources, next_id)
+    path = Path(handoff_dir) / f"{os.getpid()}-{next(_handoffs)}.pickle"
+    with path.open("wb") as out:
+        # The writer reports what it did not reach of the batch; the rest offered to the
+        # preparer is the caller's to count.
+        pickle.dump(attrs.evolve(prepared, rest=()), out, protocol=pickle.HIGHEST_PROTOCOL)
+    return Handoff(str(path), prepared.sources, prepared.chunks, prepared.next_id)
+
+
+def write_in_writer(database: str, inbox: str, name: str, handoff: str) -> IndexReport:
+    """`keyword_stage.write_prepared` in the writer, on a database kept open between
+    batches."""
+    with open(handoff, "rb") as batch:
+        prepared: keyword_stage.Prepared = pickle.load(batch)
+    _unlink(handoff)
+    db = _databases.get(database)
+    if db is None:
+        db = _databases[database] = Database(Path(database))
+    return keyword_stage.write_prepared(db, Path(inbox), name, prepared)
+
+
+def _start_process(name: str) -> ProcessPoolExecutor:
+    """A process of the stage, started `WRITER_NICE` below the service. Spawning blocks the
+    caller (~10 ms, measured on the event loop while a backlog's first query waited): call
+    it off the loop. It is spawned from a throwaway thread lowered first, so the process is
+    niced from its first instruction (its imports included), as is the pool's result thread,
+    which the same thread starts, and the service's own threads are not."""
+    with ThreadPoolExecutor(
+        1, f"{name} start", initializer=lower_this_thread, initargs=(WRITER_NICE,)
+    ) as starter:
+        return starter.submit(_spawn, name).result()
+
+
+def _spawn(name: str) -> ProcessPoolExecutor:
+    pool = ProcessPoolExecutor(
+        1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_name_this_process,
+        initargs=(name,),
+    )
+    pool.submit(int)  # a spawned pool starts its process on the first submit
+    return pool
+
+
+def _name_this_process(name: str) -> None:
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text(name)
