@@ -20,7 +20,7 @@ import attrs
 import pytest
 from pvesim.cluster import SimCluster
 
-from events.nats_server import free_port
+from events.nats_server import free_ports
 from tests.conftest import wait_for
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
@@ -162,7 +162,7 @@ async def start_cairn(tmp_path: Path, sim: SimCluster, mirror: Mirror) -> AsyncI
     if anything started under its directory is still running."""
     started: list[Cairn] = []
     sessions: list[aiohttp.ClientSession] = []
-    ports = {name: free_port() for name in SERVICES}
+    ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
 
     async def start(*args: str, wrapper: tuple[str, ...] = (), **extra: str) -> Cairn:
         env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
