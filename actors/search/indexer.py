@@ -19,6 +19,15 @@ is tried again after a pause, and so is an embedder that cannot store its vector
 
 While either stage has work, a `search.progress` event is recorded at most once a second, and
 once more when both are done.
+
+The stream says what the database holds, also after a crash: events are recorded after their
+commit (and paced), so a process killed in between leaves documents in the database that its
+stream never mentioned, or mentions as they were. At start-up and after a failure the actor
+compares the two (`_Healed`) and records what is missing: `document_indexed` (with `retired`
+0: what it replaced is not known any more) for each document the stream does not say is
+indexed as it is, and `document_removed` for each the stream still has that the database does
+not. Sources queued for the keyword stage, or taken by it meanwhile, are left to their own
+events.
 """
 
 from __future__ import annotations
@@ -82,6 +91,14 @@ class _Embedded:
 
 
 @attrs.frozen
+class _Healed:
+    """The database's documents (source -> (sha256, active chunks)), read to bring the stream
+    up to date with them, or the exception the read raised."""
+
+    documents: Any
+
+
+@attrs.frozen
 class _RecordMore:
     """The pause between two slices of a call's events is over."""
 
@@ -112,7 +129,11 @@ class SearchIndexer(AggregateActor):
         self.keyword_rate = Rate()
         self.embedding_rate = Rate()
         self.reporter = Reporter()
-        self.documents = 0
+        # What the stream says is indexed: source -> sha256 of its last document_indexed.
+        self.recorded: dict[str, str] = {}
+        # Sources offered to the keyword stage since the stream's check began (None: none
+        # under way): their own events tell the stream.
+        self.touched: set[str] | None = None
         self.waiting_for_space: dict[str, int] = {}  # source -> tries so far
         self.embedder_waiting = 0  # tries of the embedder since the disk was full
         # Files of batches during which a keyword stage process died, offered
@@ -124,7 +145,9 @@ class SearchIndexer(AggregateActor):
 
     def apply(self, event: Event) -> None:
         if isinstance(event, events.DocumentIndexed):
-            self.documents += 1
+            self.recorded[event.source] = event.sha256
+        elif isinstance(event, (events.DocumentRemoved, events.DocumentDismissed)):
+            self.recorded.pop(event.source, None)
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, SourcesChanged):
@@ -137,7 +160,11 @@ class SearchIndexer(AggregateActor):
             return None
         if isinstance(message, Reconciled):
             self._record_paced(events.DatabaseReconciled(db=self.ident, queued=message.queued))
+            self._check_stream()
             self._next_embedding()  # chunks left without vectors by the last run
+            return None
+        if isinstance(message, _Healed):
+            self._heal(message.documents)
             return None
         if isinstance(message, _Indexed):
             self._indexed(message)
@@ -149,6 +176,7 @@ class SearchIndexer(AggregateActor):
             self._next_embedding()
             return None
         if isinstance(message, _Rescan):
+            self._check_stream()
             self.start_job(
                 asyncio.to_thread(self.engine.reconcile),
                 done=lambda todo: SourcesChanged(tuple(todo)) if isinstance(todo, list) else None,
@@ -185,6 +213,8 @@ class SearchIndexer(AggregateActor):
         sources = tuple(list(self.queue)[:limit])
         for source in sources:
             del self.queue[source]
+        if self.touched is not None:
+            self.touched.update(sources)
         self.pipeline.queued = len(self.queue)
         self.pipeline.indexing = True
 
@@ -292,6 +322,38 @@ class SearchIndexer(AggregateActor):
                 self.pipeline.embedding_error = report.error
             self._next_embedding()
         self._report()
+
+    # -- the stream, as the database is ------------------------------------------------------
+
+    def _check_stream(self) -> None:
+        self.touched = set()
+        self.start_job(asyncio.to_thread(self.engine.db.indexed), done=_Healed)
+
+    def _heal(self, documents: Any) -> None:
+        # Sources taken or still queued get their own events, telling the stream the same.
+        skip, self.touched = (self.touched or set()) | set(self.queue), None
+        if isinstance(documents, BaseException):
+            log.error("search %s: could not compare the stream with the database: %r",
+                      self.ident, documents)  # fmt: skip
+            return
+        db = self.ident
+        missing: list[Event] = [
+            events.DocumentIndexed(db=db, source=source, sha256=sha, chunks=chunks, retired=0)
+            for source, (sha, chunks) in sorted(documents.items())
+            if source not in skip and self.recorded.get(source) != sha
+        ]
+        gone = [
+            events.DocumentRemoved(db=db, source=source, retired=0)
+            for source in sorted(self.recorded)
+            if source not in documents and source not in skip
+        ]
+        if missing or gone:
+            log.warning(
+                "search %s: the stream lacked %d indexed and %d removed documents (the service"
+                " stopped before recording them); recording them now",
+                db, len(missing), len(gone),
+            )  # fmt: skip
+            self._record_paced(*missing, *gone)
 
     # -- progress -------------------------------------------------------------------------------
 

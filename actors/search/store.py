@@ -400,6 +400,15 @@ class Database:
             rows = conn.execute("SELECT source, size, mtime_ns, sha256 FROM documents").fetchall()
         return {source: DocumentState(size, mtime, sha) for source, size, mtime, sha in rows}
 
+    def indexed(self) -> dict[str, tuple[str, int]]:
+        """Every indexed document: its SHA-256 and its number of active chunks."""
+        with self.snapshot() as conn:
+            rows = conn.execute(
+                "SELECT d.source, d.sha256, count(c.id) FROM documents d"
+                " LEFT JOIN chunks c ON c.source = d.source AND c.active = 1 GROUP BY d.source"
+            ).fetchall()
+        return {source: (sha256, chunks) for source, sha256, chunks in rows}
+
     def documents_of(self, sources: Sequence[str]) -> dict[str, DocumentState]:
         """The indexed state of those of `sources` that are indexed."""
         with self.snapshot() as conn:
