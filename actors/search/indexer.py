@@ -18,7 +18,8 @@ when it is started again after a failure). A batch that meets a full disk is not
 is tried again after a pause, and so is an embedder that cannot store its vectors.
 
 While either stage has work, a `search.progress` event is recorded at most once a second, and
-once more when both are done.
+once more when both are done; not paced, so it may come before the document events of the
+files it counts.
 
 The stream says what the database holds, also after a crash: events are recorded after their
 commit (and paced), so a process killed in between leaves documents in the database that its
@@ -363,7 +364,10 @@ class SearchIndexer(AggregateActor):
         self.pipeline.embedding_rate = self.embedding_rate.per_second(now)
         event = self.reporter.due(self.ident, self.pipeline, now)
         if event is not None:
-            self._record_paced(event)
+            # At once, ahead of the paced document events: at most one a second costs nothing,
+            # and a subscriber's progress bar then follows the database, not the pacing (it
+            # trailed a 100,000-chunk drain by ~10 s).
+            self.record(event)
 
     # -- recording, paced -----------------------------------------------------------------------
 

@@ -271,3 +271,26 @@ async def test_a_backlog_larger_than_a_keyword_block_is_indexed_once_and_all_rec
     indexed = [r.event for r in stream if isinstance(r.event, DocumentIndexed)]
     assert sorted(e.source for e in indexed) == [f"f{i:04}.txt" for i in range(files)]
     assert {e.chunks for e in indexed} == {10}
+
+
+async def test_progress_events_follow_the_database_not_the_paced_document_events(
+    harness: SearchHarness,
+) -> None:
+    """Document events are paced (128 every 0.3 s): a backlog of 1,000 files is indexed long
+    before its events are all recorded. The progress event saying so is not held back."""
+    files = 1_000
+    harness.registry.add("notes")
+    for i in range(files):
+        harness.write(f"notes/f{i:04}.txt", f"file{i} with a few words")
+    await harness.start(EMBEDDING_PROVIDER="none")
+    order: list[str] = []
+    indexed = 0
+    while indexed < files:
+        event = await asyncio.wait_for(harness.events.get(), 60)
+        if event["type"] == "search.document_indexed":
+            indexed += 1
+            order.append("document")
+        elif event["type"] == "search.progress" and event["data"]["state"] == "idle":
+            assert event["data"]["documents"] == files
+            order.append("idle")
+    assert "idle" in order and order.index("idle") < len(order) - 1, "idle came last"
