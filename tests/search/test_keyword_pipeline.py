@@ -5,14 +5,16 @@ file outlives its batch."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from actors.search import keyword
-from actors.search.keyword_pipeline import Pipeline
+from actors.search import keyword, keyword_pipeline
+from actors.search.keyword_pipeline import PREPARER, WRITER, Pipeline
 from actors.search.store import Database
+from tests.conftest import wait_for
 from tests.search.test_keyword_stage import found, rewrite
 
 
@@ -61,3 +63,31 @@ async def test_work_prepared_ahead_is_taken_or_dropped_and_never_written_stale(
     assert found(db, "first") == ["c.txt", "d.txt"]
     assert db.stats() == (4, keyword.BLOCK + 3)
     assert list(pipeline.handoff_dir.iterdir()) == []
+
+
+def stage_processes() -> list[str]:
+    """This process's children that are keyword stage processes, by name."""
+    names = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            names.append((entry / "comm").read_text().strip())
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(n for n in names if n in (PREPARER, WRITER))
+
+
+async def test_idle_processes_end_and_the_next_batch_starts_them_again(
+    stage: tuple[Pipeline, Database, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline, db, inbox = stage
+    monkeypatch.setattr(keyword_pipeline, "IDLE_SECONDS", 0.5)
+    (inbox / "a.txt").write_text("first file")
+    await pipeline.index(["a.txt"])
+    assert stage_processes() == [PREPARER, WRITER]
+    await wait_for(lambda: not stage_processes(), timeout=30, what="idle processes to end")
+    (inbox / "b.txt").write_text("second file")
+    report = await pipeline.index(["b.txt"])
+    assert [o.source for o in report.outcomes] == ["b.txt"]
+    assert found(db, "file") == ["a.txt", "b.txt"]
