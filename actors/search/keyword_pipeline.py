@@ -36,10 +36,11 @@ import multiprocessing
 import os
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
@@ -56,6 +57,9 @@ PREPARER = "cairn-kw-prep"
 # what its largest batch needed (180-260 MB each after 100,000 chunks, measured), which an
 # inbox that changes now and then should not keep; the next batch starts them again (~0.5 s).
 IDLE_SECONDS = 60.0
+
+
+_T = TypeVar("_T")
 
 
 class StageProcessDied(BrokenProcessPool):
@@ -83,21 +87,20 @@ class Pipeline:
         self.handoff_dir = database.parent / "handoff"
         self.handoff_dir.mkdir(exist_ok=True)
         self._clear_handoffs()
-        self._writer: ProcessPoolExecutor | None = None
-        self._preparer: ProcessPoolExecutor | None = None
+        self._processes: dict[str, ProcessPoolExecutor] = {}  # by name: PREPARER, WRITER
         self._ahead: asyncio.Task[Handoff] | None = None
         self._idle: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         """Start both processes now rather than with the first batch."""
-        if self._preparer is None:
-            self._preparer = await asyncio.to_thread(_start_process, PREPARER)
-        if self._writer is None:
-            self._writer = await asyncio.to_thread(_start_process, WRITER)
-        await asyncio.gather(*(asyncio.wrap_future(p.submit(int)) for p in self._pools()))
+        pools = [await self._process(PREPARER), await self._process(WRITER)]
+        await asyncio.gather(*(asyncio.wrap_future(pool.submit(int)) for pool in pools))
 
-    def _pools(self) -> list[ProcessPoolExecutor]:
-        return [pool for pool in (self._preparer, self._writer) if pool is not None]
+    async def _process(self, name: str) -> ProcessPoolExecutor:
+        pool = self._processes.get(name)
+        if pool is None:
+            pool = self._processes[name] = await asyncio.to_thread(_start_process, name)
+        return pool
 
     async def index(self, sources: Sequence[str]) -> IndexReport:
         """Bring `sources` up to date in one transaction, in order, as far as the keyword
@@ -108,9 +111,7 @@ class Pipeline:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        if self._writer is None:  # started first: its imports overlap the preparation
-            self._writer = await asyncio.to_thread(_start_process, WRITER)
-        writer = self._writer
+        await self._process(WRITER)  # started first: its imports overlap the preparation
         handoff = await self._take_ahead(sources) or await self._prepare(sources, None)
         ahead = sources[len(handoff.sources) :]
         if ahead:
@@ -119,7 +120,8 @@ class Pipeline:
             )
             self._ahead.add_done_callback(_retrieve)
         try:
-            report = await self._write(writer, handoff)
+            job = (str(self.database), str(self.inbox), self.name, handoff.path)
+            report = await self._call(WRITER, write_in_writer, *job)
         except BaseException:
             self._drop_ahead()
             _unlink(handoff.path)
@@ -133,7 +135,7 @@ class Pipeline:
         """End both processes after `IDLE_SECONDS` without a batch (the next one starts
         them again)."""
         self._idle = None
-        pools, self._preparer, self._writer = self._pools(), None, None
+        pools, self._processes = list(self._processes.values()), {}
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
         log.debug("search %s: keyword stage processes ended, idle", self.name)
@@ -141,9 +143,9 @@ class Pipeline:
     def close(self) -> None:
         """End both processes (blocking) and delete the batches they left."""
         self._ahead = None
-        for pool in self._pools():
+        pools, self._processes = list(self._processes.values()), {}
+        for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
-        self._preparer = self._writer = None
         self._clear_handoffs()
 
     async def _take_ahead(self, sources: tuple[str, ...]) -> Handoff | None:
@@ -169,24 +171,28 @@ class Pipeline:
             task.add_done_callback(_discard)
 
     async def _prepare(self, sources: tuple[str, ...], next_id: int | None) -> Handoff:
-        if self._preparer is None:
-            self._preparer = await asyncio.to_thread(_start_process, PREPARER)
         job = (str(self.database), str(self.inbox), str(self.handoff_dir), sources, next_id)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._preparer, prepare_in_preparer, *job
-            )
-        except BrokenProcessPool as exc:
-            self._preparer = None
-            raise StageProcessDied(f"the keyword preparer process died ({exc})") from exc
+        handoff: Handoff = await self._call(PREPARER, prepare_in_preparer, *job)
+        return handoff
 
-    async def _write(self, writer: ProcessPoolExecutor, handoff: Handoff) -> IndexReport:
-        job = (str(self.database), str(self.inbox), self.name, handoff.path)
+    async def _call(self, name: str, fn: Callable[..., _T], *args: object) -> _T:
+        """`fn(*args)` in the process `name`. One that died while idle (killed, out of
+        memory) is found at the submit and replaced: that is no verdict on this batch, which
+        it never saw. One that dies during the call fails it with `StageProcessDied`."""
+        pool = await self._process(name)
         try:
-            return await asyncio.get_running_loop().run_in_executor(writer, write_in_writer, *job)
+            future = pool.submit(fn, *args)
+        except BrokenProcessPool:
+            log.warning("search %s: the %s process had died while idle; starting another",
+                        self.name, name)  # fmt: skip
+            del self._processes[name]
+            future = (await self._process(name)).submit(fn, *args)
+        try:
+            return await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:
-            self._writer = None
-            raise StageProcessDied(f"the keyword writer process died ({exc})") from exc
+            self._processes.pop(name, None)
+            which = "writer" if name == WRITER else "preparer"
+            raise StageProcessDied(f"the keyword {which} process died ({exc})") from exc
 
     def _clear_handoffs(self) -> None:
         for path in self.handoff_dir.glob("*.pickle"):

@@ -14,6 +14,7 @@ import pytest
 
 from actors.search.events import DocumentDismissed, DocumentIndexed
 from actors.search.keyword_pipeline import PREPARER, WRITER
+from tests.conftest import wait_for
 from tests.search.conftest import SearchHarness
 
 PROCESSES = pytest.mark.parametrize("name", [WRITER, PREPARER], ids=["writer", "preparer"])
@@ -37,15 +38,24 @@ def stage_pids(name: str) -> set[int]:
     return pids
 
 
-async def kill_when_it_starts(name: str, before: set[int]) -> None:
-    """SIGKILL the process `name` as soon as it has its name: the batch submitted to it is in
-    flight."""
+def has_database_open(pid: int) -> bool:
+    """Whether `pid` has a search database open: each stage process opens it in its first
+    batch, so that batch is then in flight (the writer is started before it has one)."""
+    try:
+        links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except OSError:
+        return False
+    return any(link.endswith("index.sqlite") for link in links)
+
+
+async def kill_when_busy(name: str, before: set[int]) -> None:
+    """SIGKILL the process `name` once its first batch is in flight."""
     async with asyncio.timeout(60):
         while True:
-            if new := stage_pids(name) - before:
+            if busy := [pid for pid in stage_pids(name) - before if has_database_open(pid)]:
                 break
-            await asyncio.sleep(0.005)  # polling /proc for a process that is being spawned
-    for pid in new:
+            await asyncio.sleep(0.005)  # polling /proc for a process at work
+    for pid in busy:
         os.kill(pid, signal.SIGKILL)
 
 
@@ -61,7 +71,7 @@ async def test_a_process_killed_during_a_batch_loses_no_file(
         harness.write(f"notes/f{i:04}.txt", f"file{i} " + "some words to index " * 30)
     before = stage_pids(name)
     await harness.start(EMBEDDING_PROVIDER="none")
-    await kill_when_it_starts(name, before)
+    await kill_when_busy(name, before)
 
     body = await harness.until_indexed("notes", files)
     assert (body["queued"], body["chunks"]) == (0, files)
@@ -85,7 +95,7 @@ async def test_a_file_during_which_a_process_dies_alone_is_dismissed_until_it_ch
     harness.write("notes/only.txt", "first version of the only file. " * 60_000)
     before = stage_pids(name)
     await harness.start(EMBEDDING_PROVIDER="none")
-    await kill_when_it_starts(name, before)
+    await kill_when_busy(name, before)
     dismissed = await harness.event("search.document_dismissed", "only.txt")
     which = "writer" if name == WRITER else "preparer"
     assert dismissed["reason"].startswith(f"indexing failed: the keyword {which} process died (")
@@ -97,3 +107,23 @@ async def test_a_file_during_which_a_process_dies_alone_is_dismissed_until_it_ch
     assert (await harness.event("search.document_indexed", "only.txt"))["chunks"] == 1
     _, found = await harness.get("/api/search", db="notes", q="second", target="keyword")
     assert [g["source"] for g in found["keyword"]] == ["only.txt"]
+
+
+@PROCESSES
+async def test_a_process_killed_while_idle_costs_no_file(
+    harness: SearchHarness, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed between batches (the OOM killer, an operator): the next batch never met it, so
+    it is no verdict on that batch's files. A new process takes the batch."""
+    harness.registry.add("notes")
+    harness.write("notes/first.txt", "the first file")
+    before = stage_pids(name)
+    await harness.start(EMBEDDING_PROVIDER="none")
+    await harness.event("search.document_indexed", "first.txt")
+    (pid,) = stage_pids(name) - before
+    os.kill(pid, signal.SIGKILL)
+    # Reaped once the pool has seen it die.
+    await wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30, what="the reaping")
+    harness.write("notes/second.txt", "the second file")
+    assert (await harness.event("search.document_indexed", "second.txt"))["chunks"] == 1
+    assert f"the {name} process had died while idle" in caplog.text
