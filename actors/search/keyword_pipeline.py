@@ -20,10 +20,11 @@ What runs where:
   files are ours, written by the preparer and read once by the writer; whatever is left of
   them when the service stops or starts is deleted.
 
-Either process dying (killed, out of memory, a parser crash) fails the call with
-`StageProcessDied`, which says which one; the next call starts a new process. The indexer
-offers that batch again in halves. Both processes run `WRITER_NICE` below the service and
-are named (`/proc/<pid>/comm`) so an operator's `top` tells them apart.
+Both end with the service, also when it is killed. Either process dying (killed, out of
+memory, a parser crash) fails the call with `StageProcessDied`, which says which one; the
+next call starts a new process. The indexer offers that batch again in halves. Both processes
+run `WRITER_NICE` below the service and are named (`/proc/<pid>/comm`) so an operator's `top`
+tells them apart.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -266,13 +269,27 @@ def _spawn(name: str) -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(
         1,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_name_this_process,
+        initializer=_in_stage_process,
         initargs=(name,),
     )
     pool.submit(int)  # a spawned pool starts its process on the first submit
     return pool
 
 
-def _name_this_process(name: str) -> None:
+def _in_stage_process(name: str) -> None:
+    """Name this process, and end it when the service dies. A pool's worker waits on a
+    queue whose writing end it holds itself, so a killed service (`kill -9`, a crash) left
+    both processes waiting for ever, the database open. The kernel's parent-death signal
+    would follow the thread that spawned them, which is a throwaway one."""
     with contextlib.suppress(OSError):
         Path("/proc/self/comm").write_text(name)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(
+            target=_end_with, args=(parent.sentinel,), name="parent watch", daemon=True
+        ).start()
+
+
+def _end_with(parent_sentinel: int) -> None:
+    multiprocessing.connection.wait([parent_sentinel])
+    os._exit(0)

@@ -105,16 +105,19 @@ class Cairn:
 
 
 def stray_processes(marker: str) -> list[str]:
-    """Processes whose command line names ``marker`` (a test's own directory)."""
+    """Processes whose command line names ``marker`` (a test's own directory), or that run in
+    it (cairn's children inherit its working directory: the search indexer's processes name
+    nothing of the test in their command line)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if marker in cmdline:
+        if marker in cmdline or cwd.startswith(marker):
             found.append(f"{entry.name}: {cmdline.strip()}")
     return found
 

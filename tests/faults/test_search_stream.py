@@ -16,7 +16,7 @@ from actors.search.events import DocumentIndexed, DocumentRemoved
 from events.model import Event
 from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
-from tests.faults.conftest import Cairn, StartCairn
+from tests.faults.conftest import Cairn, StartCairn, stray_processes
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 FILES = 3000
@@ -54,6 +54,13 @@ async def killed_once(cairn: Cairn, settled: dict[str, int]) -> None:
 
     await wait_for(there, timeout=60, what=f"the search status to show {settled}")
     assert await cairn.stop(signal.SIGKILL) == -signal.SIGKILL
+    marker = str(cairn.log_path.parent)
+
+    def indexer_processes() -> list[str]:
+        return [line for line in stray_processes(marker) if "multiprocessing" in line]
+
+    # They held the database open, waiting for a service that was gone.
+    await wait_for(lambda: not indexer_processes(), timeout=10, what="its processes to end")
 
 
 async def test_a_killed_search_service_records_what_its_stream_missed(
