@@ -230,7 +230,7 @@ class SearchIndexer(AggregateActor):
         if isinstance(report, BaseException) and disk_full(report):
             self._retry_when_space(message.sources)
         elif isinstance(report, BrokenProcessPool):
-            self._writer_died(message.sources, report)
+            self._stage_process_died(message.sources, report)
         elif isinstance(report, BaseException):
             log.error("search %s: indexing failed: %r", self.ident, report)
             self._record_paced(
@@ -256,7 +256,7 @@ class SearchIndexer(AggregateActor):
         self._next_keyword()
         self._report()
 
-    def _writer_died(self, sources: tuple[str, ...], error: BrokenProcessPool) -> None:
+    def _stage_process_died(self, sources: tuple[str, ...], error: BrokenProcessPool) -> None:
         """A keyword stage process (the preparer or the writer) died during this batch
         (killed, out of memory, a parser's crash): nothing of it was written, and the next
         batch starts a new one. A file that kills it each time must not take the others with

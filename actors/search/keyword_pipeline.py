@@ -138,18 +138,19 @@ class Pipeline:
         """End both processes after `IDLE_SECONDS` without a batch (the next one starts
         them again)."""
         self._idle = None
-        pools, self._processes = list(self._processes.values()), {}
-        for pool in pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._end_processes(wait=False)
         log.debug("search %s: keyword stage processes ended, idle", self.name)
 
     def close(self) -> None:
         """End both processes (blocking) and delete the batches they left."""
         self._ahead = None
+        self._end_processes(wait=True)
+        self._clear_handoffs()
+
+    def _end_processes(self, *, wait: bool) -> None:
         pools, self._processes = list(self._processes.values()), {}
         for pool in pools:
-            pool.shutdown(wait=True, cancel_futures=True)
-        self._clear_handoffs()
+            pool.shutdown(wait=wait, cancel_futures=True)
 
     async def _take_ahead(self, sources: tuple[str, ...]) -> Handoff | None:
         """The batch prepared ahead, if `sources` begin with it."""
