@@ -5,8 +5,9 @@
   slowloris that trickles headers, or opens and says nothing); ``body_guard`` cuts a request
   whose body stops arriving for ``CAIRN_BODY_TIMEOUT`` seconds.
 * **A connection cap per service.** Past ``CAIRN_MAX_CONNECTIONS`` open connections a new one
-  is answered ``503`` at once and closed, so a flood on one service cannot take the file
-  descriptors every other service (and the event store, and NATS) needs.
+  is answered ``503`` and closed as it is accepted, so a flood on one service cannot take the
+  file descriptors every other service (and the event store, and NATS) needs: a service holds
+  at most its cap's connections and ``MAX_LINGERING`` refused ones.
 * **The open-file limit.** The soft ``RLIMIT_NOFILE`` is raised to the hard one at start-up;
   the default cap is derived from what is left.
 """
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import resource
+import socket
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -34,10 +38,10 @@ MAX_DEFAULT_CAP = 4096
 REFUSAL_LINGER = 0.05
 # Refusals allowed to linger at once per service; past it (a flood) they close at once.
 MAX_LINGERING = 16
-# Pending connections per listener. asyncio accepts up to this many in one go before any
-# protocol (and so the cap) sees them: small enough that five listeners' bursts fit in what
-# the cap leaves free, large enough for ordinary bursts of clients.
+# Pending connections per listener, and the most accepted in one pass of the loop.
 BACKLOG = 64
+# How long a listener that ran out of descriptors stops accepting (asyncio's own delay).
+ACCEPT_PAUSE = 1.0
 BUSY_BODY = b"too many connections to this service; try again shortly\n"
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -71,11 +75,13 @@ def default_cap(listeners: int) -> int:
     return max(16, min(MAX_DEFAULT_CAP, spare // (3 * max(1, listeners))))
 
 
-class _Refusal(asyncio.Protocol):
-    """Answers 503 and closes: the whole life of a connection over the cap."""
+class _Lingering(asyncio.Protocol):
+    """A refused connection, already answered 503, given ``REFUSAL_LINGER`` seconds to finish
+    sending its request's headers: closing it with the request unread would reset it, and the
+    client could lose the answer."""
 
-    def __init__(self, site: GuardedSite) -> None:
-        self._site = site
+    def __init__(self, closed: asyncio.Future[None]) -> None:
+        self._closed = closed
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._seen = b""
@@ -83,12 +89,6 @@ class _Refusal(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self._site.count_refusal()
-        transport.write(BUSY_RESPONSE)
-        if self._site.lingering >= MAX_LINGERING:
-            transport.close()
-            return
-        self._site.lingering += 1
         self._timer = asyncio.get_running_loop().call_later(REFUSAL_LINGER, transport.close)
 
     def data_received(self, data: bytes) -> None:
@@ -104,7 +104,8 @@ class _Refusal(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
-            self._site.lingering -= 1
+        if not self._closed.done():
+            self._closed.set_result(None)
 
     def _close(self) -> None:
         if self._transport is not None:
@@ -112,7 +113,16 @@ class _Refusal(asyncio.Protocol):
 
 
 class GuardedSite(web.TCPSite):
-    """A TCP site that answers 503 to connections beyond ``cap``."""
+    """A TCP site that answers 503 to connections beyond ``cap``.
+
+    It accepts connections itself rather than through ``asyncio.Server``, which accepts up to
+    a backlog of connections per listener in each pass of the loop and makes their protocols
+    a pass later: neither the cap nor a refusal could act before a flood had taken hundreds of
+    descriptors (a 1024 open-file limit ran out). Here each connection is judged as it is
+    accepted, and one over the cap is answered and closed on the spot (or lingers,
+    ``MAX_LINGERING`` at most), so a service never holds more than ``cap + MAX_LINGERING``
+    connections' descriptors.
+    """
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, cap: int, name: str):
         super().__init__(runner, host, port, backlog=BACKLOG)
@@ -120,7 +130,14 @@ class GuardedSite(web.TCPSite):
         self.service = name
         self.refused = 0
         self.lingering = 0
+        # Connections handed to the loop whose protocol has not connected yet: aiohttp counts
+        # a connection in ``server.connections`` from its ``connection_made``, a pass later.
+        self._unborn = 0
+        self._listening: list[socket.socket] = []
+        self._handing: set[asyncio.Task[None]] = set()
+        self._resume: dict[int, asyncio.TimerHandle] = {}
         self._last_report = 0.0
+        self._last_exhausted = 0.0
 
     def count_refusal(self) -> None:
         self.refused += 1
@@ -134,22 +151,110 @@ class GuardedSite(web.TCPSite):
             )  # fmt: skip
 
     async def start(self) -> None:
-        # TCPSite.start, with the protocol factory wrapped.
         self._runner._reg_site(self)
-        server = self._runner.server
-        assert server is not None
-
-        def factory() -> Any:
-            if len(server.connections) >= self.cap:
-                return _Refusal(self)
-            return server()
-
         loop = asyncio.get_running_loop()
+        # asyncio binds (every address the host names, with its socket options); this site
+        # listens and accepts. The server, never started, closes its sockets at the stop.
         self._server = await loop.create_server(
-            factory, self._host, self._port, backlog=self._backlog
+            asyncio.Protocol, self._host, self._port, backlog=self._backlog, start_serving=False
         )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+        for bound in sockets:
+            listener = bound.dup()
+            listener.setblocking(False)
+            listener.listen(self._backlog)
+            self._listening.append(listener)
+            loop.add_reader(listener.fileno(), self._accept, listener)
+
+    async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        for timer in self._resume.values():
+            timer.cancel()
+        self._resume.clear()
+        for listener in self._listening:
+            loop.remove_reader(listener.fileno())
+            listener.close()
+        self._listening.clear()
+        await super().stop()
+
+    def _accept(self, listener: socket.socket) -> None:
+        server = self._runner.server
+        assert server is not None
+        for _ in range(self._backlog):
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                self._pause(listener, exc)
+                return
+            conn.setblocking(False)
+            if len(server.connections) + self._unborn < self.cap:
+                self._unborn += 1
+                self._spawn(self._connect(conn, server))
+            else:
+                self._refuse(conn)
+
+    def _refuse(self, conn: socket.socket) -> None:
+        self.count_refusal()
+        try:
+            conn.send(BUSY_RESPONSE)
+        except OSError:
+            conn.close()
+            return
+        if self.lingering >= MAX_LINGERING:
+            conn.close()
+            return
+        self.lingering += 1
+        self._spawn(self._linger(conn))
+
+    async def _connect(self, conn: socket.socket, factory: Callable[[], Any]) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(factory, conn)
+        except OSError:
+            conn.close()  # the client left before its transport was made
+        finally:
+            self._unborn -= 1
+
+    async def _linger(self, conn: socket.socket) -> None:
+        closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Lingering(closed), conn
+            )
+            await closed
+        except OSError:
+            conn.close()
+        finally:
+            self.lingering -= 1
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._handing.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._handing.discard)
+
+    def _pause(self, listener: socket.socket, exc: OSError) -> None:
+        """Out of descriptors (or memory): stop accepting on ``listener`` for a second, as
+        asyncio does, so the loop does not spin on a connection it cannot take."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self._last_exhausted >= 10:
+            self._last_exhausted = now
+            log.warning(
+                "%s: cannot accept connections (%s); pausing this listener for %.0f s",
+                self.service, exc.strerror, ACCEPT_PAUSE,
+            )  # fmt: skip
+        fd = listener.fileno()
+        loop.remove_reader(fd)
+
+        def resume() -> None:
+            del self._resume[fd]
+            loop.add_reader(fd, self._accept, listener)
+
+        self._resume[fd] = loop.call_later(ACCEPT_PAUSE, resume)
 
 
 def body_guard(idle: float) -> Any:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
-from gateway.listener import BUSY_RESPONSE, GuardedSite, body_guard
+from gateway.listener import BUSY_RESPONSE, MAX_LINGERING, GuardedSite, body_guard
 from tests.conftest import wait_for
 
 
@@ -88,3 +90,79 @@ async def test_a_body_that_stops_arriving_is_cut(port: int) -> None:
     body = b"x" * 100
     head = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 100\r\n\r\n"
     assert (await ask(port, head + body)).endswith(b"read 100 bytes")
+
+
+async def test_a_burst_accepted_at_once_is_held_to_the_cap(
+    runner: web.AppRunner, port: int
+) -> None:
+    # Sixty clients connect before the listener's next turn, so all of them are accepted in
+    # one pass of the loop: the cap must count each as it is accepted, not a pass later.
+    async def one() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive: held until time-out
+        try:
+            async with asyncio.timeout(10):
+                with contextlib.suppress(ConnectionError):
+                    return await reader.read()
+                return b"(reset)"
+        finally:
+            writer.close()
+
+    answers = await asyncio.gather(*(one() for _ in range(60)))
+    served = [a for a in answers if a.startswith(b"HTTP/1.1 200")]
+    assert len(served) == 2
+    assert all(a.endswith(b"read 0 bytes") for a in served)
+    refused = [a for a in answers if a == BUSY_RESPONSE]
+    assert len(refused) + answers.count(b"(reset)") == 58
+    assert len(refused) >= MAX_LINGERING  # those given time to finish sending got their 503
+
+
+def sockets_held(port: int) -> int:
+    """This process's sockets on the listener's side of ``port``, the listening one included
+    (the clients' sockets have ``port`` as their remote port)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    held = set()  # a table read while it changes can list a socket twice
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    held.add(fields[9])
+    return len(held)
+
+
+async def test_a_flood_past_the_cap_holds_no_more_descriptors_than_the_cap_allows(
+    runner: web.AppRunner, port: int
+) -> None:
+    listening = sockets_held(port)
+    most = listening
+    done = threading.Event()
+
+    def watch() -> None:  # a thread, so it samples while the loop is busy accepting
+        nonlocal most
+        while not done.is_set():
+            most = max(most, sockets_held(port))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+
+    async def slow() -> asyncio.StreamWriter:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nX-Slow: ")  # never finished
+        return writer
+
+    try:
+        writers = await asyncio.gather(*(slow() for _ in range(300)))
+        await wait_for(lambda: sockets_held(port) <= listening + 2, what="the lingering to close")
+    finally:
+        done.set()
+        watcher.join()
+    for writer in writers:
+        writer.close()
+    # Two held, up to MAX_LINGERING answered and lingering, one being judged: never more.
+    assert most <= listening + 2 + MAX_LINGERING + 1
