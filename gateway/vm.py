@@ -78,9 +78,10 @@ FORBIDDEN = "this IP is not allowed to perform this action"
 STEP_CHECK_ID = "preparation > checking VMID"
 # An install waits for its first records to be stored; under load that queues.
 _COMMAND_TIMEOUT = 120.0
-# The listing is answered from the actors' memory: a host that cannot do that in this time is
-# stopped or stalled, and a client should hear so, not wait two minutes.
-_LIST_TIMEOUT = 5.0
+# The listing, a VM's status and its detail are answered from the actors' memory (a VM
+# actor's reply to a query never waits for work): a host that cannot do that in this time is
+# stopped or stalled, and a client should hear so, not wait the two minutes a command may take.
+_QUERY_TIMEOUT = 5.0
 _STREAMING = {Command.START, Command.REBOOT, Command.SET_NODE}
 _SYNC_ACTIONS = {
     "stop": Command.STOP,
@@ -276,7 +277,7 @@ NO_VM_HOST = (
 # In cluster mode a request sent just after the VM actors' host died can still be routed to
 # it (the NATS servers have not yet dropped its interest), and then nobody answers at all.
 NO_VM_ANSWER = (
-    f"the host that runs the VM actors did not answer within {_LIST_TIMEOUT:g} s (in cluster "
+    f"the host that runs the VM actors did not answer within {_QUERY_TIMEOUT:g} s (in cluster "
     "mode: if it stopped, another takes over within CAIRN_LEASE_TTL seconds); try again shortly"
 )
 
@@ -287,21 +288,26 @@ class VmGateway:
         self.settings = settings
         self.filter = ClientFilter.from_settings(settings)
 
-    async def command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def command(
+        self, subject: str, payload: dict[str, Any], *, timeout: float = _COMMAND_TIMEOUT
+    ) -> dict[str, Any]:
         """The actors' reply; a refusal raises CommandFailed, which `_refusals` turns into
         the text response. No VM host, or none answering, is 503: the service is unavailable."""
         try:
-            reply: dict[str, Any] = await command(
-                self.runtime.nc, subject, payload, timeout=_COMMAND_TIMEOUT
-            )
+            reply: dict[str, Any] = await command(self.runtime.nc, subject, payload, timeout)
         except NoResponders as exc:
             if self.runtime.cluster is not None:
                 # Between a lease holder's death and a survivor's takeover.
                 raise CommandFailed(503, NO_VM_HOST) from None
             raise CommandFailed(503, exc.message) from None
         except CommandTimeout as exc:
-            raise CommandFailed(503, exc.message) from None
+            message = NO_VM_ANSWER if timeout == _QUERY_TIMEOUT else exc.message
+            raise CommandFailed(503, message) from None
         return reply
+
+    async def query(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """`command` for what the actors answer from memory: `_QUERY_TIMEOUT`."""
+        return await self.command(subject, payload, timeout=_QUERY_TIMEOUT)
 
     def forbidden(self, request: web.Request) -> web.Response | None:
         if self.filter.allowed(request):
@@ -336,8 +342,8 @@ class VmGateway:
             msg = await self.runtime.nc.request(
                 SUBJECT_LIST,
                 b"{}",
-                timeout=_LIST_TIMEOUT,
-                headers=deadline_headers(_LIST_TIMEOUT),
+                timeout=_QUERY_TIMEOUT,
+                headers=deadline_headers(_QUERY_TIMEOUT),
             )
         except NoRespondersError:
             why = NO_VM_HOST if self.runtime.cluster is not None else "no VM host"
@@ -352,7 +358,7 @@ class VmGateway:
         vmid = _vmid(request)
         if vmid is None:
             return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
-        reply = await self.command(SUBJECT_STATUS, {"vmid": vmid})
+        reply = await self.query(SUBJECT_STATUS, {"vmid": vmid})
         return web.Response(text=reply["status"])
 
     async def detail(self, request: web.Request) -> web.Response:
@@ -360,7 +366,7 @@ class VmGateway:
         vmid = _vmid(request)
         if vmid is None:
             return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
-        detail = await self.command(SUBJECT_DETAIL, {"vmid": vmid})
+        detail = await self.query(SUBJECT_DETAIL, {"vmid": vmid})
         records = await self.runtime.store.read_stream(stream_name("vm", vmid))
         return web.json_response({**detail, **event_times(records, detail.get("last_task"))})
 
