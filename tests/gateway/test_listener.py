@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -166,3 +168,53 @@ async def test_a_flood_past_the_cap_holds_no_more_descriptors_than_the_cap_allow
         writer.close()
     # Two held, up to MAX_LINGERING answered and lingering, one being judged: never more.
     assert most <= listening + 2 + MAX_LINGERING + 1
+
+
+SMALL_LIMIT_SERVER = """
+import asyncio, resource, sys
+from aiohttp import web
+from gateway.listener import GuardedSite
+
+async def main():
+    app = web.Application()
+    app.router.add_get("/", lambda request: web.Response(text="ok"))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = GuardedSite(runner, "127.0.0.1", 0, cap=10_000, name="small")  # the cap cannot help
+    await site.start()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    print(site.port, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_listener_out_of_descriptors_pauses_and_recovers(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SMALL_LIMIT_SERVER,
+            stdout=asyncio.subprocess.PIPE, stderr=out, cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        port = int(await asyncio.wait_for(server.stdout.readline(), 30))
+        held = []
+        for _ in range(100):  # far past the 64 descriptors the server may have
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nX-Slow: ")
+            held.append(writer)
+        await wait_for(lambda: "pausing this listener" in log.read_text(), what="the pause")
+        for writer in held:
+            writer.close()
+        # The cause gone, the listener takes connections again, after its second's pause.
+        async with asyncio.timeout(15):
+            answer = await ask(port, GET)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
+        text = log.read_text()
+        assert text.count("pausing this listener") == 1  # once per 10 s, not per accept
+        assert "Traceback" not in text
+    finally:
+        server.kill()
+        await server.wait()
