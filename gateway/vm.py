@@ -289,10 +289,16 @@ class VmGateway:
         self.filter = ClientFilter.from_settings(settings)
 
     async def command(
-        self, subject: str, payload: dict[str, Any], *, timeout: float = _COMMAND_TIMEOUT
+        self,
+        subject: str,
+        payload: dict[str, Any],
+        *,
+        timeout: float = _COMMAND_TIMEOUT,
+        unanswered: str | None = None,
     ) -> dict[str, Any]:
         """The actors' reply; a refusal raises CommandFailed, which `_refusals` turns into
-        the text response. No VM host, or none answering, is 503: the service is unavailable."""
+        the text response. No VM host, or none answering (`unanswered` says so, if given), is
+        503: the service is unavailable."""
         try:
             reply: dict[str, Any] = await command(self.runtime.nc, subject, payload, timeout)
         except NoResponders as exc:
@@ -301,13 +307,12 @@ class VmGateway:
                 raise CommandFailed(503, NO_VM_HOST) from None
             raise CommandFailed(503, exc.message) from None
         except CommandTimeout as exc:
-            message = NO_VM_ANSWER if timeout == _QUERY_TIMEOUT else exc.message
-            raise CommandFailed(503, message) from None
+            raise CommandFailed(503, unanswered or exc.message) from None
         return reply
 
     async def query(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
         """`command` for what the actors answer from memory: `_QUERY_TIMEOUT`."""
-        return await self.command(subject, payload, timeout=_QUERY_TIMEOUT)
+        return await self.command(subject, payload, timeout=_QUERY_TIMEOUT, unanswered=NO_VM_ANSWER)
 
     def forbidden(self, request: web.Request) -> web.Response | None:
         if self.filter.allowed(request):
