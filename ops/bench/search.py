@@ -19,7 +19,7 @@ import itertools
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from actors.search.chunker import chunk_text
 from actors.search.embedding import LocalProvider, Provider
 from actors.search.engine import EMBED_BATCH
 from actors.search.indexer import KEYWORD_BATCH
+from actors.search.keyword_stage import IndexReport
 from actors.search.query_cache import QueryCache
 from actors.search.store import Database, DocumentState, Replace
 from actors.search.tokenize import query_tokens
@@ -279,38 +280,44 @@ def whole_stage_rates(texts: list[str], tmp: str) -> None:
     search_ingest.write_files(inbox, texts)
     every = sorted(p.name for p in inbox.iterdir())
 
-    # Both timed from their first call: opening the database (and starting the processes)
-    # is outside, as in a service that has indexed before.
-    def inline() -> tuple[int, int, float]:
-        db = Database(Path(tmp) / "stage-inline" / "index.sqlite")
+    async def drain(
+        index: Callable[[list[str]], Awaitable[IndexReport]],
+    ) -> tuple[int, int, float]:
+        """Every file, `KEYWORD_BATCH` per call, as the indexer offers them; timed from the
+        first call (opening the database and starting processes are outside, as in a
+        service that has indexed before)."""
         sources, chunks, calls = every, 0, 0
         started = time.perf_counter()
         while sources:
-            report = keyword_stage.index_files(db, inbox, "bench", sources[:KEYWORD_BATCH])
+            report = await index(sources[:KEYWORD_BATCH])
             sources = [*report.rest, *sources[KEYWORD_BATCH:]]
             chunks, calls = chunks + report.chunks, calls + 1
-        elapsed = time.perf_counter() - started
-        db.close()
-        return chunks, calls, elapsed
+        return chunks, calls, time.perf_counter() - started
+
+    async def inline() -> tuple[int, int, float]:
+        db = Database(Path(tmp) / "stage-inline" / "index.sqlite")
+
+        async def index(batch: list[str]) -> IndexReport:
+            return keyword_stage.index_files(db, inbox, "bench", batch)
+
+        try:
+            return await drain(index)
+        finally:
+            db.close()
 
     async def pipelined() -> tuple[int, int, float]:
         db = Database(Path(tmp) / "stage-pipelined" / "index.sqlite")
         pipeline = keyword_pipeline.Pipeline(db.path, inbox, "bench")
         await pipeline.start()
-        sources, chunks, calls = every, 0, 0
-        started = time.perf_counter()
-        while sources:
-            report = await pipeline.index(sources[:KEYWORD_BATCH])
-            sources = [*report.rest, *sources[KEYWORD_BATCH:]]
-            chunks, calls = chunks + report.chunks, calls + 1
-        elapsed = time.perf_counter() - started
-        pipeline.close()
-        db.close()
-        return chunks, calls, elapsed
+        try:
+            return await drain(pipeline.index)
+        finally:
+            pipeline.close()
+            db.close()
 
     (Path(tmp) / "stage-inline").mkdir()
     (Path(tmp) / "stage-pipelined").mkdir()
-    chunks, calls, elapsed = inline()
+    chunks, calls, elapsed = asyncio.run(inline())
     one = chunks / elapsed
     print(
         f"keyword stage, whole, in one process (files read, parsed, chunked and written in "
