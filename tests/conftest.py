@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,26 @@ async def wait_for(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+class Peak:
+    """The largest value ``count()`` returned while inside, sampled without pause on a thread
+    of its own (so it samples while the test's loop is busy); ``before`` at entry."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+        self.before = self.most = count()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            self.most = max(self.most, self._count())
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()

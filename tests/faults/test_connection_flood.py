@@ -9,12 +9,11 @@ import asyncio
 import contextlib
 import os
 import resource
-import threading
 
 import pytest
 
 from gateway.listener import MAX_LINGERING, RESERVED_FDS
-from tests.conftest import wait_for
+from tests.conftest import Peak, wait_for
 from tests.faults.conftest import SERVICES, Cairn, StartCairn
 
 SLOW = 1000
@@ -44,33 +43,11 @@ async def probe(cairn: Cairn, service: str) -> tuple[int, str]:
     return await cairn.request("GET", url)
 
 
-class DescriptorWatch:
-    """Samples how many descriptors a process has open, on a thread (so it samples while this
-    test's loop is busy connecting): ``before`` at entry, ``most`` while inside."""
-
-    def __init__(self, pid: int) -> None:
-        self._fds = f"/proc/{pid}/fd"
-        self.before = self.most = self._count()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _count(self) -> int:
-        try:
-            return len(os.listdir(self._fds))
-        except OSError:
-            return 0
-
-    def _watch(self) -> None:
-        while not self._done.is_set():
-            self.most = max(self.most, self._count())
-
-    def __enter__(self) -> DescriptorWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
+def open_descriptors(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
 
 
 async def slow_client(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -87,7 +64,7 @@ async def test_a_thousand_slow_connections_do_not_take_the_services_down(
     )
     assert "open-file limit raised" not in cairn.log()  # the hard limit is 1024 too
     ports = [cairn.ports[name] for name in SERVICES]
-    with DescriptorWatch(cairn.proc.pid) as watch:
+    with Peak(lambda: open_descriptors(cairn.proc.pid)) as watch:
         clients = await asyncio.gather(*(slow_client(ports[i % len(ports)]) for i in range(SLOW)))
     # A service holds at most its cap's connections and MAX_LINGERING refused ones: the flood
     # never reaches the descriptors kept for the store, NATS, sandboxes (RESERVED_FDS).

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from gateway.listener import BUSY_RESPONSE, MAX_LINGERING, GuardedSite, body_guard
-from tests.conftest import wait_for
+from tests.conftest import Peak, wait_for
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -141,33 +140,19 @@ def sockets_held(port: int) -> int:
 async def test_a_flood_past_the_cap_holds_no_more_descriptors_than_the_cap_allows(
     runner: web.AppRunner, port: int
 ) -> None:
-    listening = sockets_held(port)
-    most = listening
-    done = threading.Event()
-
-    def watch() -> None:  # a thread, so it samples while the loop is busy accepting
-        nonlocal most
-        while not done.is_set():
-            most = max(most, sockets_held(port))
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-
     async def slow() -> asyncio.StreamWriter:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET / HTTP/1.1\r\nX-Slow: ")  # never finished
         return writer
 
-    try:
+    with Peak(lambda: sockets_held(port)) as held:
+        listening = held.before
         writers = await asyncio.gather(*(slow() for _ in range(300)))
         await wait_for(lambda: sockets_held(port) <= listening + 2, what="the lingering to close")
-    finally:
-        done.set()
-        watcher.join()
     for writer in writers:
         writer.close()
     # Two held, up to MAX_LINGERING answered and lingering, one being judged: never more.
-    assert most <= listening + 2 + MAX_LINGERING + 1
+    assert held.most <= listening + 2 + MAX_LINGERING + 1
 
 
 SMALL_LIMIT_SERVER = """
