@@ -11,6 +11,9 @@ The rule, for every method but GET, HEAD and OPTIONS:
 1. ``Sec-Fetch-Site`` present: allowed only when it is ``same-origin`` (a page of this very
    service, such as the console on its own port) or ``none`` (the user typed or bookmarked it).
    ``same-site`` is refused too: another port on the same host is another application.
+   ``same-origin`` is proof only when the ``Host`` is one the service answers
+   (``gateway/hosts.py``): a page of a rebound name (DNS rebinding) is "same-origin" with
+   itself, not with cairn.
 2. No ``Sec-Fetch-Site`` but an ``Origin`` (older browsers): allowed only when the origin's
    host and port are those the request was sent to (the ``Host`` header).
 3. Neither: allowed (not a browser, or a browser that sends no ``Origin`` on a same-origin
@@ -28,6 +31,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway.hosts import HostPolicy
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ALLOWED_FETCH_SITES = frozenset({"same-origin", "none"})
 REFUSED = "cross-site request refused"
@@ -43,8 +48,9 @@ def _host_port(netloc: str, scheme: str) -> str:
     return netloc
 
 
-def refusal(request: web.BaseRequest) -> str | None:
-    """Why this request is refused, or None when it may go on."""
+def refusal(request: web.BaseRequest, hosts: HostPolicy | None = None) -> str | None:
+    """Why this request is refused, or None when it may go on; ``hosts``: the Host names
+    the service answers (without it, any Host counts as the service's own)."""
     if request.method in SAFE_METHODS:
         return None
     fetch_site = request.headers.get("Sec-Fetch-Site")
@@ -52,7 +58,10 @@ def refusal(request: web.BaseRequest) -> str | None:
     shown = f"Origin: {origin[:200]!s}" if origin is not None else "no Origin"
     if fetch_site is not None:
         if fetch_site.strip().lower() in ALLOWED_FETCH_SITES:
-            return None
+            host = request.headers.get("Host")
+            if hosts is None or hosts.allows(host):
+                return None
+            return f"{shown}, Sec-Fetch-Site: {fetch_site[:40]}, Host: {(host or '')[:200]}"
         return f"{shown}, Sec-Fetch-Site: {fetch_site[:40]}"
     if origin is None:
         return None
@@ -75,12 +84,12 @@ def message(why: str) -> str:
     )
 
 
-def cross_site_guard(*, json_errors: bool = False) -> Middleware:
+def cross_site_guard(*, json_errors: bool = False, hosts: HostPolicy | None = None) -> Middleware:
     """The middleware; ``json_errors`` for a service whose errors are ``{"error": ...}``."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        why = refusal(request)
+        why = refusal(request, hosts)
         if why is None:
             return await handler(request)
         text = message(why)

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from actors.platform import Runtime
 from gateway.crosssite import cross_site_guard
+from gateway.hosts import HostPolicy, host_guard
 
 AppFactory = Callable[[Runtime], Awaitable[web.Application]]
 
@@ -58,7 +59,11 @@ def available() -> list[ServiceDef]:
 
 async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
     """The service's app as cairn serves it: what its module builds, behind the middlewares
-    every service shares (the cross-site refusal, gateway/crosssite.py)."""
+    every service shares, in this order: the Host allow-list (gateway/hosts.py), then the
+    cross-site refusal (gateway/crosssite.py); both answer before any handler runs."""
     app = await service.build(runtime)
-    app.middlewares.insert(0, cross_site_guard(json_errors=service.json_errors))
+    bind = runtime.listen.get(service.name, (service.default_host, 0))[0]
+    hosts = HostPolicy.from_env(runtime.env, bind)
+    app.middlewares.insert(0, cross_site_guard(json_errors=service.json_errors, hosts=hosts))
+    app.middlewares.insert(0, host_guard(hosts, json_errors=service.json_errors))
     return app

@@ -6,6 +6,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from gateway.crosssite import refusal
+from gateway.hosts import HostPolicy
 
 HOST = "127.0.0.1:8000"
 
@@ -60,3 +61,18 @@ def test_the_reason_names_what_the_browser_said() -> None:
     headers = {"Host": HOST, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
     why = refusal(make_mocked_request("POST", "/x", headers=headers))
     assert why == "Origin: http://evil.example, Sec-Fetch-Site: cross-site"
+
+
+def test_same_origin_is_no_proof_when_the_host_is_foreign() -> None:
+    """DNS rebinding: the rebound page is same-origin with itself, and Origin matches Host."""
+    hosts = HostPolicy.from_env({"CAIRN_ALLOWED_HOSTS": "cairn.example"}, "127.0.0.1")
+    rebound = {"Host": "rebind.evil.example:8000", "Origin": "http://rebind.evil.example:8000"}
+    for fetch_site in ("same-origin", "none"):
+        headers = {**rebound, "Sec-Fetch-Site": fetch_site}
+        request = make_mocked_request("POST", "/x", headers=headers)
+        why = refusal(request, hosts)
+        assert why is not None and "Host: rebind.evil.example:8000" in why
+        assert refusal(request) is None  # what the rule alone used to say
+    for host in (HOST, "cairn.example"):
+        own = {"Host": host, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"}
+        assert refusal(make_mocked_request("POST", "/x", headers=own), hosts) is None
