@@ -5,12 +5,19 @@ tree) on the event loop and imports anyio there the first time: measured at serv
 an inbox of 2,000 files, the loop stood still 50-80 ms, in the middle of the first queries.
 Here the watcher is built, read and closed on a thread of its own; only the batches of changes
 cross to the loop.
+
+The inbox is the inbox: inotify (through watchfiles) follows a symlinked folder, and a link
+``drop/linkdir -> /home/me`` would report ``drop/linkdir/id_rsa`` as a change under the inbox.
+So every change whose path goes through a symbolic link below the watched folder (or is one)
+is dropped before it is handed over: nothing outside the folder is indexed or named. The
+folder itself may be reached through links (the caller resolves it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -20,6 +27,26 @@ import watchfiles
 __all__ = ["Changes", "changes"]
 
 Changes = set[tuple[watchfiles.Change, str]]
+
+
+def inside(root: Path, changes: Changes) -> Changes:
+    """The changes whose path reaches ``root``'s file without following a symbolic link
+    (the path itself, or a folder between it and ``root``); the rest name what is elsewhere."""
+    top = str(root)
+    linked: dict[str, bool] = {}
+
+    def through_link(path: str) -> bool:
+        if path in linked:
+            return linked[path]
+        parent = os.path.dirname(path)
+        if path == top or parent == path or not path.startswith(top + os.sep):
+            answer = path != top and not path.startswith(top + os.sep)
+        else:
+            answer = os.path.islink(path) or through_link(parent)
+        linked[path] = answer
+        return answer
+
+    return {(change, path) for change, path in changes if not through_link(path)}
 
 
 class _Stop:
@@ -49,6 +76,7 @@ async def changes(
             loop.call_soon_threadsafe(batches.put_nowait, item)
 
     def run() -> None:
+        root = path.absolute()
         try:
             for batch in watchfiles.watch(
                 path,
@@ -58,7 +86,9 @@ async def changes(
                 recursive=recursive,
                 raise_interrupt=False,
             ):
-                hand_over(batch)
+                kept = inside(root, batch)
+                if kept:
+                    hand_over(kept)
         except Exception as exc:
             hand_over(exc)
         finally:
