@@ -28,7 +28,14 @@ from actors.search.registry import Registry, RegistryError, config_dir, inbox_ro
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
 from gateway.openapi import add_openapi
-from gateway.search_service import BadRequest, SearchService, Unavailable, parse_limit
+from gateway.search_service import (
+    BadRequest,
+    Options,
+    SearchService,
+    Unavailable,
+    parse_flag,
+    parse_limit,
+)
 from gateway.services import ServiceDef
 
 log = logging.getLogger(__name__)
@@ -57,8 +64,11 @@ def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.
         query = request.rel_url.query
         target = fixed if fixed is not None else query.get("target")
         try:
+            options = Options(
+                rank=query.get("rank"), highlight=parse_flag("highlight", query.get("highlight"))
+            )
             body = await request.app[SEARCH].search(
-                query.get("db"), query.get("q"), target, parse_limit(query.get("limit"))
+                query.get("db"), query.get("q"), target, parse_limit(query.get("limit")), options
             )
         except BadRequest as exc:
             return _error(400, str(exc))

@@ -8,8 +8,11 @@ import asyncio
 import json
 from typing import Any
 
+import attrs
+
 from actors.search.engine import Engine
 from actors.search.registry import Registry
+from actors.search.snippets import Terms, snippet
 from actors.search.store import ChunkRow
 from events.codec import to_dict
 
@@ -18,6 +21,10 @@ MAX_LIMIT = 100
 TARGETS = ("keyword", "semantic")
 # `target=both` names the default (both branches) outright.
 BOTH = "both"
+# Opt-in, beyond the spec: one fused list (BM25 and semantic) under the key `hybrid`.
+HYBRID = "hybrid"
+# `rank=bm25` ranks the keyword branch by BM25; without it, the spec's ranking (a contract).
+RANKS = ("bm25",)
 
 
 class BadRequest(Exception):
@@ -41,12 +48,38 @@ def quoted(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def group_by_source(rows: list[ChunkRow]) -> list[dict[str, Any]]:
-    """Groups in rank order of their best match; matches in rank order within a group."""
+def parse_flag(name: str, raw: str | None) -> bool:
+    """`1`/`true` on, `0`/`false`/missing off; anything else is a 400 naming the parameter."""
+    if raw is None or raw.lower() in ("0", "false", ""):
+        return False
+    if raw.lower() in ("1", "true"):
+        return True
+    raise BadRequest(f"invalid argument: {name} must be 1 or 0, not {quoted(raw)}")
+
+
+@attrs.frozen
+class Options:
+    """The opt-in parameters: none of them set is the spec's request."""
+
+    rank: str | None = None
+    highlight: bool = False
+
+
+def group_by_source(rows: list[ChunkRow], terms: Terms | None = None) -> list[dict[str, Any]]:
+    """Groups in rank order of their best match; matches in rank order within a group. With
+    `terms` (`highlight=1`) each match also has `snippet` and `highlights`."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(row.source, []).append({"chunk": row.chunk, "content": row.content})
+        match: dict[str, Any] = {"chunk": row.chunk, "content": row.content}
+        if terms is not None:
+            found = snippet(row.content, terms)
+            match["snippet"] = found.text
+            match["highlights"] = [list(span) for span in found.highlights]
+        groups.setdefault(row.source, []).append(match)
     return [{"source": source, "matches": matches} for source, matches in groups.items()]
+
+
+PLAIN = Options()
 
 
 class SearchService:
@@ -90,20 +123,34 @@ class SearchService:
         return engine
 
     async def search(
-        self, db: str | None, q: str | None, target: str | None, limit: int
+        self,
+        db: str | None,
+        q: str | None,
+        target: str | None,
+        limit: int,
+        options: Options = PLAIN,
     ) -> dict[str, Any]:
         engine = self.engine(db)
         if not q:
             raise BadRequest("invalid argument: q is required")
         if target == BOTH:
             target = None
-        if target is not None and target not in TARGETS:
+        if target is not None and target not in (*TARGETS, HYBRID):
             raise BadRequest(
                 f"invalid argument: unknown target {quoted(target)}; "
-                "use keyword, semantic or both (the default)"
+                "use keyword, semantic, hybrid or both (the default)"
+            )
+        if options.rank is not None and options.rank not in RANKS:
+            raise BadRequest(
+                f"invalid argument: unknown rank {quoted(options.rank)}; "
+                "use bm25, or omit it for the spec's ranking"
             )
         branches = [target] if target else list(TARGETS)
-        runners = {"keyword": engine.keyword, "semantic": engine.semantic}
+        runners = {
+            "keyword": engine.bm25 if options.rank == "bm25" else engine.keyword,
+            "semantic": engine.semantic,
+            HYBRID: engine.hybrid,
+        }
         tasks = [asyncio.ensure_future(runners[name](q, limit)) for name in branches]
         try:
             results = await asyncio.gather(*tasks)
@@ -112,4 +159,7 @@ class SearchService:
             for task in tasks:
                 task.cancel()
             raise
-        return {name: group_by_source(rows) for name, rows in zip(branches, results, strict=True)}
+        terms = Terms.of(q, engine.db.language) if options.highlight else None
+        return {
+            name: group_by_source(rows, terms) for name, rows in zip(branches, results, strict=True)
+        }

@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from actors.search import keyword_pipeline, keyword_stage, parsers
+from actors.search import fusion, keyword_pipeline, keyword_stage, parsers
 from actors.search.chunker import CHUNKER_VERSION
 from actors.search.embedding import EmbeddingError, Provider
 from actors.search.events import IndexingProgress
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # call's single-threaded part (tokenising) and its last pass weigh little. Measured on 2 cores
 # (AMD EPYC, ONNX Runtime float32): 64 gave 141 chunks/s, 128 gave 157, 192 gave 159.
 EMBED_BATCH = 128
+# Chunks each branch of `target=hybrid` hands to the fusion (at least `limit`).
+HYBRID_DEPTH = 100
 IndexReport = keyword_stage.IndexReport
 
 
@@ -225,19 +227,49 @@ class Engine:
             await asyncio.to_thread(self.cache.put, self.fingerprint, query, vector)
         return vector
 
-    def _semantic_rows(self, vector: np.ndarray, limit: int) -> list[ChunkRow]:
+    def _semantic_rows(self, vector: np.ndarray, limit: int) -> list[tuple[ChunkRow, float]]:
         count = max(limit * 2, 20)
         while True:
             hits = self.vectors.search(vector, count)
             # A chunk has a vector per window: it ranks by its best one.
-            chunk_ids = list(dict.fromkeys(chunk_of(key) for key, _ in hits))
-            rows = self.db.fetch_active(chunk_ids)
+            best: dict[int, float] = {}
+            for key, score in hits:
+                best.setdefault(chunk_of(key), score)
+            rows = self.db.fetch_active(list(best))
             # Hits stop at the cut-off or at the index size; ask for more only if neither
             # happened and inactive rows or several windows left us short.
             if len(rows) >= limit or len(hits) < count or count >= len(self.vectors):
-                return rows[:limit]
+                return [(row, best[row.id]) for row in rows[:limit]]
             count *= 4
 
     async def semantic(self, query: str, limit: int) -> list[ChunkRow]:
+        return [row for row, _ in await self.semantic_scored(query, limit)]
+
+    async def semantic_scored(self, query: str, limit: int) -> list[tuple[ChunkRow, float]]:
+        """The semantic branch with each chunk's cosine (its best window's)."""
         vector = await self.query_vector(query)
         return await asyncio.to_thread(self._semantic_rows, vector, limit)
+
+    async def bm25(self, query: str, limit: int) -> list[ChunkRow]:
+        """The keyword branch ranked by BM25 (`rank=bm25`)."""
+        return [row for row, _ in await self.bm25_scored(query, limit)]
+
+    async def bm25_scored(self, query: str, limit: int) -> list[tuple[ChunkRow, float]]:
+        return await asyncio.to_thread(self.db.bm25_search, query, limit)
+
+    async def hybrid(self, query: str, limit: int) -> list[ChunkRow]:
+        """BM25 and semantic fused (`fusion.convex`): each branch's best `HYBRID_DEPTH`
+        chunks (or `limit`, if more), fused, the best `limit` kept. Without an embedding
+        provider it is BM25 alone."""
+        depth = max(limit, HYBRID_DEPTH)
+        if self.provider is None:
+            return await self.bm25(query, limit)
+        keyword, semantic = await asyncio.gather(
+            self.bm25_scored(query, depth), self.semantic_scored(query, depth)
+        )
+        rows = {row.id: row for row, _ in [*keyword, *semantic]}
+        fused = fusion.convex(
+            [(row.id, score) for row, score in keyword],
+            [(row.id, score) for row, score in semantic],
+        )
+        return [rows[chunk_id] for chunk_id in fused[:limit]]

@@ -21,24 +21,35 @@ so a reader's snapshot (WAL) always sees the index and the chunks of the same mo
 
 An earlier layout kept the open block's postings in Python sets; building them capped indexing
 near 3,000 chunks/s, most of it in set insertions.
+
+Beside the postings, each write keeps what `rank=bm25` needs (`bm25.py`), in the same
+transaction: every chunk's length in words (`kw_length`, uint16 per id),
+the number of active chunks and their total length (`kw_stats`), and the stem of every word
+the index holds (`kw_vocab`, only words not seen before are stemmed and inserted). Lengths are
+appended as a row per write and block (`kw_length`), never rewritten: a retired chunk's
+length stays but no posting points at it. A word's
+document frequency is not stored: BM25 reads the word's pieces anyway and counts them.
 """
 
 import json
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import groupby, islice
+from itertools import groupby, islice, pairwise
 from operator import itemgetter
 
+import attrs
 import numpy as np
 
+from actors.search import stemming
 from actors.search.tokenize import Postings, document_postings
 
 BLOCK = 16384
 # Writes a block takes before its pieces are merged (a live inbox adds one file per write).
 FRAGMENT_LIMIT = 8
 # Bump when the layout changes: the index is then rebuilt from the chunks' text.
-FORMAT_VERSION = 3
+# 4: chunk lengths, vocabulary stems and totals for BM25.
+FORMAT_VERSION = 4
 
 SCHEMA = """
 DROP TABLE IF EXISTS kw_block;
@@ -49,7 +60,26 @@ CREATE TABLE IF NOT EXISTS kw_piece (
     ids BLOB NOT NULL,
     PRIMARY KEY (start, token, first)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kw_vocab (
+    stem TEXT NOT NULL,
+    token TEXT NOT NULL,
+    PRIMARY KEY (stem, token)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kw_length (
+    start INTEGER NOT NULL,
+    first INTEGER NOT NULL,
+    lengths BLOB NOT NULL,
+    PRIMARY KEY (start, first)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kw_stats (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    chunks INTEGER NOT NULL,
+    length INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO kw_stats (id, chunks, length) VALUES (0, 0, 0);
 """
+# Tables `rebuild` empties along with the postings.
+TABLES = ("kw_piece", "kw_vocab", "kw_length", "kw_stats")
 
 _OFFSET = np.dtype("<u2")
 
@@ -113,20 +143,53 @@ class KeywordIndex:
     since its pieces were last merged (unknown blocks count as merged: a restart at worst
     delays one merge)."""
 
-    def __init__(self) -> None:
+    def __init__(self, language: str = stemming.DEFAULT_LANGUAGE) -> None:
         self.writes: dict[int, int] = defaultdict(int)
+        self.language = language
+        # Words this process has put in `kw_vocab` (a rolled-back write may leave a few out:
+        # BM25 then misses them until the next rebuild, the spec's ranking never does).
+        self._stemmed: set[str] = set()
 
     def add(self, conn: sqlite3.Connection, chunks: Iterable[tuple[int, str]]) -> None:
         """Index new chunks (id, text), ids above every earlier one."""
         blocks: set[int] = set()
         for ids, postings in _counted(chunks):
             blocks |= _insert(conn, _pieces(ids, postings))
+            self._note(conn, ids, postings)
         self._added(conn, blocks)
 
     def add_postings(self, conn: sqlite3.Connection, ids: np.ndarray, postings: Postings) -> None:
         """Index new chunks `ids` (above every earlier one) whose tokens were worked out ahead:
         `postings` of the texts, as `document_postings` numbers them."""
         self._added(conn, _insert(conn, _pieces(ids, postings)))
+        self._note(conn, ids, postings)
+
+    def rebuild(self, conn: sqlite3.Connection, chunks: Iterable[tuple[int, str]]) -> None:
+        """Index every active chunk (id, text) again, from nothing."""
+        for table in TABLES:
+            conn.execute(f"DELETE FROM {table}")
+        conn.execute("INSERT INTO kw_stats (id, chunks, length) VALUES (0, 0, 0)")
+        self._stemmed.clear()
+        self.add(conn, chunks)
+
+    def rolled_back(self) -> None:
+        """The transaction was rolled back: words noted in it are not in `kw_vocab`."""
+        self._stemmed.clear()
+
+    def _note(self, conn: sqlite3.Connection, ids: np.ndarray, postings: Postings) -> None:
+        """Keep BM25's statistics for new chunks: their lengths, the totals, new words' stems."""
+        lengths = _lengths(ids, postings)
+        _store_lengths(conn, ids, lengths)
+        conn.execute(
+            "UPDATE kw_stats SET chunks = chunks + ?, length = length + ? WHERE id = 0",
+            (len(ids), int(lengths.sum())),
+        )
+        new = list(set(postings.vocabulary).difference(self._stemmed))
+        if new:
+            # In key order: the rows then append to the B-tree's pages in turn.
+            rows = sorted(zip(stemming.stems(new, self.language), new, strict=True))
+            conn.executemany("INSERT OR IGNORE INTO kw_vocab (stem, token) VALUES (?, ?)", rows)
+            self._stemmed.update(new)
 
     def _added(self, conn: sqlite3.Connection, blocks: set[int]) -> None:
         """Count a write in each block it touched; merge the blocks it completed or that
@@ -155,6 +218,10 @@ class KeywordIndex:
         2,000 files of 10 chunks rewrote the pieces of common words 2,000 times (370 chunks/s
         against 16,000 for new files)."""
         for ids, postings in _counted(chunks):
+            conn.execute(
+                "UPDATE kw_stats SET chunks = chunks - ?, length = length - ? WHERE id = 0",
+                (len(ids), int(_lengths(ids, postings).sum())),
+            )
             dropped: list[tuple[int, str, int]] = []
             kept: list[Piece] = []
             # The same grouping as `add`: one piece of offsets to drop per block and token.
@@ -175,6 +242,62 @@ class KeywordIndex:
         marks = ",".join(f"?{i + 1}" for i in range(len(tokens)))
         pieces = conn.execute(_QUERY.format(block=BLOCK, marks=marks), list(tokens)).fetchall()
         return rank([(start, _unpack(blob)) for start, blob in pieces], limit)
+
+
+@attrs.frozen
+class Bm25Inputs:
+    """What BM25 reads for a query: each matched word's pieces (numbered by stem), the chunk
+    lengths of the blocks they are in, and the totals."""
+
+    pieces: list[tuple[int, int, np.ndarray]]
+    lengths: dict[int, np.ndarray]  # block start -> uint16 length of each of its ids
+    chunks: int
+    total_length: int
+
+
+def bm25_inputs(conn: sqlite3.Connection, stems: Sequence[str]) -> Bm25Inputs:
+    """Read, in the caller's snapshot, every piece of every word whose stem is in `stems`."""
+    number = {stem: i for i, stem in enumerate(stems)}
+    words = conn.execute(
+        "SELECT token, stem FROM kw_vocab WHERE stem IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(number)),),
+    ).fetchall()
+    chunks, total = conn.execute("SELECT chunks, length FROM kw_stats WHERE id = 0").fetchone()
+    if not words:
+        return Bm25Inputs([], {}, chunks, total)
+    stem_of = {token: number[stem] for token, stem in words}
+    rows = conn.execute(_WORDS_QUERY.format(block=BLOCK), (json.dumps(list(stem_of)),))
+    pieces = [(start, stem_of[token], _unpack(blob)) for start, token, blob in rows]
+    starts = sorted({start // BLOCK * BLOCK for start, _, _ in pieces})
+    lengths: dict[int, np.ndarray] = {}
+    rows = conn.execute(
+        "SELECT start, first, lengths FROM kw_length"
+        " WHERE start IN (SELECT value FROM json_each(?))",
+        (json.dumps(starts),),
+    )
+    for start, first, blob in rows:
+        values = lengths.setdefault(start, np.zeros(BLOCK, dtype=_OFFSET))
+        part = _unpack(blob)
+        values[first - start : first - start + len(part)] = part
+    return Bm25Inputs(pieces, lengths, chunks, total)
+
+
+def _lengths(ids: np.ndarray, postings: Postings) -> np.ndarray:
+    """Each text's length in words (its postings; CJK text counts its bigrams and characters),
+    at most 65,535."""
+    counts = np.bincount(postings.owners, minlength=len(ids))
+    return np.minimum(counts, np.iinfo(_OFFSET).max).astype(_OFFSET)
+
+
+def _store_lengths(conn: sqlite3.Connection, ids: np.ndarray, lengths: np.ndarray) -> None:
+    """Record the lengths of chunks `ids` (consecutive, as a write's are): one row per block
+    they are in, keyed by its first id, so a write appends and never rewrites."""
+    blocks = ids // BLOCK
+    edges = [*np.flatnonzero(np.diff(blocks, prepend=-1)).tolist(), len(ids)]
+    conn.executemany(
+        "INSERT OR REPLACE INTO kw_length (start, first, lengths) VALUES (?, ?, ?)",
+        ((int(blocks[a]) * BLOCK, int(ids[a]), lengths[a:b].tobytes()) for a, b in pairwise(edges)),
+    )
 
 
 def _insert(conn: sqlite3.Connection, rows: list[Piece]) -> set[int]:
@@ -291,4 +414,16 @@ WITH RECURSIVE blocks(start) AS (
     WHERE start + {block} <= (SELECT max(start) FROM kw_piece)
 )
 SELECT b.start, k.ids FROM blocks b JOIN kw_piece k ON k.start = b.start AND k.token IN ({marks})
+"""
+
+# The same probes for the words of BM25's stems, named in a JSON array (a stem may have many
+# words).
+_WORDS_QUERY = """
+WITH RECURSIVE blocks(start) AS (
+    SELECT 0 WHERE (SELECT max(start) FROM kw_piece) IS NOT NULL
+    UNION ALL SELECT start + {block} FROM blocks
+    WHERE start + {block} <= (SELECT max(start) FROM kw_piece)
+)
+SELECT b.start, k.token, k.ids FROM blocks b
+JOIN kw_piece k ON k.start = b.start AND k.token IN (SELECT value FROM json_each(?1))
 """

@@ -22,7 +22,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from actors.search import keyword
+from actors.search import bm25, keyword, stemming
+from actors.search.stemming import DEFAULT_LANGUAGE
 from actors.search.tokenize import TOKENIZER_VERSION, Postings, query_tokens
 
 SCHEMA = """
@@ -154,14 +155,34 @@ class Database:
         self.path = path
         self._writer = _connect(path)
         self._write_lock = threading.RLock()
-        self.keywords = keyword.KeywordIndex()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         with self._write_lock:
             self._writer.executescript(SCHEMA + keyword.SCHEMA)
+        self.keywords = keyword.KeywordIndex(self.get_meta("language") or DEFAULT_LANGUAGE)
         self._migrate()
         self._check_keywords()
+
+    @property
+    def language(self) -> str:
+        """The language BM25 stems this database's words in (`stemming`)."""
+        return self.keywords.language
+
+    def set_language(self, language: str) -> None:
+        """Stem this database's words in `language` from now on (every known word is stemmed
+        again at once; the postings do not change)."""
+        if language == self.language and self.get_meta("language") == language:
+            return
+        with self.transaction() as conn:
+            words = [row[0] for row in conn.execute("SELECT token FROM kw_vocab")]
+            conn.execute("DELETE FROM kw_vocab")
+            conn.executemany(
+                "INSERT OR IGNORE INTO kw_vocab (stem, token) VALUES (?, ?)",
+                sorted(zip(stemming.stems(words, language), words, strict=True)),
+            )
+            _set_meta(conn, "language", language)
+            self.keywords.language = language
 
     def close(self) -> None:
         with self._readers_lock:
@@ -186,6 +207,7 @@ class Database:
                 yield self._writer
             except BaseException:
                 self._writer.execute("ROLLBACK")
+                self.keywords.rolled_back()
                 raise
             self._writer.execute("COMMIT")
 
@@ -234,9 +256,8 @@ class Database:
         if self.get_meta("keyword_index") == wanted:
             return
         with self.transaction() as conn:
-            conn.execute("DELETE FROM kw_piece")
             rows = conn.execute("SELECT id, content FROM chunks WHERE active = 1 ORDER BY id")
-            self.keywords.add(conn, rows)
+            self.keywords.rebuild(conn, rows)
             _set_meta(conn, "keyword_index", wanted)
 
     # -- writes (indexer only) ------------------------------------------------------------------
@@ -470,6 +491,30 @@ class Database:
         with self.snapshot() as conn:
             ids = self.keywords.search(conn, tokens, limit)
             return self._fetch_active(conn, ids)
+
+    def bm25_search(
+        self, query: str, limit: int, params: bm25.Params = bm25.DEFAULT
+    ) -> list[tuple[ChunkRow, float]]:
+        """Active chunks by BM25 score (desc), ties by their place in their file, then id: at
+        most `limit` (chunk, score)."""
+        stems = stemming.query_stems(query_tokens(query), self.language)
+        if not stems:
+            return []
+        with self.snapshot() as conn:
+            found = keyword.bm25_inputs(conn, stems)
+            scored = bm25.rank(
+                found.pieces,
+                len(stems),
+                found.lengths,
+                found.chunks,
+                found.total_length,
+                limit,
+                params,
+            )
+            rows = self._fetch_active(conn, [chunk_id for chunk_id, _ in scored])
+        score = dict(scored)
+        ranked = sorted(rows, key=lambda row: (-score[row.id], row.chunk, row.id))
+        return [(row, score[row.id]) for row in ranked[:limit]]
 
     def stats(self) -> tuple[int, int]:
         """(documents, active chunks)."""

@@ -62,7 +62,16 @@ async def test_health_list_and_a_database_registered_while_running(
         ({"db": "notes"}, "invalid argument: q is required"),
         (
             {"db": "notes", "q": "cat", "target": "all"},
-            'invalid argument: unknown target "all"; use keyword, semantic or both (the default)',
+            'invalid argument: unknown target "all"; '
+            "use keyword, semantic, hybrid or both (the default)",
+        ),
+        (
+            {"db": "notes", "q": "cat", "rank": "tfidf"},
+            'invalid argument: unknown rank "tfidf"; use bm25, or omit it for the spec\'s ranking',
+        ),
+        (
+            {"db": "notes", "q": "cat", "highlight": "yes"},
+            'invalid argument: highlight must be 1 or 0, not "yes"',
         ),
     ],
 )

@@ -1,0 +1,63 @@
+"""Word forms for `rank=bm25`: Snowball stemming and stop words, per database language.
+
+The keyword index keeps the words as the tokeniser cut them (the spec's ranking matches them
+exactly); BM25 reads the same postings through each word's stem (`kw_vocab`), so "backups"
+finds "backup" and "running" finds "runs" without a second index.
+
+Stems come from PyStemmer (the Snowball project's C stemmers: ~0.3 us a word, so stemming a
+write's new vocabulary costs the keyword stage little). A language PyStemmer does not know
+falls back to no stemming (every word is its own stem). Stop words are dropped from a query
+only in English, whose list is below; words of other languages are all kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+
+import Stemmer
+
+DEFAULT_LANGUAGE = "english"
+
+# Lucene's English stop set (EnglishAnalyzer) plus the pronouns, auxiliaries and question
+# words that carry no topic: "who owns the database server" keeps "owns", "database",
+# "server". Kept short on purpose: a stop word is never searchable by BM25 (unless the query
+# has nothing else, see `query_stems`).
+_ENGLISH = """a an and are as at be but by for if in into is it no not of on or such that the
+their then there these they this to was will with i me my we our you your he him his she her its
+them what which who whom whose when where why how am been being have has had do does did can
+could should would shall may might must from than so very s t just about"""
+ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())
+
+
+def languages() -> list[str]:
+    """The languages a database can be stemmed in."""
+    return sorted(Stemmer.algorithms())
+
+
+@cache
+def _stemmer(language: str) -> Stemmer.Stemmer | None:
+    if language not in Stemmer.algorithms():
+        return None
+    # No cache: stemming a batch's distinct words is faster without PyStemmer's LRU.
+    return Stemmer.Stemmer(language, 0)
+
+
+def stems(words: Sequence[str], language: str) -> list[str]:
+    """Each word's stem; the words themselves for an unknown language."""
+    stemmer = _stemmer(language)
+    if stemmer is None:
+        return list(words)
+    return list(stemmer.stemWords(list(words)))
+
+
+def stop_words(language: str) -> frozenset[str]:
+    return ENGLISH_STOP_WORDS if language == DEFAULT_LANGUAGE else frozenset()
+
+
+def query_stems(tokens: Sequence[str], language: str) -> list[str]:
+    """The distinct stems a BM25 query searches, in order: stop words dropped, unless the
+    query is only stop words ("to be or not to be"), which is then searched as it is."""
+    stop = stop_words(language)
+    kept = [token for token in tokens if token not in stop] or list(tokens)
+    return list(dict.fromkeys(stems(kept, language)))

@@ -1,0 +1,115 @@
+"""The opt-in search modes over HTTP: `rank=bm25`, `target=hybrid`, `highlight=1`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.search.conftest import SearchHarness
+
+PARAGRAPH = (
+    "Our routers are configured by hand and the firewall rules are reviewed every quarter by "
+    "the network team, who keep the change log in the wiki."
+)
+FILES = {
+    # For "who reads the database server" the spec's ranking puts a-notes first (three words
+    # matched, as b-owner, and the lower row); BM25 must not let stop words decide.
+    "a-notes.txt": "Who reads the notes? The team that writes the notes reads the notes.",
+    "b-owner.txt": "The storage team owns the database server and answers its pages.",
+    "c-billing.txt": "Invoices must be paid within thirty days of receipt.",
+    "d-backup.md": "# Backups\n\nThe nightly backup copies every volume to the second site.",
+    "e-long.md": "# Network\n\n" + "\n\n".join([PARAGRAPH] * 12),
+    "f-cafe.txt": "Le café de la gare ouvre à six heures, le Café du Port à sept.",
+    "g-tokyo.txt": "東京タワーに行きました。とても高かったです。",
+}
+
+
+async def started(h: SearchHarness) -> None:
+    h.registry.add("notes")
+    for name, text in FILES.items():
+        h.write(f"notes/{name}", text)
+    await h.start()
+    for name in FILES:
+        await h.event("search.document_indexed", name)
+    await h.settled()
+
+
+def sources(groups: list[dict[str, Any]]) -> list[str]:
+    return [group["source"] for group in groups]
+
+
+async def search(h: SearchHarness, **params: str) -> dict[str, Any]:
+    status, body = await h.get("/api/search", db="notes", **params)
+    assert status == 200, body
+    return dict(body)
+
+
+async def test_bm25_ignores_stop_words_stems_and_keeps_the_spec_ranking_by_default(
+    harness: SearchHarness,
+) -> None:
+    await started(harness)
+    q = "who reads the database server"
+    spec = await search(harness, q=q, target="keyword")
+    assert sources(spec["keyword"])[:2] == ["a-notes.txt", "b-owner.txt"]
+    assert "d-backup.md" in sources(spec["keyword"])  # by "the" alone
+    bm25 = await search(harness, q=q, target="keyword", rank="bm25")
+    assert sources(bm25["keyword"]) == ["b-owner.txt", "a-notes.txt"]  # no stop word counts
+    # Stemming: "backups" finds "backup", "owning" finds "owns".
+    body = await search(harness, q="backups", target="keyword", rank="bm25")
+    assert sources(body["keyword"]) == ["d-backup.md"]
+    body = await search(harness, q="owning", target="keyword", rank="bm25")
+    assert sources(body["keyword"]) == ["b-owner.txt"]
+    assert (await search(harness, q="owning", target="keyword"))["keyword"] == []
+    # The deprecated route takes `rank` too.
+    status, body = await harness.get("/api/keyword", db="notes", q="backups", rank="bm25")
+    assert status == 200 and sources(body["keyword"]) == ["d-backup.md"]
+
+
+async def test_bm25_stop_word_only_query(harness: SearchHarness) -> None:
+    await started(harness)
+    # Nothing but stop words: searched as they are, not an empty answer.
+    body = await search(harness, q="who the", target="keyword", rank="bm25")
+    assert sources(body["keyword"])[0] == "a-notes.txt"
+
+
+async def test_hybrid_is_one_fused_list_grouped_by_source(harness: SearchHarness) -> None:
+    await started(harness)
+    # Found by meaning only: no word of the query is in the invoice sentence.
+    body = await search(harness, q="when do I have to pay a bill", target="hybrid")
+    assert list(body) == ["hybrid"]
+    assert sources(body["hybrid"])[0] == "c-billing.txt"
+    # Found by words and by meaning: first; every group has the spec's shape.
+    body = await search(harness, q="nightly backups of volumes", target="hybrid", limit="5")
+    assert sources(body["hybrid"])[0] == "d-backup.md"
+    assert len({*sources(body["hybrid"])}) == len(body["hybrid"])  # one group per source
+    assert sum(len(g["matches"]) for g in body["hybrid"]) <= 5
+    for group in body["hybrid"]:
+        assert set(group) == {"source", "matches"}
+        assert all(set(m) == {"chunk", "content"} for m in group["matches"])
+
+
+async def test_a_query_longer_than_the_model_window(harness: SearchHarness) -> None:
+    await started(harness)
+    long = " ".join(["firewall rules reviewed by the network team"] * 150)  # ~1,000 tokens
+    body = await search(harness, q=long, target="hybrid", highlight="1")
+    assert sources(body["hybrid"])[0] == "e-long.md"
+
+
+async def test_highlights_are_character_offsets_into_the_snippet(harness: SearchHarness) -> None:
+    await started(harness)
+    body = await search(harness, q="cafe CAFÉ", target="hybrid", highlight="1")
+    match = next(g for g in body["hybrid"] if g["source"] == "f-cafe.txt")["matches"][0]
+    assert match["snippet"] == FILES["f-cafe.txt"]
+    assert [match["snippet"][a:b] for a, b in match["highlights"]] == ["café", "Café"]
+    body = await search(harness, q="東京", target="keyword", rank="bm25", highlight="1")
+    match = body["keyword"][0]["matches"][0]
+    assert [match["snippet"][a:b] for a, b in match["highlights"]] == ["東京"]
+    # A long chunk: a window around the words, cut at word boundaries, with them in it.
+    body = await search(harness, q="wiki", target="keyword", rank="bm25", highlight="1")
+    match = body["keyword"][0]["matches"][0]
+    assert len(match["snippet"]) <= 240 < len(match["content"])
+    assert match["snippet"] in match["content"]
+    highlighted = [match["snippet"][a:b] for a, b in match["highlights"]]
+    assert highlighted and set(highlighted) == {"wiki"}
+    # Without highlight=1 the matches keep the spec's two fields.
+    body = await search(harness, q="wiki", target="keyword", rank="bm25")
+    assert set(body["keyword"][0]["matches"][0]) == {"chunk", "content"}
