@@ -104,7 +104,8 @@ def run_sim(args: Sequence[str] | None = None) -> int:
         await sim.start()
         try:
             print(f"# simulated Proxmox VE cluster, state in {sim.root}")
-            for key, value in sim.env(include_path=True).items():
+            # The API driver's settings (PVE_DRIVER=api uses them); PATH stays last.
+            for key, value in {**sim.api_env(), **sim.env(include_path=True)}.items():
                 print(f"{key}={value}")
             sys.stdout.flush()
             stop = asyncio.Event()

@@ -26,6 +26,7 @@ from typing import Any
 import asyncssh
 import attrs
 
+from .access import DEFAULT_VERSION, VERSIONS, api_settings, cairn_acl, new_token
 from .context import DURATIONS, take_failure
 from .guest import GuestRun
 from .qm import add_gui_vm, merged, restart_after_reboot
@@ -43,6 +44,7 @@ log = logging.getLogger("pvesim")
 
 DEFAULT_NODES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2", "pve3": "127.0.0.3"}
 PROGRAMS = ("qm", "pvesh", "pvesm")
+SIM_TOKEN = "cairn@pve!sim"
 CONTROL_TIMEOUT = 30.0  # below the fake commands' 60 s socket time-out
 
 
@@ -121,8 +123,13 @@ class SimCluster:
         vm_ssh_port: int | None = None,
         python: str = sys.executable,
         storage_layout: str = "lvm",
+        api: bool = True,
+        api_port: int | None = None,
     ) -> None:
         self.root = Path(root).resolve()
+        self.api = api
+        self.api_port = api_port
+        self.pveproxy: Any = None  # pveproxy.PveProxy when `api` (imported on start: aiohttp)
         installer_storages(storage_layout)  # refuses an unknown layout at once
         self.storage_layout = storage_layout
         self.nodes = dict(nodes or DEFAULT_NODES)
@@ -208,12 +215,39 @@ class SimCluster:
             self._node_servers.append(server)
             lines.append(known_hosts_line(ip, self.node_ssh_port, host_key))
         self.known_hosts.write_text("".join(lines))
+        if self.api:
+            await self._start_api(previous)
         self._started = True
         for vm in self.vms().values():
             if vm.status == "running":
                 await self._bring_up(vm.vmid, 0.0)
 
+    async def _start_api(self, previous: dict[str, Any]) -> None:
+        from .pveproxy import PveProxy
+
+        host = self.nodes[self.main_node]
+        if self.api_port is None:
+            old = previous.get("api_port")
+            self.api_port = int(old) if old and _port_free(host, int(old)) else pick_port([host])
+        images = self.images_storage()
+        with self.store.locked() as txn:
+            api = api_settings(txn.cluster["settings"])
+            api.setdefault("version", DEFAULT_VERSION)
+            tokens = api.setdefault("tokens", {})
+            if SIM_TOKEN not in tokens:
+                # What an admin who followed `cairn pve bootstrap` has made.
+                tokens[SIM_TOKEN] = new_token(cairn_acl(api["version"], images))
+            api.setdefault("pools", {})
+            txn.cluster["settings"]["api"] = api
+            txn.cluster["settings"]["api_port"] = self.api_port
+            txn.save_cluster()
+        self.pveproxy = PveProxy(self.store, self._executor, host=host)
+        await self.pveproxy.start(self.api_port, self.main_node, host)
+
     async def stop(self) -> None:
+        if self.pveproxy is not None:
+            await self.pveproxy.stop()
+            self.pveproxy = None
         for task in self._guest_tasks.values():
             task.cancel()
         for task in list(self._guest_tasks.values()):
@@ -259,6 +293,54 @@ class SimCluster:
 
     def bin_dir(self, node: str | None = None) -> Path:
         return self.bin_root / (node or self.main_node)
+
+    def api_env(self, tokenid: str = "") -> dict[str, str]:
+        """PVE_API_URL, PVE_API_TOKEN and PVE_API_FINGERPRINT of the simulated pveproxy (its
+        default token has exactly the privileges `cairn pve bootstrap` grants)."""
+        if self.pveproxy is None:
+            return {}
+        tokenid = tokenid or SIM_TOKEN
+        with self.store.locked() as txn:
+            secret = api_settings(txn.cluster["settings"])["tokens"][tokenid]["secret"]
+        return {
+            "PVE_API_URL": self.pveproxy.url,
+            "PVE_API_TOKEN": f"{tokenid}={secret}",
+            "PVE_API_FINGERPRINT": self.pveproxy.fingerprint,
+        }
+
+    def set_api_version(self, release: str) -> None:
+        """The PVE release pveproxy imitates: 7.4, 8.2, 8.4 (default) or 9.1."""
+        if release not in VERSIONS:
+            raise ValueError(f"unknown PVE release {release!r}; known: {', '.join(VERSIONS)}")
+        self._update_api(lambda api: api.update(version=release))
+
+    def add_api_token(self, tokenid: str, acl: dict[str, list[str]]) -> str:
+        """Another token (`user@realm!name`) with these ACL entries; returns its secret."""
+        token = new_token(acl)
+        self._update_api(lambda api: api.setdefault("tokens", {}).__setitem__(tokenid, token))
+        return str(token["secret"])
+
+    def cairn_acl(self, pool: str | None = None) -> dict[str, list[str]]:
+        images = self.images_storage()
+        with self.store.locked() as txn:
+            release = str(api_settings(txn.cluster["settings"]).get("version", DEFAULT_VERSION))
+        return cairn_acl(release, images, pool)
+
+    def add_pool(self, pool: str, members: tuple[int, ...] = ()) -> None:
+        self._update_api(
+            lambda api: api.setdefault("pools", {}).setdefault(pool, []).extend(members)
+        )
+
+    def pool_members(self, pool: str) -> list[int]:
+        with self.store.locked() as txn:
+            return list(api_settings(txn.cluster["settings"]).get("pools", {}).get(pool, []))
+
+    def _update_api(self, change: Any) -> None:
+        with self.store.locked() as txn:
+            api = api_settings(txn.cluster["settings"])
+            change(api)
+            txn.cluster["settings"]["api"] = api
+            txn.save_cluster()
 
     def env(self, include_path: bool = True) -> dict[str, str]:
         env = {"MAIN_NODE": self.main_node}

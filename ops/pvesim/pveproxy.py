@@ -1,0 +1,1305 @@
+"""The simulated pveproxy: Proxmox VE's REST API over HTTPS on loopback (api.md).
+
+It serves the endpoints cairn's API driver uses on the same state as the fake `qm`, `pvesh`
+and `pvesm`, so one simulated cluster can be driven both ways. Every asynchronous call is a
+task with a UPID, a per-node log and an exit status; the VM work inside a task is the fake
+`qm` itself, run in-process as the node the path names. What PVE checks before it forks a
+worker (permissions, parameters, a missing or locked VM, a duplicate VMID) fails the HTTP
+request; what it checks inside the worker fails the task (api.md §3.1).
+
+Authentication is by API token only (`Authorization: PVEAPIToken=USER@REALM!NAME=SECRET`);
+401s come at once (no 3 s delay) with an empty body. `settings.api.version` picks the PVE
+release imitated (7.4, 8.2, 8.4, 9.1) with the differences of api.md §7.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import attrs
+from aiohttp import web
+
+from . import pvesh
+from . import qm as fake_qm
+from . import resources as res
+from . import vmconfig as vc
+from .access import DEFAULT_VERSION, VERSIONS, api_settings, privileges
+from .args import CliError, parse
+from .context import Ctx, take_failure
+from .state import Store, Txn
+from .tls import fingerprint, make_certificate, server_context
+
+_TOKEN_HEADER = re.compile(r"(?:^|\s)PVEAPIToken(?:=| )([^;]*)")
+_NOT_IN_SCHEMA = (
+    "property is not defined in schema and the schema does not allow additional properties"
+)
+_IMPORT_SYNTAX = "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>"
+_URLENCODED = re.compile(r"^[-%a-zA-Z0-9_.!~*'()]*$")
+_IMPORT_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(ova|qcow2|raw|vmdk)$")
+_ISO_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(iso|img)$")
+
+# QS $check_vm_modify_config_perm: option -> privilege group (api.md §6.1).
+_CPU = {"cores", "cpu", "sockets", "numa", "vcpus", "cpulimit", "cpuunits", "affinity"}
+_MEMORY = {"memory", "balloon", "shares"}
+_HWTYPE = {"scsihw", "vga", "machine", "smbios1", "bios", "kvm", "hotplug", "keyboard"}
+_OPTIONS = {
+    "name",
+    "ostype",
+    "agent",
+    "description",
+    "onboot",
+    "protection",
+    "tags",
+    "startup",
+    "template",
+}
+_CLOUDINIT = {
+    "ciuser",
+    "cipassword",
+    "sshkeys",
+    "ciupgrade",
+    "nameserver",
+    "searchdomain",
+    "citype",
+    "cicustom",
+}
+_DISK = {"boot", "bootdisk"}
+_NOT_CONFIG = {
+    "node",
+    "vmid",
+    "pool",
+    "storage",
+    "start",
+    "unique",
+    "force",
+    "archive",
+    "digest",
+    "skiplock",
+    "delete",
+    "revert",
+    "background_delay",
+    "import-working-storage",
+}
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, errors: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = dict(errors or {})
+
+
+def param_exc(name: str, message: str) -> HttpError:
+    return HttpError(400, "Parameter verification failed.", {name: message})
+
+
+def enum_error(value: str, values: tuple[str, ...] | list[str]) -> str:
+    return f"value '{value}' does not have a value in the enumeration '{', '.join(values)}'"
+
+
+def perm_error(path: str, priv: str) -> HttpError:
+    return HttpError(403, f"Permission check failed ({path}, {priv})")
+
+
+def _param_errors(text: str) -> dict[str, str] | None:
+    """The `<param>: <message>` lines of a fake command's `400 Parameter verification failed.`
+    block; None if the text is not one."""
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].startswith("400 Parameter verification failed."):
+        return None
+    found: dict[str, str] = {}
+    for line in lines[1:]:
+        key, sep, msg = line.partition(": ")
+        if sep and re.fullmatch(r"[a-z][a-z0-9_\-\[\]]*", key):
+            found[key] = msg
+    return found
+
+
+def cli_to_http(exc: CliError) -> HttpError:
+    errors = _param_errors(exc.text)
+    if errors is not None:
+        return HttpError(400, "Parameter verification failed.", errors)
+    if "Unknown option:" in exc.text:
+        name = exc.text.split("Unknown option:", 1)[1].split()[0]
+        return HttpError(400, "Parameter verification failed.", {name: _NOT_IN_SCHEMA})
+    return HttpError(500, exc.text.strip())
+
+
+@attrs.define
+class Task:
+    upid: str
+    node: str
+    type: str
+    id: str
+    user: str
+    pid: int
+    pstart: int
+    starttime: int
+    lines: list[str] = attrs.field(factory=list)
+    exitstatus: str | None = None
+    worked: bool = False  # the worker got past its checks (PVE had forked it by then)
+    forked: threading.Event = attrs.field(factory=threading.Event)
+    done: threading.Event = attrs.field(factory=threading.Event)
+
+    def status(self) -> dict[str, Any]:
+        user, _, token = self.user.partition("!")
+        out: dict[str, Any] = {
+            "upid": self.upid,
+            "node": self.node,
+            "pid": self.pid,
+            "pstart": self.pstart,
+            "starttime": self.starttime,
+            "type": self.type,
+            "id": self.id,
+            "user": user,
+            "status": "stopped" if self.exitstatus is not None else "running",
+        }
+        if token:
+            out["tokenid"] = token
+        if self.exitstatus is not None:
+            out["exitstatus"] = self.exitstatus
+        return out
+
+
+class _TaskCtx(Ctx):
+    """A fake command's context whose output is a task's log; its first work delay is the
+    moment PVE would have forked the worker (the checks before it have passed)."""
+
+    def __init__(self, store: Store, node: str, task: Task, stdin: str) -> None:
+        self.errors: list[str] = []
+        super().__init__(store, node, self._out, self._err, lambda: stdin)
+        self.task = task
+
+    def _out(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.strip():
+                self.task.lines.append(line)
+
+    def _err(self, text: str) -> None:
+        self.errors.append(text)
+        self._out(text)
+
+    def delay(self, kind: str, factor: float = 1.0) -> None:
+        self.task.worked = True
+        self.task.forked.set()
+        super().delay(kind, factor)
+
+
+@attrs.frozen
+class Call:
+    method: str
+    path: str
+    params: dict[str, str]
+    tokenid: str
+    token: dict[str, Any]
+    match: tuple[str, ...]
+
+
+Handler = Callable[["PveProxy", Call], Any]
+
+
+class PveProxy:
+    def __init__(self, store: Store, executor: Executor, *, host: str = "127.0.0.1") -> None:
+        self.store = store
+        self.executor = executor
+        self.host = host
+        self.port: int | None = None
+        self.tasks: dict[str, Task] = {}
+        self._runner: web.AppRunner | None = None
+        self._pid = 0x3C0000 + os.getpid() % 0x1000
+        self._lock = threading.Lock()
+        self.cert_path: Path | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, port: int, node: str, address: str) -> None:
+        self.cert_path, key_path = make_certificate(self.store.root / "pveproxy", node, address)
+        app = web.Application(client_max_size=512 * 1024)
+        app.router.add_route("*", "/api2/json/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self.host, port, ssl_context=server_context(self.cert_path, key_path)
+        )
+        await site.start()
+        self.port = port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def fingerprint(self) -> str:
+        assert self.cert_path is not None
+        return fingerprint(self.cert_path)
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["tail"].strip("/")
+        method = request.method
+        loop = asyncio.get_running_loop()
+        try:
+            api = await loop.run_in_executor(self.executor, self._api_settings)
+            tokenid, token = self._authenticate(request, api)
+            body = await request.read()
+            if method in ("GET", "DELETE") and body:
+                raise HttpError(501, f"Unexpected content for method '{method}'")
+            params: dict[str, str] = {k: v for k, v in request.query.items()}
+            if body:
+                if request.content_type == "application/json":
+                    decoded = json.loads(body)
+                    params.update({k: _json_param(v) for k, v in decoded.items()})
+                else:
+                    form = await request.post()
+                    params.update({k: str(v) for k, v in form.items() if k not in params})
+            handler, match = _route(method, path)
+            call = Call(method, path, params, tokenid, token, match)
+            data, extra = await loop.run_in_executor(self.executor, self._call, handler, call)
+        except HttpError as exc:
+            return self._error(exc)
+        payload = {"data": data, **extra}
+        return web.Response(
+            body=json.dumps(payload, separators=(",", ":")).encode(),
+            content_type="application/json",
+            charset="UTF-8",
+            headers={"Server": "pve-api-daemon/3.0", "Cache-Control": "max-age=0"},
+        )
+
+    def _error(self, exc: HttpError) -> web.Response:
+        reason = exc.message.strip().splitlines()[0] if exc.message.strip() else "error"
+        headers = {"Server": "pve-api-daemon/3.0", "Connection": "close"}
+        if exc.status == 401:
+            return web.Response(status=401, reason=reason, headers=headers)
+        body: dict[str, Any] = {"data": None}
+        if exc.errors:
+            body["errors"] = {k: v + "\n" for k, v in exc.errors.items()}
+        if self.version() >= "8.4":  # pve-http-server 5.2.0 (api.md §2.3)
+            body["message"] = exc.message.strip() + "\n"
+        return web.Response(
+            status=exc.status,
+            reason=reason,
+            body=json.dumps(body).encode(),
+            content_type="application/json",
+            headers=headers,
+        )
+
+    def _api_settings(self) -> dict[str, Any]:
+        with self.store.locked() as txn:
+            return api_settings(txn.cluster["settings"])
+
+    def version(self) -> str:
+        return str(self._api_settings().get("version") or DEFAULT_VERSION)
+
+    def _authenticate(
+        self, request: web.Request, api: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        header = request.headers.get("Authorization", "")
+        match = _TOKEN_HEADER.search(header)
+        if match is None:
+            raise HttpError(401, "No ticket")
+        value = unquote(match.group(1))
+        tokenid, sep, secret = value.rpartition("=")
+        token = dict(api.get("tokens", {}).get(tokenid) or {})
+        if not sep or not token or not token.get("enabled", True):
+            raise HttpError(401, "Authentication failed!")
+        if token.get("expire") and float(token["expire"]) < time.time():
+            raise HttpError(401, "Authentication failed!")
+        if not secrets_equal(str(token.get("secret", "")), secret):
+            raise HttpError(401, "Authentication failed!")
+        return tokenid, token
+
+    def _call(self, handler: Handler, call: Call) -> tuple[Any, dict[str, Any]]:
+        with self.store.locked() as txn:
+            failure = take_failure(txn, f"api {call.method} {handler.__name__}", "", None)
+        if failure is not None:
+            raise HttpError(failure.exit_code, failure.message)
+        try:
+            result = handler(self, call)
+        except CliError as exc:
+            raise cli_to_http(exc) from None
+        if isinstance(result, tuple):
+            return result[0], result[1]
+        return result, {}
+
+    # --- helpers for handlers -----------------------------------------------------------------
+
+    def pools(self, txn: Txn) -> dict[str, list[int]]:
+        return dict(api_settings(txn.cluster["settings"]).get("pools", {}))
+
+    def can(self, call: Call, path: str, *privs: str, any_of: bool = False) -> bool:
+        with self.store.locked() as txn:
+            have = privileges(call.token, path, self.pools(txn))
+        return bool(have & set(privs)) if any_of else set(privs) <= have
+
+    def need(self, call: Call, path: str, *privs: str, any_of: bool = False) -> None:
+        if not self.can(call, path, *privs, any_of=any_of):
+            if any_of:
+                raise perm_error(path, "|".join(privs))
+            with self.store.locked() as txn:
+                have = privileges(call.token, path, self.pools(txn))
+            raise perm_error(path, next(p for p in privs if p not in have))
+
+    def check_params(
+        self, call: Call, allowed: Mapping[str, str], required: tuple[str, ...] = ()
+    ) -> None:
+        """PVE's schema check: unknown names, booleans 0/1, integers (api.md §1.1)."""
+        errors: dict[str, str] = {}
+        for name in required:
+            if name not in call.params:
+                errors[name] = "property is missing and it is not optional"
+        for name, value in call.params.items():
+            kind = allowed.get(name) or allowed.get(re.sub(r"\d+$", "[n]", name))
+            if kind is None:
+                errors[name] = _NOT_IN_SCHEMA
+            elif kind == "boolean" and value not in ("0", "1"):
+                errors[name] = f"type check ('boolean') failed - got '{value}'"
+            elif kind == "integer" and not re.fullmatch(r"[+-]?\d+", value):
+                errors[name] = f"type check ('integer') failed - got '{value}'"
+        if errors:
+            raise HttpError(400, "Parameter verification failed.", errors)
+
+    def new_task(self, node: str, kind: str, ident: str, user: str) -> Task:
+        with self._lock:
+            self._pid += 1
+            pid = self._pid
+        now = int(time.time())
+        pstart = int(time.monotonic() * 100) & 0xFFFFFFF
+        upid = f"UPID:{node}:{pid:08X}:{pstart:08X}:{now:08X}:{kind}:{ident}:{user}:"
+        task = Task(upid, node, kind, ident, user, pid, pstart, now)
+        self.tasks[upid] = task
+        return task
+
+    def run_task(
+        self, task: Task, work: Callable[[Task], str | None], *, wait_fork: bool = False
+    ) -> str:
+        """Run `work` as the task's worker; it returns None for success or the error text.
+        With `wait_fork`, the request waits until the worker forked (its checks before the
+        fork passed); a failure before that is the request's 500, and no task is left."""
+
+        def worker() -> None:
+            try:
+                error = work(task)
+            except CliError as exc:
+                error = exc.text.strip()
+            except Exception as exc:  # a simulator bug must still end the task
+                error = f"internal error: {exc}"
+            task.forked.set()
+            warns = sum(1 for ln in task.lines if ln.startswith("WARN: "))
+            if error:
+                error = " ".join(error.split("\n")).strip()
+                task.lines.append(f"TASK ERROR: {error}")
+                task.exitstatus = error
+            elif warns:
+                task.lines.append(f"TASK WARNINGS: {warns}")
+                task.exitstatus = f"WARNINGS: {warns}"
+            else:
+                task.lines.append("TASK OK")
+                task.exitstatus = "OK"
+            task.done.set()
+
+        threading.Thread(target=worker, name=f"pveproxy-{task.type}", daemon=True).start()
+        if wait_fork:
+            task.forked.wait(60)
+            if task.done.is_set() and task.exitstatus != "OK" and not task.worked:
+                self.tasks.pop(task.upid, None)
+                raise HttpError(500, str(task.exitstatus))
+        return task.upid
+
+    def run_qm(self, task: Task, argv: list[str], stdin: str = "") -> str | None:
+        """One fake `qm` command as the task's node; its failure text, or None."""
+        ctx = _TaskCtx(self.store, task.node, task, stdin)
+        self.store.log_command(task.node, ["API", *argv])
+        rc = fake_qm.run(ctx, argv)
+        if rc != 0:
+            return "".join(ctx.errors).strip() or f"exit code {rc}"
+        if argv[:2] == ["disk", "resize"] and ctx.errors:
+            return "".join(ctx.errors).strip()  # a resize's failure exits 0 in the CLI only
+        return None
+
+    def run_qm_sync(self, node: str, argv: list[str], stdin: str = "") -> None:
+        task = Task("", node, "sync", "", "", 0, 0, 0)
+        error = self.run_qm(task, argv, stdin)
+        if error:
+            raise cli_to_http(CliError(error))
+
+    def vm_rec(self, node: str, vmid: int) -> dict[str, Any]:
+        with self.store.locked() as txn:
+            if node not in txn.nodes:
+                raise HttpError(500, f"no such cluster node '{node}'")
+            rec = txn.vm_on(node, vmid)
+        if rec is None:
+            raise HttpError(
+                500, f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            )
+        return rec
+
+
+def secrets_equal(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def _json_param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+# --- routes -------------------------------------------------------------------------------------
+
+_ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
+
+
+def route(method: str, pattern: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _ROUTES.append((method, re.compile(pattern), fn))
+        return fn
+
+    return register
+
+
+def _route(method: str, path: str) -> tuple[Handler, tuple[str, ...]]:
+    for m, pattern, fn in _ROUTES:
+        found = pattern.fullmatch(path)
+        if found and m == method:
+            return fn, found.groups()
+    raise HttpError(501, f"Method '{method} {path}' not implemented")
+
+
+_NODE = r"([a-zA-Z0-9][a-zA-Z0-9\-]*)"
+_VMID = r"(\d+)"
+
+
+def _vmid(text: str) -> int:
+    if not re.fullmatch(r"[1-9][0-9]{2,8}", text):
+        raise HttpError(
+            400,
+            "Parameter verification failed.",
+            {"vmid": "invalid format - value does not look like a valid VM ID"},
+        )
+    return int(text)
+
+
+def _pvesh_get(proxy: PveProxy, node: str, path: str, options: dict[str, Any]) -> Any:
+    ctx = Ctx(proxy.store, node, lambda _t: None, lambda _t: None, lambda: "")
+    return pvesh.get(ctx, path, options)
+
+
+def _main(proxy: PveProxy) -> str:
+    with proxy.store.locked() as txn:
+        return txn.main
+
+
+@route("GET", r"/version")
+def get_version(proxy: PveProxy, call: Call) -> Any:
+    release = proxy.version()
+    return {"version": VERSIONS[release], "release": release, "repoid": "14a22df3"}
+
+
+_STORAGE_AUDIT = ("Datastore.Audit", "Datastore.AllocateSpace")
+_STATS = ("cpu", "mem", "disk", "maxcpu", "maxmem", "maxdisk", "uptime")
+
+
+@route("GET", r"/nodes")
+def get_nodes(proxy: PveProxy, call: Call) -> Any:
+    proxy.check_params(call, {})
+    out = []
+    for entry in _pvesh_get(proxy, _main(proxy), "/nodes", {}):
+        if not proxy.can(call, f"/nodes/{entry['node']}", "Sys.Audit"):
+            entry = {k: v for k, v in entry.items() if k not in _STATS}
+        out.append(entry)
+    return out
+
+
+@route("GET", rf"/nodes/{_NODE}/status")
+def get_node_status(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    proxy.check_params(call, {"node": "string"})
+    proxy.need(call, f"/nodes/{node}", "Sys.Audit")
+    return _pvesh_get(proxy, _main(proxy), f"/nodes/{node}/status", {})
+
+
+@route("GET", r"/cluster/resources")
+def get_resources(proxy: PveProxy, call: Call) -> Any:
+    proxy.check_params(call, {"type": "string"})
+    kind = call.params.get("type")
+    if kind is not None and kind not in ("vm", "storage", "node", "sdn"):
+        raise HttpError(
+            400,
+            "Parameter verification failed.",
+            {"type": enum_error(kind, ("vm", "storage", "node", "sdn"))},
+        )
+    options = {"type": kind} if kind else {}
+    out = []
+    for entry in _pvesh_get(proxy, _main(proxy), "/cluster/resources", options):
+        kind = entry["type"]
+        # Guests and storages without the audit privilege are silently omitted, nodes lose
+        # their figures (MG API2/Cluster.pm resources, API2Tools.pm extract_node_stats).
+        if kind in ("qemu", "lxc") and not proxy.can(call, f"/vms/{entry['vmid']}", "VM.Audit"):
+            continue
+        if kind == "storage" and not proxy.can(
+            call, f"/storage/{entry['storage']}", *_STORAGE_AUDIT, any_of=True
+        ):
+            continue
+        if kind == "node" and not proxy.can(call, f"/nodes/{entry['node']}", "Sys.Audit"):
+            entry = {k: v for k, v in entry.items() if k not in _STATS}
+        out.append(entry)
+    return out
+
+
+@route("GET", r"/cluster/nextid")
+def get_nextid(proxy: PveProxy, call: Call) -> Any:
+    proxy.check_params(call, {"vmid": "integer"})
+    options: dict[str, Any] = {}
+    if "vmid" in call.params:
+        options["vmid"] = int(call.params["vmid"])
+    return _pvesh_get(proxy, _main(proxy), "/cluster/nextid", options)
+
+
+def _storage_entry(
+    name: str, info: Mapping[str, Any], volumes: Mapping[str, Any]
+) -> dict[str, Any]:
+    row = res.storage_row(name, info, volumes)
+    total, used = int(row["total"]) * 1024, int(row["used"]) * 1024
+    entry: dict[str, Any] = {
+        "storage": name,
+        "type": info["type"],
+        "content": info["content"],
+        "active": int(row["status"] == "active"),
+        "enabled": int(not info.get("disable")),
+        "shared": int(bool(info.get("shared"))),
+        "total": total,
+        "used": used,
+        "avail": total - used,
+    }
+    if total:
+        entry["used_fraction"] = used / total
+    return entry
+
+
+@route("GET", rf"/nodes/{_NODE}/storage")
+def get_storages(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "content": "string",
+            "enabled": "boolean",
+            "storage": "string",
+            "target": "string",
+            "format": "boolean",
+        },
+    )
+    with proxy.store.locked() as txn:
+        storages, volumes = txn.storages, txn.volumes(node)
+    out = []
+    for name, info in sorted(storages.items()):
+        content = call.params.get("content")
+        if content and content not in str(info["content"]).split(","):
+            continue
+        if call.params.get("enabled") == "1" and info.get("disable"):
+            continue
+        if not proxy.can(
+            call, f"/storage/{name}", "Datastore.Audit", "Datastore.AllocateSpace", any_of=True
+        ):
+            continue
+        out.append(_storage_entry(name, info, volumes.get(name, {})))
+    return out
+
+
+@route("GET", rf"/nodes/{_NODE}/storage/([^/]+)/status")
+def get_storage_status(proxy: PveProxy, call: Call) -> Any:
+    node, storage = call.match
+    proxy.check_params(call, {"node": "string", "storage": "string"})
+    proxy.need(
+        call, f"/storage/{storage}", "Datastore.Audit", "Datastore.AllocateSpace", any_of=True
+    )
+    with proxy.store.locked() as txn:
+        info = txn.storages.get(storage)
+        volumes = txn.volumes(node).get(storage, {})
+    if info is None:
+        raise HttpError(400, "Parameter verification failed.", {"storage": "No such storage."})
+    entry = _storage_entry(storage, info, volumes)
+    entry.pop("storage")
+    return entry
+
+
+@route("GET", rf"/nodes/{_NODE}/storage/([^/]+)/content")
+def get_storage_content(proxy: PveProxy, call: Call) -> Any:
+    node, storage = call.match
+    proxy.check_params(
+        call, {"node": "string", "storage": "string", "content": "string", "vmid": "integer"}
+    )
+    proxy.need(
+        call, f"/storage/{storage}", "Datastore.Audit", "Datastore.AllocateSpace", any_of=True
+    )
+    with proxy.store.locked() as txn:
+        if storage not in txn.storages:
+            raise HttpError(400, "Parameter verification failed.", {"storage": "No such storage."})
+        pool = txn.volumes(node).get(storage, {})
+    out = []
+    for volname, vol in sorted(pool.items()):
+        content = "import" if volname.startswith("import/") else "images"
+        if call.params.get("content") not in (None, content):
+            continue
+        entry = {
+            "volid": f"{storage}:{volname}",
+            "content": content,
+            "size": int(vol["size"]),
+            "format": vol.get("format") or "raw",
+            "ctime": int(vol.get("ctime", 0)),
+        }
+        if vol.get("vmid") is not None:
+            entry["vmid"] = int(vol["vmid"])
+        out.append(entry)
+    return out
+
+
+def import_path(root: Path, node: str, storage: str, filename: str) -> Path:
+    return root / "files" / node / storage / "import" / filename
+
+
+@route("POST", rf"/nodes/{_NODE}/storage/([^/]+)/download-url")
+def post_download_url(proxy: PveProxy, call: Call) -> Any:
+    node, storage = call.match
+    version = proxy.version()
+    allowed = {
+        "node": "string",
+        "storage": "string",
+        "url": "string",
+        "filename": "string",
+        "content": "string",
+        "checksum": "string",
+        "checksum-algorithm": "string",
+        "verify-certificates": "boolean",
+    }
+    if version >= "8.2":
+        allowed["compression"] = "string"
+    proxy.check_params(call, allowed, ("url", "filename", "content"))
+    p = call.params
+    contents = ["iso", "vztmpl"] + (["import"] if version >= "8.4" else [])
+    errors: dict[str, str] = {}
+    if p["content"] not in contents:
+        errors["content"] = enum_error(p["content"], contents)
+    if not re.match(r"^https?://.*", p["url"]):
+        errors["url"] = "value does not match the regex pattern"
+    filename = re.sub(r"[^a-zA-Z0-9_.\-]", "_", p["filename"].rsplit("/", 1)[-1])
+    rule = _IMPORT_NAME if p["content"] == "import" else _ISO_NAME
+    if "content" not in errors and not rule.match(filename):
+        errors["filename"] = "invalid filename or wrong extension"
+    algo = p.get("checksum-algorithm")
+    algos = ("md5", "sha1", "sha224", "sha256", "sha384", "sha512")
+    if algo is not None and algo not in algos:
+        errors["checksum-algorithm"] = enum_error(algo, algos)
+    if ("checksum" in p) != (algo is not None):
+        errors["checksum" if algo else "checksum-algorithm"] = (
+            "property is missing and it is not optional"
+        )
+    if errors:
+        raise HttpError(400, "Parameter verification failed.", errors)
+    proxy.need(call, f"/storage/{storage}", "Datastore.AllocateTemplate")
+    if not (
+        proxy.can(call, "/", "Sys.Audit", "Sys.Modify")
+        or (version >= "8.2" and proxy.can(call, f"/nodes/{node}", "Sys.AccessNetwork"))
+    ):
+        raise perm_error(
+            f"/nodes/{node}", "Sys.AccessNetwork" if version >= "8.2" else "Sys.Modify"
+        )
+    with proxy.store.locked() as txn:
+        if node not in txn.nodes:
+            raise HttpError(500, f"no such cluster node '{node}'")
+        info = txn.storages.get(storage)
+    if info is None:
+        raise HttpError(500, f"storage '{storage}' does not exist")
+    if not vc.is_file_storage(str(info["type"])):
+        raise HttpError(
+            500, f"can't upload to storage type '{info['type']}', not a file based storage!"
+        )
+    if p["content"] not in str(info["content"]).split(","):
+        raise HttpError(
+            500, f"storage '{storage}' is not configured for content-type '{p['content']}'"
+        )
+    target = import_path(proxy.store.root, node, storage, filename)
+
+    def work(task: Task) -> str | None:
+        if p["content"] == "import" and p.get("compression"):
+            return "decompression not supported for import"
+        shown = f"/var/lib/vz/import/{filename}"
+        if target.exists():
+            if "checksum" in p and _digest(target, str(algo)) == p["checksum"].lower():
+                task.lines.append("OK, got correct file already, no need to download")
+                return None
+            return f"refusing to override existing file '{shown}'"
+        task.lines.append(f"downloading {p['url']} to {shown}")
+        part = target.with_name(f"{filename}.tmp.{task.pid}")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with urllib.request.urlopen(p["url"], timeout=60) as resp, part.open("wb") as fh:
+                while chunk := resp.read(1 << 20):
+                    fh.write(chunk)
+        except (urllib.error.URLError, OSError) as exc:
+            part.unlink(missing_ok=True)
+            return f"download failed: {exc}"
+        if "checksum" in p:
+            got = _digest(part, str(algo))
+            if got != p["checksum"].lower():
+                part.unlink(missing_ok=True)
+                return f"checksum mismatch: got '{got}' != expect '{p['checksum'].lower()}'"
+            task.lines.append("calculating checksum...OK, checksum verified")
+        os.replace(part, target)
+        with proxy.store.locked() as txn:
+            volumes = txn.volumes(node)
+            fmt = filename.rsplit(".", 1)[-1]
+            volumes.setdefault(storage, {})[f"import/{filename}"] = {
+                "size": target.stat().st_size,
+                "vmid": None,
+                "image": str(target),
+                "format": fmt,
+                "ctime": int(time.time()),
+            }
+            txn.save_volumes(node, volumes)
+        task.lines.append(f"download of '{p['url']}' to '{shown}' finished")
+        return None
+
+    task = proxy.new_task(node, "download", filename, call.tokenid)
+    return proxy.run_task(task, work)
+
+
+def _digest(path: Path, algo: str) -> str:
+    h = hashlib.new(algo)
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu")
+def get_qemu_list(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    proxy.check_params(call, {"node": "string", "full": "boolean"})
+    return [
+        e
+        for e in _pvesh_get(proxy, node, f"/nodes/{node}/qemu", {})
+        if proxy.can(call, f"/vms/{e['vmid']}", "VM.Audit")
+    ]
+
+
+def _vm_params(version: str, create: bool) -> dict[str, str]:
+    spec = fake_qm.SPECS["create" if create else "set"]
+    kinds = {"bool": "boolean", "int": "integer"}
+    allowed = {name: kinds.get(opt.kind, "string") for name, opt in spec.options.items()}
+    allowed.update(node="string", vmid="integer")
+    if version < "8.0":
+        allowed.pop("ciupgrade", None)
+    if not create:
+        allowed.update(background_delay="integer")
+        allowed.pop("force", None)
+    return allowed
+
+
+def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> None:
+    """QS $check_vm_modify_config_perm and the storage/bridge checks (api.md §6.1)."""
+    path = f"/vms/{vmid}"
+    version = proxy.version()
+    for key, value in call.params.items():
+        if key in _NOT_CONFIG:
+            continue
+        if key in _CPU:
+            proxy.need(call, path, "VM.Config.CPU")
+        elif key in _MEMORY:
+            proxy.need(call, path, "VM.Config.Memory")
+        elif key in _HWTYPE or re.fullmatch(r"serial\d", key):
+            proxy.need(call, path, "VM.Config.HWType")
+        elif key in _OPTIONS:
+            proxy.need(call, path, "VM.Config.Options")
+        elif key in _DISK:
+            proxy.need(call, path, "VM.Config.Disk")
+        elif key in _CLOUDINIT or re.fullmatch(r"ipconfig\d+", key):
+            proxy.need(call, path, "VM.Config.Cloudinit", "VM.Config.Network", any_of=True)
+        elif vc.NET_RE.match(key):
+            proxy.need(call, path, "VM.Config.Network")
+            bridge = dict(p.partition("=")[::2] for p in value.split(",")).get("bridge")
+            if bridge and version >= "8.0":
+                proxy.need(call, f"/sdn/zones/localnetwork/{bridge}", "SDN.Use")
+        elif vc.DRIVE_RE.match(key):
+            file = vc.parse_drive(value)["file"]
+            if file.endswith(":cloudinit"):
+                proxy.need(call, path, "VM.Config.Cloudinit", "VM.Config.CDROM")
+            elif vc.is_cdrom(value):
+                proxy.need(call, path, "VM.Config.CDROM")
+            else:
+                proxy.need(call, path, "VM.Config.Disk")
+            if ":" in file:
+                proxy.need(call, f"/storage/{file.partition(':')[0]}", "Datastore.AllocateSpace")
+        elif key == "vga":
+            proxy.need(call, path, "VM.Config.HWType")
+        else:
+            raise perm_error(path, f"root-only option '{key}'")
+
+
+def _resolve_imports(proxy: PveProxy, call: Call, node: str) -> dict[str, str]:
+    """`import-from=<storage>:import/<file>` -> the file the fake `qm` reads (pveproxy resolves
+    a volume id itself; an absolute path is root's only, api.md §1.2)."""
+    out = dict(call.params)
+    version = proxy.version()
+    for key, value in call.params.items():
+        if not vc.DRIVE_RE.match(key) or "import-from=" not in value:
+            continue
+        drive = vc.parse_drive(value)
+        source = drive["import-from"]
+        if not re.fullmatch(r"(?:[^/:\s]+:)?0", drive["file"]):
+            raise HttpError(
+                400,
+                "Parameter verification failed.",
+                {key: _IMPORT_SYNTAX},
+            )
+        if source.startswith("/"):
+            raise HttpError(
+                403, "Permission check failed (Only root can pass arbitrary filesystem paths.)"
+            )
+        storage, _, volname = source.partition(":")
+        proxy.need(
+            call, f"/storage/{storage}", "Datastore.AllocateSpace", "Datastore.Audit", any_of=True
+        )
+        with proxy.store.locked() as txn:
+            vol = txn.volumes(node).get(storage, {}).get(volname)
+        if volname.startswith("iso/"):
+            raise HttpError(
+                400,
+                "Parameter verification failed.",
+                {key: f"{source} has wrong type 'iso' - needs to be 'images' or 'import'"},
+            )
+        if volname.startswith("import/") and version < "8.3":
+            raise HttpError(
+                400,
+                "Parameter verification failed.",
+                {key: f"{source} has wrong type 'import' - not an image"},
+            )
+        if vol is None or not vol.get("image"):
+            raise HttpError(500, f"volume '{source}' does not exist")
+        drive["import-from"] = str(vol["image"])
+        out[key] = vc.print_drive(drive)
+    return out
+
+
+def _as_argv(params: Mapping[str, str], skip: set[str]) -> tuple[list[str], str]:
+    argv: list[str] = []
+    stdin = ""
+    for key, value in params.items():
+        if key in skip:
+            continue
+        if key == "sshkeys":
+            stdin = unquote(value)
+            argv += ["--sshkeys", "/dev/stdin"]
+            continue
+        argv += [f"--{key}", value]
+    return argv, stdin
+
+
+def _check_sshkeys(params: Mapping[str, str]) -> None:
+    value = params.get("sshkeys")
+    if value is not None and not _URLENCODED.match(value):
+        raise HttpError(
+            400,
+            "Parameter verification failed.",
+            {"sshkeys": f"invalid format - invalid urlencoded string: {value}"},
+        )
+    if value is not None and not fake_qm.validate_ssh_keys(unquote(value)):
+        raise HttpError(500, "SSH public key validation error")
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu")
+def post_create(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    version = proxy.version()
+    proxy.check_params(call, _vm_params(version, True), ("vmid",))
+    vmid = _vmid(call.params["vmid"])
+    pool = call.params.get("pool")
+    if pool is not None:
+        with proxy.store.locked() as txn:
+            if pool not in proxy.pools(txn):
+                raise HttpError(403, f"Permission check failed (pool '{pool}' does not exist)")
+        if not proxy.can(call, f"/pool/{pool}", "VM.Allocate"):
+            proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    else:
+        proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    pooled = pool is not None and proxy.can(call, f"/pool/{pool}", "VM.Allocate")
+    if not pooled:
+        _config_privileges(proxy, call, vmid, True)
+    else:  # privileges on the pool stand for the VM's: check them there
+        _config_privileges(
+            proxy, attrs.evolve(call, token=_pool_view(call.token, pool, vmid)), vmid, True
+        )
+    if call.params.get("start") == "1" and version >= "9.1":
+        proxy.need(call, f"/vms/{vmid}", "VM.PowerMgmt")
+    _check_sshkeys(call.params)
+    params = _resolve_imports(proxy, call, node)
+    with proxy.store.locked() as txn:
+        if node not in txn.nodes:
+            raise HttpError(500, f"no such cluster node '{node}'")
+    argv, stdin = _as_argv(params, {"node", "vmid", "pool"})
+    try:
+        parse(fake_qm.SPECS["create"], [str(vmid), *argv])
+    except CliError as exc:
+        raise cli_to_http(exc) from None
+
+    def work(task: Task) -> str | None:
+        error = proxy.run_qm(task, ["create", str(vmid), *argv], stdin)
+        if error is None and pool is not None:
+            with proxy.store.locked() as txn:
+                api = api_settings(txn.cluster["settings"])
+                api.setdefault("pools", {}).setdefault(pool, []).append(vmid)
+                txn.cluster["settings"]["api"] = api
+                txn.save_cluster()
+        return error
+
+    task = proxy.new_task(node, "qmcreate", str(vmid), call.tokenid)
+    return proxy.run_task(task, work, wait_fork=True)
+
+
+def _pool_view(token: Mapping[str, Any], pool: str | None, vmid: int) -> dict[str, Any]:
+    """The token as it will see VM `vmid` once it is in `pool`."""
+    acl = {k: list(v) for k, v in dict(token.get("acl", {})).items()}
+    if pool is not None:
+        acl.setdefault(f"/vms/{vmid}", []).extend(acl.get(f"/pool/{pool}", []))
+    return {**token, "acl": acl}
+
+
+def _config_value(key: str, value: Any, version: str) -> Any:
+    ints = {
+        "cores",
+        "sockets",
+        "numa",
+        "balloon",
+        "vcpus",
+        "onboot",
+        "protection",
+        "ciupgrade",
+        "template",
+        "shares",
+        "kvm",
+    }
+    if key == "memory":
+        return int(value) if version < "8.0" else str(value)
+    if key in ints:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return value
+    if key == "cipassword":
+        return "**********"
+    return str(value) if not isinstance(value, str) else value
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/config")
+def get_config(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call, {"node": "string", "vmid": "integer", "current": "boolean", "snapshot": "string"}
+    )
+    proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    rec = proxy.vm_rec(node, vmid)
+    conf = rec["config"] if call.params.get("current") == "1" else fake_qm.merged(rec)
+    version = proxy.version()
+    out = {k: _config_value(k, v, version) for k, v in conf.items()}
+    if "description" in out:
+        out["description"] = str(out["description"]).rstrip("\n")
+    out["digest"] = hashlib.sha1(json.dumps(conf, sort_keys=True).encode()).hexdigest()
+    return out
+
+
+def _update(proxy: PveProxy, call: Call, sync: bool) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    version = proxy.version()
+    allowed = _vm_params(version, False)
+    if sync:
+        allowed.pop("background_delay", None)
+    proxy.check_params(call, allowed)
+    if call.params.get("skiplock") == "1":
+        raise HttpError(
+            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
+        )
+    if not any(
+        k.startswith("VM.Config.") for k in privileges(call.token, f"/vms/{vmid}", _pools(proxy))
+    ):
+        raise perm_error(f"/vms/{vmid}", "VM.Config.*")
+    _config_privileges(proxy, call, vmid, False)
+    _check_sshkeys(call.params)
+    params = _resolve_imports(proxy, call, node)
+    rec = proxy.vm_rec(node, vmid)
+    if rec["config"].get("lock"):
+        raise HttpError(500, f"VM is locked ({rec['config']['lock']})")
+    argv, stdin = _as_argv(params, {"node", "vmid", "background_delay"})
+    try:
+        parse(fake_qm.SPECS["set"], [str(vmid), *argv])
+    except CliError as exc:
+        raise cli_to_http(exc) from None
+    if sync:
+        proxy.run_qm_sync(node, ["set", str(vmid), *argv], stdin)
+        return None
+    task = proxy.new_task(node, "qmconfig", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, ["set", str(vmid), *argv], stdin))
+
+
+def _pools(proxy: PveProxy) -> dict[str, list[int]]:
+    with proxy.store.locked() as txn:
+        return proxy.pools(txn)
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/config")
+def post_config(proxy: PveProxy, call: Call) -> Any:
+    return _update(proxy, call, sync=False)
+
+
+@route("PUT", rf"/nodes/{_NODE}/qemu/{_VMID}/config")
+def put_config(proxy: PveProxy, call: Call) -> Any:
+    return _update(proxy, call, sync=True)
+
+
+@route("PUT", rf"/nodes/{_NODE}/qemu/{_VMID}/resize")
+def put_resize(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "vmid": "integer",
+            "disk": "string",
+            "size": "string",
+            "digest": "string",
+            "skiplock": "boolean",
+        },
+        ("disk", "size"),
+    )
+    if call.params.get("skiplock") == "1":
+        raise HttpError(
+            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
+        )
+    if not re.fullmatch(r"\+?\d+(\.\d+)?[KMGT]?", call.params["size"]):
+        raise HttpError(
+            400,
+            "Parameter verification failed.",
+            {"size": "value does not match the regex pattern"},
+        )
+    proxy.need(call, f"/vms/{vmid}", "VM.Config.Disk")
+    rec = proxy.vm_rec(node, vmid)
+    drive = fake_qm.merged(rec).get(call.params["disk"])
+    if drive is not None and ":" in str(drive):
+        proxy.need(call, f"/storage/{str(drive).partition(':')[0]}", "Datastore.AllocateSpace")
+    argv = ["disk", "resize", str(vmid), call.params["disk"], call.params["size"]]
+    if proxy.version() < "8.0":  # synchronous before qemu-server 8.0.2
+        proxy.run_qm_sync(node, argv)
+        return None
+    task = proxy.new_task(node, "resize", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/status/current")
+def get_status(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(call, {"node": "string", "vmid": "integer"})
+    proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    rec = proxy.vm_rec(node, vmid)
+    with proxy.store.locked() as txn:
+        cpus = int(txn.nodes[node]["maxcpu"])
+    fields = fake_qm.vm_status_fields(rec, cpus, time.time())
+    fields.setdefault("qmpstatus", rec["status"])
+    fields["ha"] = {"managed": 0}
+    return fields
+
+
+_POWER_PARAMS: dict[str, dict[str, str]] = {
+    "start": {"skiplock": "boolean", "timeout": "integer", "machine": "string"},
+    "stop": {
+        "skiplock": "boolean",
+        "timeout": "integer",
+        "keepActive": "boolean",
+        "overrule-shutdown": "boolean",
+    },
+    "shutdown": {
+        "skiplock": "boolean",
+        "timeout": "integer",
+        "forceStop": "boolean",
+        "keepActive": "boolean",
+    },
+    "reboot": {"timeout": "integer"},
+}
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/status/(start|stop|shutdown|reboot)")
+def post_power(proxy: PveProxy, call: Call) -> Any:
+    node, vmid, action = call.match[0], _vmid(call.match[1]), call.match[2]
+    allowed = {"node": "string", "vmid": "integer", **_POWER_PARAMS[action]}
+    if action == "stop" and proxy.version() < "8.2":
+        allowed.pop("overrule-shutdown")
+    proxy.check_params(call, allowed)
+    if call.params.get("skiplock") == "1":
+        raise HttpError(
+            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
+        )
+    proxy.need(call, f"/vms/{vmid}", "VM.PowerMgmt")
+    rec = proxy.vm_rec(node, vmid)
+    if action == "reboot" and rec["status"] != "running":
+        raise HttpError(500, f"VM {vmid} not running")
+    argv = [action, str(vmid)]
+    for key in ("timeout", "forceStop"):
+        if key in call.params:
+            argv += [f"--{key}", call.params[key]]
+    task = proxy.new_task(node, f"qm{action}", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+@route("DELETE", rf"/nodes/{_NODE}/qemu/{_VMID}")
+def delete_vm(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "vmid": "integer",
+            "purge": "boolean",
+            "destroy-unreferenced-disks": "boolean",
+            "skiplock": "boolean",
+        },
+    )
+    if call.params.get("skiplock") == "1":
+        raise HttpError(
+            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
+        )
+    proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    rec = proxy.vm_rec(node, vmid)
+    if rec["status"] == "running":
+        raise HttpError(500, f"VM {vmid} is running - destroy failed")
+    if rec["config"].get("protection"):
+        raise HttpError(500, f"can't remove VM {vmid} - protection mode enabled")
+    argv = ["destroy", str(vmid)]
+    for key in ("purge", "destroy-unreferenced-disks"):
+        if call.params.get(key) == "1":
+            argv += [f"--{key}", "1"]
+
+    def work(task: Task) -> str | None:
+        error = proxy.run_qm(task, argv)
+        if error is None:
+            with proxy.store.locked() as txn:
+                api = api_settings(txn.cluster["settings"])
+                for members in api.get("pools", {}).values():
+                    while vmid in members:
+                        members.remove(vmid)
+                txn.cluster["settings"]["api"] = api
+                txn.save_cluster()
+        return error
+
+    task = proxy.new_task(node, "qmdestroy", str(vmid), call.tokenid)
+    return proxy.run_task(task, work)
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/migrate")
+def post_migrate(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "vmid": "integer",
+            "target": "string",
+            "online": "boolean",
+            "with-local-disks": "boolean",
+            "targetstorage": "string",
+            "bwlimit": "integer",
+            "force": "boolean",
+            "migration_type": "string",
+            "migration_network": "string",
+        },
+        ("target",),
+    )
+    for root_only in ("force", "migration_type", "migration_network"):
+        if root_only in call.params:
+            raise HttpError(
+                400, "Parameter verification failed.", {root_only: "Only root may use this option."}
+            )
+    proxy.need(call, f"/vms/{vmid}", "VM.Migrate")
+    target = call.params["target"]
+    if target == node:
+        raise HttpError(400, "Parameter verification failed.", {"target": "target is local node."})
+    with proxy.store.locked() as txn:
+        if target not in txn.nodes:
+            raise HttpError(500, f"no such cluster node '{target}'")
+    rec = proxy.vm_rec(node, vmid)
+    if rec["config"].get("lock"):
+        raise HttpError(500, f"VM is locked ({rec['config']['lock']})")
+    if rec["status"] == "running" and call.params.get("online") != "1":
+        raise HttpError(500, "can't migrate running VM without --online")
+    argv = ["migrate", str(vmid), target]
+    for key in ("online", "with-local-disks"):
+        if call.params.get(key) == "1":
+            argv.append(f"--{key}")
+    task = proxy.new_task(node, "qmigrate", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+def _task_for(proxy: PveProxy, call: Call) -> Task:
+    node, upid = call.match
+    if not re.fullmatch(
+        r"UPID:[a-zA-Z0-9\-]+:[0-9A-F]{8}:[0-9A-F]{8,9}:[0-9A-F]{8}:[^:\s/]+:[^:\s/]*:[^:\s/]+:",
+        upid,
+    ):
+        raise HttpError(
+            400, "Parameter verification failed.", {"upid": "unable to parse worker upid"}
+        )
+    task = proxy.tasks.get(upid)
+    if task is None or task.node != node:
+        raise HttpError(400, "Parameter verification failed.", {"upid": "no such task"})
+    if task.user != call.tokenid:
+        proxy.need(call, f"/nodes/{node}", "Sys.Audit")
+    return task
+
+
+@route("GET", rf"/nodes/{_NODE}/tasks/([^/]+)/status")
+def get_task_status(proxy: PveProxy, call: Call) -> Any:
+    proxy.check_params(call, {"node": "string", "upid": "string"})
+    return _task_for(proxy, call).status()
+
+
+@route("GET", rf"/nodes/{_NODE}/tasks/([^/]+)/log")
+def get_task_log(proxy: PveProxy, call: Call) -> Any:
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "upid": "string",
+            "start": "integer",
+            "limit": "integer",
+            "download": "boolean",
+        },
+    )
+    task = _task_for(proxy, call)
+    start = int(call.params.get("start", "0"))
+    limit = int(call.params.get("limit", "50"))
+    lines = list(task.lines)
+    chosen = lines[start:] if limit == 0 else lines[start : start + limit]
+    out = [{"n": start + i + 1, "t": t} for i, t in enumerate(chosen)]
+    if not out:
+        out = [{"n": start or 1, "t": "no content"}]
+    return out, {"total": len(lines)}

@@ -1,0 +1,75 @@
+"""pveproxy's certificate for the simulated cluster: self-signed, made once per state root.
+
+The SAN is what PVE puts in a node certificate (`IP:127.0.0.1, IP:::1, DNS:localhost`, the
+node's name and address; api.md §1.5); the fingerprint is SHA-256 over the DER certificate,
+`AB:CD:...`, as `pvenode cert info` prints it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import os
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def make_certificate(folder: Path, node: str, address: str) -> tuple[Path, Path]:
+    """(cert, key) PEM files in `folder`, made on first use and kept afterwards."""
+    cert_path, key_path = folder / "pve-ssl.pem", folder / "pve-ssl.key"
+    if cert_path.is_file() and key_path.is_file():
+        return cert_path, key_path
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
+        x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.invalid"),
+    ])  # fmt: skip
+    now = datetime.datetime.now(datetime.UTC)
+    san = x509.SubjectAlternativeName([
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("::1")),
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address(address)),
+        x509.DNSName(node),
+    ])  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=730))
+        .add_extension(san, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    os.chmod(key_path, 0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def fingerprint(cert_path: Path) -> str:
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).digest()
+    return ":".join(f"{b:02X}" for b in digest)
+
+
+def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert_path), str(key_path))
+    return context
