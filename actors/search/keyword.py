@@ -48,8 +48,8 @@ BLOCK = 16384
 # Writes a block takes before its pieces are merged (a live inbox adds one file per write).
 FRAGMENT_LIMIT = 8
 # Bump when the layout changes: the index is then rebuilt from the chunks' text.
-# 4: chunk lengths, vocabulary stems and totals for BM25.
-FORMAT_VERSION = 4
+# 5: chunk lengths, vocabulary stems, totals and term frequencies (`tfs`) for BM25.
+FORMAT_VERSION = 5
 
 SCHEMA = """
 DROP TABLE IF EXISTS kw_block;
@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS kw_piece (
     token TEXT NOT NULL,
     first INTEGER NOT NULL,
     ids BLOB NOT NULL,
+    tfs BLOB,
     PRIMARY KEY (start, token, first)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kw_vocab (
@@ -78,13 +79,15 @@ CREATE TABLE IF NOT EXISTS kw_stats (
 );
 INSERT OR IGNORE INTO kw_stats (id, chunks, length) VALUES (0, 0, 0);
 """
-# Tables `rebuild` empties along with the postings.
+# Tables `rebuild` makes anew (an older layout may lack a column).
 TABLES = ("kw_piece", "kw_vocab", "kw_length", "kw_stats")
+_TF = np.dtype(np.uint8)
 
 _OFFSET = np.dtype("<u2")
 
-# (start, token, first, ids): one kw_piece row.
-Piece = tuple[int, str, int, bytes]
+# (start, token, first, ids, tfs): one kw_piece row; `tfs` is None when every term frequency
+# is 1 (most pieces: a rare word once in a chunk).
+Piece = tuple[int, str, int, bytes, bytes | None]
 # Chunks tokenised and grouped at a time (`_counted`).
 ADD_SLICE = 16384
 
@@ -116,11 +119,13 @@ def _pieces(ids: np.ndarray, postings: Postings) -> list[Piece]:
         return []
     first_block = int(ids.min()) // BLOCK
     # (block, token, offset) in one int64, so one sort groups and orders every posting; a
-    # repeated posting is dropped, as it would otherwise count twice.
+    # repeated posting is stored once, how many times it came being its term frequency.
     per_chunk = (ids // BLOCK - first_block) * (len(vocabulary) * BLOCK) + ids % BLOCK
     key = tokens * BLOCK + per_chunk[owners]
     key.sort()  # np.unique (hashing) was measured 5x slower than sorting here
-    key = key[np.diff(key, prepend=-1) != 0]
+    runs = np.flatnonzero(np.diff(key, prepend=-1))
+    tf = np.minimum(np.diff(runs, append=len(key)), np.iinfo(_TF).max).astype(_TF)
+    key = key[runs]
     group, offsets = np.divmod(key, BLOCK)
     offsets = offsets.astype(_OFFSET)
     starts = np.flatnonzero(np.diff(group, prepend=-1))
@@ -133,9 +138,28 @@ def _pieces(ids: np.ndarray, postings: Postings) -> list[Piece]:
             map(vocabulary.__getitem__, token.tolist()),
             offsets[starts].tolist(),
             map(packed.__getitem__, map(slice, edges[:-1], edges[1:])),
+            _tf_blobs(tf, starts),
             strict=True,
         )
     )
+
+
+def _tf_blobs(tf: np.ndarray, starts: np.ndarray) -> list[bytes | None]:
+    """Each piece's term frequencies (pieces begin at `starts`), None where all are 1."""
+    repeated = (np.maximum.reduceat(tf, starts) > 1).tolist()
+    packed = tf.tobytes()
+    edges = np.append(starts, len(tf)).tolist()
+    return [
+        packed[a:b] if r else None for a, b, r in zip(edges[:-1], edges[1:], repeated, strict=True)
+    ]
+
+
+def _tfs(blob: bytes | None, count: int) -> np.ndarray:
+    return np.ones(count, dtype=_TF) if blob is None else np.frombuffer(blob, dtype=_TF)
+
+
+def _tf_blob(tf: np.ndarray) -> bytes | None:
+    return tf.tobytes() if len(tf) and int(tf.max()) > 1 else None
 
 
 class KeywordIndex:
@@ -164,13 +188,16 @@ class KeywordIndex:
         self._added(conn, _insert(conn, _pieces(ids, postings)))
         self._note(conn, ids, postings)
 
-    def rebuild(self, conn: sqlite3.Connection, chunks: Iterable[tuple[int, str]]) -> None:
-        """Index every active chunk (id, text) again, from nothing."""
+    def reset(self, conn: sqlite3.Connection) -> None:
+        """Empty the index, its tables made anew in the caller's transaction (an older layout
+        may lack a column; SQLite's schema changes are transactional). Call it before any
+        statement of the transaction is left open: a table being read cannot be dropped."""
         for table in TABLES:
-            conn.execute(f"DELETE FROM {table}")
-        conn.execute("INSERT INTO kw_stats (id, chunks, length) VALUES (0, 0, 0)")
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
         self._stemmed.clear()
-        self.add(conn, chunks)
 
     def rolled_back(self) -> None:
         """The transaction was rolled back: words noted in it are not in `kw_vocab`."""
@@ -232,7 +259,8 @@ class KeywordIndex:
                 "DELETE FROM kw_piece WHERE start = ? AND token = ? AND first = ?", dropped
             )
             conn.executemany(
-                "INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", kept
+                "INSERT INTO kw_piece (start, token, first, ids, tfs) VALUES (?, ?, ?, ?, ?)",
+                kept,
             )
 
     def search(self, conn: sqlite3.Connection, tokens: Sequence[str], limit: int) -> list[int]:
@@ -249,7 +277,7 @@ class Bm25Inputs:
     """What BM25 reads for a query: each matched word's pieces (numbered by stem), the chunk
     lengths of the blocks they are in, and the totals."""
 
-    pieces: list[tuple[int, int, np.ndarray]]
+    pieces: list[tuple[int, int, np.ndarray, np.ndarray]]  # start, stem, offsets, tfs
     lengths: dict[int, np.ndarray]  # block start -> uint16 length of each of its ids
     chunks: int
     total_length: int
@@ -267,8 +295,11 @@ def bm25_inputs(conn: sqlite3.Connection, stems: Sequence[str]) -> Bm25Inputs:
         return Bm25Inputs([], {}, chunks, total)
     stem_of = {token: number[stem] for token, stem in words}
     rows = conn.execute(_WORDS_QUERY.format(block=BLOCK), (json.dumps(list(stem_of)),))
-    pieces = [(start, stem_of[token], _unpack(blob)) for start, token, blob in rows]
-    starts = sorted({start // BLOCK * BLOCK for start, _, _ in pieces})
+    pieces = []
+    for start, token, blob, tfs in rows:
+        offsets = _unpack(blob)
+        pieces.append((start, stem_of[token], offsets, _tfs(tfs, len(offsets))))
+    starts = sorted({piece[0] // BLOCK * BLOCK for piece in pieces})
     lengths: dict[int, np.ndarray] = {}
     rows = conn.execute(
         "SELECT start, first, lengths FROM kw_length"
@@ -302,8 +333,10 @@ def _store_lengths(conn: sqlite3.Connection, ids: np.ndarray, lengths: np.ndarra
 
 def _insert(conn: sqlite3.Connection, rows: list[Piece]) -> set[int]:
     """Insert pieces; the blocks they are in."""
-    conn.executemany("INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", rows)
-    return {start for start, _, _, _ in rows}
+    conn.executemany(
+        "INSERT INTO kw_piece (start, token, first, ids, tfs) VALUES (?, ?, ?, ?, ?)", rows
+    )
+    return {row[0] for row in rows}
 
 
 def _drop_in_block(
@@ -319,9 +352,9 @@ def _drop_in_block(
     One statement reads every piece of the tokens concerned (SQLite seeks each token in C), and
     the postings are matched with one sorted search over all of them, as `add` groups them:
     per piece, Python only cuts the result."""
-    tokens = [token for _, token, _, _ in drops]
+    tokens = [drop[1] for drop in drops]
     rows = conn.execute(
-        "SELECT token, first, ids FROM kw_piece"
+        "SELECT token, first, ids, tfs FROM kw_piece"
         " WHERE start = ? AND token IN (SELECT value FROM json_each(?))",
         (start, json.dumps(tokens)),
     ).fetchall()
@@ -330,49 +363,69 @@ def _drop_in_block(
     # Keys (token's place in `drops`, offset): ascending, as `drops` is in token order.
     number = {token: i for i, token in enumerate(tokens)}
     gone_keys = np.repeat(
-        np.arange(len(drops)), [len(blob) // _OFFSET.itemsize for *_, blob in drops]
-    ) * BLOCK + _unpack(b"".join(blob for *_, blob in drops))
-    lengths = np.array([len(blob) // _OFFSET.itemsize for _, _, blob in rows])
-    current = _unpack(b"".join(blob for _, _, blob in rows))
-    owners = np.fromiter((number[token] for token, _, _ in rows), dtype=np.int64, count=len(rows))
+        np.arange(len(drops)), [len(drop[3]) // _OFFSET.itemsize for drop in drops]
+    ) * BLOCK + _unpack(b"".join(drop[3] for drop in drops))
+    lengths = np.array([len(blob) // _OFFSET.itemsize for _, _, blob, _ in rows])
+    current = _unpack(b"".join(blob for _, _, blob, _ in rows))
+    tf = np.concatenate([_tfs(tfs, n) for (*_, tfs), n in zip(rows, lengths.tolist(), strict=True)])
+    owners = np.fromiter((number[token] for token, *_ in rows), dtype=np.int64, count=len(rows))
     keys = np.repeat(owners, lengths) * BLOCK + current
     at = np.minimum(np.searchsorted(gone_keys, keys), len(gone_keys) - 1)
     gone = gone_keys[at] == keys
     # Pieces are never empty, so each piece's postings start where the previous one's end.
     removed = np.add.reduceat(gone, np.cumsum(lengths) - lengths, dtype=np.int64)
     left = current[~gone]
-    left_ends = np.cumsum(lengths - removed) * _OFFSET.itemsize
+    left_tf = tf[~gone]
+    left_ends = np.cumsum(lengths - removed)
     packed = left.tobytes()
     for i in np.flatnonzero(removed).tolist():
-        token, first, _ = rows[i]
+        token, first, _, _ = rows[i]
         dropped.append((start, token, first))
         end = int(left_ends[i])
-        begin = end - (int(lengths[i]) - int(removed[i])) * _OFFSET.itemsize
+        begin = end - (int(lengths[i]) - int(removed[i]))
         if end > begin:
             # The smallest offset left is in no other piece of this token: no key collides.
-            kept.append((start, token, int(left[begin // _OFFSET.itemsize]), packed[begin:end]))
+            kept.append(
+                (
+                    start,
+                    token,
+                    int(left[begin]),
+                    packed[begin * _OFFSET.itemsize : end * _OFFSET.itemsize],
+                    _tf_blob(left_tf[begin:end]),
+                )
+            )
 
 
 def compact(conn: sqlite3.Connection, start: int) -> None:
     """Merge each token's pieces in block `start` into one (one scan, then only the tokens that
     had several pieces are rewritten)."""
-    merged: list[tuple[int, str, int, bytes]] = []
+    merged: list[Piece] = []
     token: str | None = None
     blobs: list[bytes] = []
+    tfs: list[bytes | None] = []
     rows = conn.execute(
-        "SELECT token, ids FROM kw_piece WHERE start = ? ORDER BY token, first", (start,)
+        "SELECT token, ids, tfs FROM kw_piece WHERE start = ? ORDER BY token, first", (start,)
     )
-    for row_token, blob in [*rows.fetchall(), (None, b"")]:
+    for row_token, blob, tf in [*rows.fetchall(), (None, b"", None)]:
         if row_token != token:
             if len(blobs) > 1:
                 joined = b"".join(blobs)
-                merged.append((start, token, int(_unpack(joined)[0]), joined))  # type: ignore[arg-type]
-            token, blobs = row_token, []
+                tf_blob = None
+                if any(t is not None for t in tfs):
+                    tf_blob = b"".join(
+                        _tfs(t, len(b) // _OFFSET.itemsize).tobytes()
+                        for t, b in zip(tfs, blobs, strict=True)
+                    )
+                merged.append((start, token, int(_unpack(joined)[0]), joined, tf_blob))  # type: ignore[arg-type]
+            token, blobs, tfs = row_token, [], []
         blobs.append(blob)
+        tfs.append(tf)
     conn.executemany(
-        "DELETE FROM kw_piece WHERE start = ? AND token = ?", ((s, t) for s, t, _, _ in merged)
+        "DELETE FROM kw_piece WHERE start = ? AND token = ?", ((m[0], m[1]) for m in merged)
     )
-    conn.executemany("INSERT INTO kw_piece (start, token, first, ids) VALUES (?, ?, ?, ?)", merged)
+    conn.executemany(
+        "INSERT INTO kw_piece (start, token, first, ids, tfs) VALUES (?, ?, ?, ?, ?)", merged
+    )
 
 
 def rank(pieces: Sequence[tuple[int, np.ndarray]], limit: int) -> list[int]:
@@ -424,6 +477,6 @@ WITH RECURSIVE blocks(start) AS (
     UNION ALL SELECT start + {block} FROM blocks
     WHERE start + {block} <= (SELECT max(start) FROM kw_piece)
 )
-SELECT b.start, k.token, k.ids FROM blocks b
+SELECT b.start, k.token, k.ids, k.tfs FROM blocks b
 JOIN kw_piece k ON k.start = b.start AND k.token IN (SELECT value FROM json_each(?1))
 """

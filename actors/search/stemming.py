@@ -12,6 +12,7 @@ only in English, whose list is below; words of other languages are all kept.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from functools import cache
 
@@ -55,9 +56,15 @@ def stop_words(language: str) -> frozenset[str]:
     return ENGLISH_STOP_WORDS if language == DEFAULT_LANGUAGE else frozenset()
 
 
-def query_stems(tokens: Sequence[str], language: str) -> list[str]:
-    """The distinct stems a BM25 query searches, in order: stop words dropped, unless the
-    query is only stop words ("to be or not to be"), which is then searched as it is."""
+def query_terms(tokens: Sequence[str], language: str) -> dict[str, int]:
+    """The stems a BM25 query searches, in order, each with how often the query has it (a
+    word said twice weighs twice, as in Lucene): stop words dropped, unless the query is only
+    stop words ("to be or not to be"), which is then searched as it is."""
     stop = stop_words(language)
     kept = [token for token in tokens if token not in stop] or list(tokens)
-    return list(dict.fromkeys(stems(kept, language)))
+    return dict(Counter(stems(kept, language)))
+
+
+def query_stems(tokens: Sequence[str], language: str) -> list[str]:
+    """The distinct stems of `query_terms`."""
+    return list(query_terms(tokens, language))

@@ -24,7 +24,12 @@ import numpy as np
 
 from actors.search import bm25, keyword, stemming
 from actors.search.stemming import DEFAULT_LANGUAGE
-from actors.search.tokenize import TOKENIZER_VERSION, Postings, query_tokens
+from actors.search.tokenize import (
+    TOKENIZER_VERSION,
+    Postings,
+    query_token_stream,
+    query_tokens,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -256,8 +261,9 @@ class Database:
         if self.get_meta("keyword_index") == wanted:
             return
         with self.transaction() as conn:
+            self.keywords.reset(conn)
             rows = conn.execute("SELECT id, content FROM chunks WHERE active = 1 ORDER BY id")
-            self.keywords.rebuild(conn, rows)
+            self.keywords.add(conn, rows)
             _set_meta(conn, "keyword_index", wanted)
 
     # -- writes (indexer only) ------------------------------------------------------------------
@@ -497,14 +503,14 @@ class Database:
     ) -> list[tuple[ChunkRow, float]]:
         """Active chunks by BM25 score (desc), ties by their place in their file, then id: at
         most `limit` (chunk, score)."""
-        stems = stemming.query_stems(query_tokens(query), self.language)
-        if not stems:
+        terms = stemming.query_terms(query_token_stream(query), self.language)
+        if not terms:
             return []
         with self.snapshot() as conn:
-            found = keyword.bm25_inputs(conn, stems)
+            found = keyword.bm25_inputs(conn, list(terms))
             scored = bm25.rank(
                 found.pieces,
-                len(stems),
+                list(terms.values()),
                 found.lengths,
                 found.chunks,
                 found.total_length,

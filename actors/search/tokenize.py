@@ -89,6 +89,23 @@ def _tokens(text: str, *, unigrams: bool) -> list[str]:
     return list(tokens)
 
 
+def _token_stream(text: str, *, unigrams: bool = True) -> list[str]:
+    """`document_tokens` of `text` (`query_tokens` without `unigrams`), each as often as it
+    occurs (the term frequencies BM25 reads)."""
+    text = _normalise(text)
+    if text.isascii():
+        return text.translate(_ASCII_SEPARATORS).split()
+    words = _WORD.findall(text)
+    if not _CJK_RUN.search(text):
+        return list(words)
+    return [token for word in words for token in _word_tokens(word, unigrams=unigrams)]
+
+
+def query_token_stream(text: str) -> list[str]:
+    """The tokens of a query, each as often as it occurs, in order."""
+    return _token_stream(text, unigrams=False)
+
+
 def query_tokens(text: str) -> list[str]:
     """The distinct tokens of a query, in order of first appearance."""
     return _tokens(text, unigrams=False)
@@ -110,8 +127,8 @@ class Postings(NamedTuple):
 
 def document_postings(texts: Sequence[str]) -> Postings:
     """The tokens of many texts at once, numbered: the same tokens as `document_tokens` of
-    each text, in any order and possibly repeated within a text (the keyword index sorts and
-    deduplicates them anyway).
+    each text, in any order, each as often as it occurs in the text (the keyword index
+    stores each once, with its count).
 
     ASCII texts (most documents) are lowercased, translated and split as one joined string:
     per-text calls were a third of the keyword stage's time. NFKC leaves ASCII unchanged, so
@@ -129,7 +146,7 @@ def document_postings(texts: Sequence[str]) -> Postings:
         plain_set = set(plain)
         other = [i for i in range(len(texts)) if i not in plain_set]
     for i in other:
-        words += document_tokens(texts[i])
+        words += _token_stream(texts[i])
         words.append("\x00")
     vocabulary = sorted(dict.fromkeys(words))
     if not vocabulary:

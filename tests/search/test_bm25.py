@@ -46,19 +46,19 @@ def test_query_stems_drop_stop_words_unless_nothing_else_is_left() -> None:
     assert stemming.query_stems([], "english") == []
 
 
-def test_scores_are_bm25_with_stems_matched_once(tmp_path: Path) -> None:
+def test_scores_are_bm25_over_stems(tmp_path: Path) -> None:
     db = db_with(
         tmp_path,
         {
-            "a.txt": ["backup backups disk"],  # two words of one stem: matched once
+            "a.txt": ["backup backups disk"],  # two words of one stem: tf 2
             "b.txt": ["backup tape disk"],
             "c.txt": ["nothing to see"],
         },
     )
     scored = {row.source: score for row, score in db.bm25_search("backups", 10)}
-    # N = 3, df = 2, every chunk 3 words long (the average): idf x (k1 + 1) / (1 + k1).
+    # N = 3, df = 2, every chunk 3 words long (the average): idf x tf (k1 + 1) / (tf + k1).
     idf = math.log1p((3 - 2 + 0.5) / (2 + 0.5))
-    assert scored == pytest.approx({"a.txt": idf, "b.txt": idf})
+    assert scored == pytest.approx({"a.txt": idf * 2 * 2.2 / 3.2, "b.txt": idf})
     # A rarer word weighs more; the shorter chunk wins among equal matches.
     db.write([Replace("d.txt", STATE, ["tape " + "filler " * 30])])
     assert found(db, "tape disk")[0] == ("b.txt", 0)
@@ -157,3 +157,42 @@ def test_a_long_chunk_gives_a_window_around_the_most_terms() -> None:
     assert len(found.text) <= 240 and found.text in text
     assert not found.text.startswith(" ") and text[text.index(found.text) - 1] == " "
     assert [found.text[a:b] for a, b in found.highlights] == ["firewall", "router"]
+
+
+def test_scores_survive_merges_and_retired_chunks(tmp_path: Path) -> None:
+    """Written in many small transactions (pieces merged), files replaced and removed: the
+    same scores as the final files written at once."""
+    words = ["backup", "disk", "tape", "server", "rack", "the", "node", "cooling"]
+
+    def text(n: int) -> str:
+        return " ".join(words[(n * k) % len(words)] for k in range(1, 4 + n % 7))
+
+    final: dict[str, list[str]] = {}
+    many = Database(tmp_path / "many.sqlite")
+    for n in range(40):
+        source = f"f{n % 13}.txt"
+        if n % 9 == 8:
+            many.write([Remove(source)])
+            final.pop(source, None)
+        else:
+            chunks = [text(n), text(n + 1) + " backup backup"]
+            many.write([Replace(source, STATE, chunks)])
+            final[source] = chunks
+    once = db_with(tmp_path, final)
+    for query in ("backup", "disk tape", "the cooling node", "backups servers"):
+        expected = {(r.source, r.chunk): s for r, s in once.bm25_search(query, 100)}
+        got = {(r.source, r.chunk): s for r, s in many.bm25_search(query, 100)}
+        assert got == pytest.approx(expected), query
+
+
+def test_query_words_said_twice_weigh_twice_and_accents_keep_their_counts(
+    tmp_path: Path,
+) -> None:
+    db = db_with(
+        tmp_path,
+        {"a.txt": ["café crème café"], "b.txt": ["café noir thé"], "c.txt": ["eau plate"]},
+    )
+    once = {row.source: s for row, s in db.bm25_search("café", 10)}
+    twice = {row.source: s for row, s in db.bm25_search("café CAFÉ", 10)}
+    assert twice == pytest.approx({source: 2 * s for source, s in once.items()})
+    assert once["a.txt"] > once["b.txt"]  # the same length, café twice
