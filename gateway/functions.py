@@ -45,6 +45,7 @@ from events.bus import (
     command,
     deadline_headers,
 )
+from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -423,15 +424,17 @@ async def build(runtime: Runtime) -> web.Application:
     app = web.Application()
     app[FUNCTIONS] = service
     app[FUNCTIONS_HOST] = host
-    app.router.add_post("/upload", service.upload)
-    app.router.add_post("/run-now", service.run_now)
+    # ALLOW_IPS, as on the VM service: whatever stores, deletes, runs or shows code.
+    allowed = ClientFilter.from_env(runtime.env).gate
+    app.router.add_post("/upload", allowed(service.upload))
+    app.router.add_post("/run-now", allowed(service.run_now))
     # The rest of the path, every character: "." would stop at an encoded newline (%0A), and
     # that request would miss the route (aiohttp's own 404) instead of getting the path's answer.
-    app.router.add_post(r"/run/{target:[\s\S]*}", service.run_stored)
+    app.router.add_post(r"/run/{target:[\s\S]*}", allowed(service.run_stored))
     app.router.add_get("/functions", service.list)
     app.router.add_get(r"/functions/{target:[\s\S]+}", service.describe)
-    app.router.add_delete(r"/functions/{target:[\s\S]+}", service.delete)
-    app.router.add_get(r"/code/{target:[\s\S]+}", service.code)
+    app.router.add_delete(r"/functions/{target:[\s\S]+}", allowed(service.delete))
+    app.router.add_get(r"/code/{target:[\s\S]+}", allowed(service.code))
     app.router.add_get("/runtimes", service.runtimes)
     add_health(
         app,

@@ -47,6 +47,7 @@ from actors.platform import Runtime
 from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from events.follow import Follower
+from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -489,9 +490,11 @@ async def build(runtime: Runtime) -> web.Application:
     app = web.Application(middlewares=[not_found])
     app[IMAGES] = service
     app.router.add_get(READ_PREFIX + REST, service.timed(service.read))
-    app.router.add_post("/upload/" + REST, service.timed(service.upload))
-    app.router.add_post("/upload", service.timed(service.upload))  # no path: the same 400
-    app.router.add_delete("/del/" + REST, service.timed(service.delete))
+    # ALLOW_IPS, as on the VM service: whatever stores or deletes.
+    allowed = ClientFilter.from_env(runtime.env).gate
+    app.router.add_post("/upload/" + REST, allowed(service.timed(service.upload)))
+    app.router.add_post("/upload", allowed(service.timed(service.upload)))  # no path: the same 400
+    app.router.add_delete("/del/" + REST, allowed(service.timed(service.delete)))
     app.router.add_get("/check/state", service.state)
     app.router.add_get("/ls", service.timed(service.listing))
     app.router.add_get("/ls/{path:.*}", service.timed(service.listing))

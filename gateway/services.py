@@ -10,8 +10,13 @@ import attrs
 from aiohttp import web
 
 from actors.platform import Runtime
+from gateway.console.login import LOGIN
+from gateway.console.sessions import SESSIONS
 from gateway.crosssite import cross_site_guard
 from gateway.hosts import HostPolicy, host_guard
+from gateway.identity import auth_guard
+from gateway.roles import RouteRoles
+from gateway.tokens import FILE_NAME, TokenStore
 
 AppFactory = Callable[[Runtime], Awaitable[web.Application]]
 
@@ -59,11 +64,23 @@ def available() -> list[ServiceDef]:
 
 async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
     """The service's app as cairn serves it: what its module builds, behind the middlewares
-    every service shares, in this order: the Host allow-list (gateway/hosts.py), then the
-    cross-site refusal (gateway/crosssite.py); both answer before any handler runs."""
+    every service shares, in this order: the Host allow-list (gateway/hosts.py), the
+    cross-site refusal (gateway/crosssite.py), then who is asking and may they, once tokens
+    exist (gateway/identity.py); all answer before any handler runs."""
+    routes = RouteRoles.from_env(runtime.env)
     app = await service.build(runtime)
     bind = runtime.listen.get(service.name, (service.default_host, 0))[0]
     hosts = HostPolicy.from_env(runtime.env, bind)
+    sessions = app.get(SESSIONS)
+    auth = auth_guard(
+        service.name,
+        TokenStore(runtime.data_dir / FILE_NAME),
+        routes,
+        json_errors=service.json_errors,
+        session_token=sessions.token if sessions is not None else None,
+        sign_in=LOGIN if sessions is not None else None,
+    )
+    app.middlewares.insert(0, auth)
     app.middlewares.insert(0, cross_site_guard(json_errors=service.json_errors, hosts=hosts))
     app.middlewares.insert(0, host_guard(hosts, json_errors=service.json_errors))
     return app

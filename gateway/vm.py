@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import ipaddress
 import json
 import logging
 import secrets
@@ -66,6 +65,7 @@ from events.codec import to_dict
 from events.follow import EventCallback, Follower
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
+from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
 from gateway.loopback import is_loopback_address
 from gateway.openapi import add_openapi
@@ -74,7 +74,6 @@ from gateway.sse import EventStream, last_event_id
 
 log = logging.getLogger(__name__)
 
-FORBIDDEN = "this IP is not allowed to perform this action"
 STEP_CHECK_ID = "preparation > checking VMID"
 # An install waits for its first records to be stored; under load that queues.
 _COMMAND_TIMEOUT = 120.0
@@ -92,64 +91,6 @@ _TASK_EVENTS = {"vm.progress", "vm.task_ended"}
 # A follow that hears nothing this long reads the store itself (a stalled publisher, the bus
 # down) and tries again to join JetStream.
 STORE_POLL = 5.0
-
-
-# -- client address ------------------------------------------------------------------------
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def _networks(entries: tuple[str, ...]) -> tuple[Network, ...]:
-    return tuple(ipaddress.ip_network(e, strict=False) for e in entries)
-
-
-def _in(address: str, networks: tuple[Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip.version == n.version and ip in n for n in networks)
-
-
-@attrs.frozen
-class ClientFilter:
-    allow: tuple[Network, ...]
-    proxies: tuple[Network, ...]
-    allow_all: bool
-
-    @classmethod
-    def from_settings(cls, settings: VmSettings) -> ClientFilter:
-        allow_all = any(e.strip() in ("0.0.0.0", "0.0.0.0/0") for e in settings.allow_ips)
-        return cls(_networks(settings.allow_ips), _networks(settings.trusted_proxies), allow_all)
-
-    def client_ip(self, peer: str, forwarded_for: str | None) -> str:
-        """The socket peer, unless the peer is a trusted proxy: then the nearest address in
-        X-Forwarded-For that is not itself a trusted proxy (a client can prepend anything)."""
-        if not forwarded_for or not _in(peer, self.proxies):
-            return peer
-        hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
-        for hop in reversed(hops):
-            if not _in(hop, self.proxies):
-                return hop
-        return hops[0] if hops else peer
-
-    def client(self, request: web.Request) -> str:
-        return self.client_ip(request.remote or "", request.headers.get("X-Forwarded-For"))
-
-    def shown_client(self, request: web.Request) -> str:
-        """The client address for a message: an address as such, anything else (a forwarded
-        hop can hold any text) quoted and cut short."""
-        seen = self.client(request)
-        try:
-            return str(ipaddress.ip_address(seen))
-        except ValueError:
-            return repr(seen[:64])
-
-    def allowed(self, request: web.Request) -> bool:
-        return self.allow_all or _in(self.client(request), self.allow)
 
 
 # -- following a task's events -------------------------------------------------------------
@@ -315,13 +256,7 @@ class VmGateway:
         return await self.command(subject, payload, timeout=_QUERY_TIMEOUT, unanswered=NO_VM_ANSWER)
 
     def forbidden(self, request: web.Request) -> web.Response | None:
-        if self.filter.allowed(request):
-            return None
-        # The address the check saw, so an operator behind a proxy sees at once whether
-        # TRUSTED_PROXIES or ALLOW_IPS is what to change.
-        return web.Response(
-            status=403, text=f"{FORBIDDEN} (client address {self.filter.shown_client(request)})"
-        )
+        return self.filter.refusal(request)
 
     @staticmethod
     async def body(request: web.Request) -> Any:

@@ -1,10 +1,13 @@
-"""Who may change things through the console: ``ALLOW_IPS``, as the VM API applies it.
+"""Who may use the console: ``ALLOW_IPS``, as the VM API applies it, on every console route.
 
-The console forwards to services that listen on loopback, where the VM service sees the
-console's own address, not the browser's. So the console checks the browser's address itself,
-with the VM API's rule and message (``TRUSTED_PROXIES`` names the proxies whose
-``X-Forwarded-For`` is believed), on every request that changes something and on the VM task
-stream, the requests the VM API checks. Reads are open, as the VM API's are.
+The console forwards to services that listen on loopback, where they see the console's own
+address, not the browser's. So the console checks the browser's address itself, with the VM
+API's rule and message (``TRUSTED_PROXIES`` names the proxies whose ``X-Forwarded-For`` is
+believed), on every request of its own: the page, its scripts, the event feed, the read models
+and every call it forwards, reads included. Through the console a browser reads search results
+and function code that the search service keeps to loopback and the functions service to
+``ALLOW_IPS``; a client outside ``ALLOW_IPS`` gets none of it. ``/health`` and ``/status`` of
+the same port are not the console's and stay open.
 
 Beyond loopback the console lets whoever reaches it install and destroy VMs, so it does not
 start there unless ``ALLOW_IPS`` says who may (the VM service's own rule).
@@ -15,21 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
-from actors.config import ConfigError, env_list, env_networks
-from gateway.crosssite import SAFE_METHODS
+from actors.config import ConfigError, env_list
+from gateway.clients import ClientFilter
 from gateway.loopback import is_loopback_address
-from gateway.vm import FORBIDDEN, ClientFilter
-
-_ALLOW_ALL = ("0.0.0.0", "0.0.0.0/0")
 
 
 def client_filter(env: Mapping[str, str]) -> ClientFilter:
-    entries = env_list(env, "ALLOW_IPS")
-    allow_all = not entries or any(e in _ALLOW_ALL for e in entries)
-    return ClientFilter(
-        env_networks(env, "ALLOW_IPS"), env_networks(env, "TRUSTED_PROXIES"), allow_all
-    )
+    return ClientFilter.from_env(env)
 
 
 def check_exposure(host: str, env: Mapping[str, str]) -> None:
@@ -43,19 +40,23 @@ def check_exposure(host: str, env: Mapping[str, str]) -> None:
     )
 
 
+def is_console_path(path: str) -> bool:
+    """The console's own routes: the page and everything under ``/console/``."""
+    return path == "/" or path.startswith("/console/")
+
+
 class ConsoleAccess:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.filter = client_filter(env)
 
-    @staticmethod
-    def checked(request: web.Request, service: str, tail: str) -> bool:
-        """The requests the VM API checks: whatever changes state, and the task stream."""
-        if request.method not in SAFE_METHODS:
-            return True
-        return service == "vm" and tail.rstrip("/").rsplit("/", 1)[-1] == "task"
-
     def refusal(self, request: web.Request) -> web.Response | None:
-        if self.filter.allowed(request):
-            return None
-        shown = self.filter.shown_client(request)
-        return web.Response(status=403, text=f"{FORBIDDEN} (client address {shown})")
+        return self.filter.refusal(request)
+
+    def middleware(self) -> Middleware:
+        @web.middleware
+        async def allow_ips(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if is_console_path(request.path) and (refused := self.refusal(request)):
+                return refused
+            return await handler(request)
+
+        return allow_ips

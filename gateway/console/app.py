@@ -7,6 +7,7 @@
 | ``GET|POST|DELETE /console/svc/<service>/<path>`` | the service's own API (``proxy.py``) |
 | ``GET /console/events`` | every event, live, as SSE (``feed.py``) |
 | ``GET /console/api/search/<db>/documents`` | a database's files: indexed or dismissed |
+| ``/console/login``, ``/console/logout``, ``/console/whoami`` | sign-in (``login.py``) |
 
 The last is a projection of the events (``readmodels.py``), for what no service route offers.
 The console holds no state: every answer is read from a service, the store or NATS.
@@ -17,12 +18,14 @@ from __future__ import annotations
 from aiohttp import web
 
 from actors.platform import Runtime
-from gateway.console import assets
+from gateway.console import assets, login
 from gateway.console.access import ConsoleAccess, check_exposure
 from gateway.console.feed import EventFeed
 from gateway.console.headers import on_prepare
 from gateway.console.proxy import ServiceProxy
 from gateway.console.readmodels import project_documents
+from gateway.console.sessions import SESSIONS, Sessions
+from gateway.tokens import FILE_NAME, TokenStore
 
 
 class ReadModels:
@@ -41,10 +44,13 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     host = runtime.listen.get("status", ("127.0.0.1", 0))[0]
     check_exposure(host, runtime.env)
     access = ConsoleAccess(runtime.env)
-    proxy = ServiceProxy(runtime.listen, access)
+    sessions = Sessions.from_env(runtime.env)
+    app[SESSIONS] = sessions  # gateway.services.build_app's identity check reads it
+    proxy = ServiceProxy(runtime.listen, access, sessions)
     feed = EventFeed(runtime.nc, runtime.store)
     models = ReadModels(runtime)
     assets.add_routes(app)
+    login.add_routes(app, login.SignIn(TokenStore(runtime.data_dir / FILE_NAME), sessions))
     app.router.add_get("/console/events", feed.stream)
     app.router.add_get("/console/api/search/{db}/documents", models.documents)
     # The methods the services take; any other is 405 here, not a trip to the service.
@@ -53,3 +59,4 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     app.on_startup.append(proxy.start)
     app.on_cleanup.append(proxy.stop)
     app.on_response_prepare.append(on_prepare)
+    app.middlewares.append(access.middleware())

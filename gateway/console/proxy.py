@@ -7,9 +7,11 @@ shows comes from the services' answers, errors included, with their status and m
 
 Forwarded: the method, the query, the body (streamed), and the headers the APIs read (content
 type, ``Accept``, ``Last-Event-ID``, conditional and range headers). Not forwarded: cookies,
-``Origin``, ``Sec-Fetch-*`` and the like; the console checked them itself (the cross-site
-guard in front of it, ``ALLOW_IPS`` in ``access.py``) and towards the service it is a plain
-client. The browser's address goes along in ``X-Forwarded-For``.
+``Origin``, ``Sec-Fetch-*`` and the like; the console checked them itself (the Host and
+cross-site guards in front of it, ``ALLOW_IPS`` in ``access.py``, all before the route) and
+towards the service it is a plain client. The browser's address goes along in
+``X-Forwarded-For``, and, when tokens exist, the caller's identity as ``Authorization:
+Bearer`` (its own, or its console session's).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from gateway.console.access import ConsoleAccess
+from gateway.console.sessions import Sessions
 from gateway.crosssite import SAFE_METHODS
+from gateway.identity import bearer
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +74,15 @@ def upstream_host(host: str) -> str:
 
 
 class ServiceProxy:
-    def __init__(self, listen: Mapping[str, tuple[str, int]], access: ConsoleAccess) -> None:
+    def __init__(
+        self,
+        listen: Mapping[str, tuple[str, int]],
+        access: ConsoleAccess,
+        sessions: Sessions | None = None,
+    ) -> None:
         self.listen = listen
         self.access = access
+        self.sessions = sessions
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, _: web.Application) -> None:
@@ -97,13 +107,8 @@ class ServiceProxy:
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
         service = request.match_info["service"]
-        tail = request.match_info["tail"]
         if service not in SERVICES:
             return web.Response(status=404, text=f"unknown service {service[:40]!r}")
-        if self.access.checked(request, service, tail) and (
-            refused := self.access.refusal(request)
-        ):
-            return refused
         base = self.base_url(service)
         if base is None:
             return web.Response(
@@ -116,6 +121,11 @@ class ServiceProxy:
         # The browser's address as the console's own ALLOW_IPS check saw it (behind a trusted
         # proxy, the address that proxy forwarded), for the service's log and its own check.
         headers["X-Forwarded-For"] = self.access.filter.client(request)
+        # Who is asking, for the service's own role check: the caller's bearer token, or the
+        # token of the browser's console session.
+        token = bearer(request) or (self.sessions.token(request) if self.sessions else None)
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         body = None
         if request.method not in SAFE_METHODS and request.body_exists:
             body = request.content.iter_chunked(CHUNK)

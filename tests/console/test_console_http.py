@@ -189,9 +189,11 @@ async def test_unknown_absent_and_unreachable_services_are_said_so(console: Cons
     assert "is not reachable" in text
 
 
-async def test_allow_ips_refuses_changes_from_other_addresses(
+async def test_allow_ips_refuses_other_addresses_changes_and_reads(
     runtime: Runtime, console: Console
 ) -> None:
+    """Reads too: through the console a browser reads search results (loopback-only by
+    contract) and function code, which no client outside ALLOW_IPS may (issue 31)."""
     runtime.env = {**runtime.env, "ALLOW_IPS": "10.9.9.9, 192.168.0.0/24"}
     port = free_port()
     app = await catalogue.build_app(catalogue.load("status"), runtime)
@@ -206,8 +208,14 @@ async def test_allow_ips_refuses_changes_from_other_addresses(
             assert (resp.status, await resp.text()) == (403, refused)
         async with console.http.get(f"{base}/vm/api/vm/101/task") as resp:
             assert (resp.status, await resp.text()) == (403, refused)
-        async with console.http.get(f"{base}/images/ls") as resp:
-            assert resp.status == 200  # reads stay open, as on the VM API
+        for read in ("images/ls", "search/api/search?q=secret", "functions/code/a"):
+            async with console.http.get(f"{base}/{read}") as resp:
+                assert (resp.status, await resp.text()) == (403, refused)
+        for page in ("/", "/console/events", "/console/api/search/notes/documents"):
+            async with console.http.get(f"http://127.0.0.1:{port}{page}") as resp:
+                assert (resp.status, await resp.text()) == (403, refused)
+        async with console.http.get(f"http://127.0.0.1:{port}/health") as resp:
+            assert resp.status == 200  # not the console's: open, like every health route
     finally:
         await server.close()
 

@@ -109,7 +109,7 @@ async def test_functions_store_nothing_for_a_rebound_page(serve: Serve) -> None:
 async def test_images_store_nothing_for_a_rebound_page(serve: Serve) -> None:
     base = await serve("images")
     form = aiohttp.FormData()
-    form.add_field("file", b"GIF89a", filename="a.gif", content_type="image/gif")
+    form.add_field("filepath", b"GIF89a", filename="a.gif", content_type="image/gif")
     async with (
         aiohttp.ClientSession() as http,
         http.post(f"{base}/upload/a", data=form, headers=REBINDING) as resp,

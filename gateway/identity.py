@@ -1,0 +1,110 @@
+"""Who is calling, and may they: the middleware every service runs once tokens exist.
+
+With no token in ``$CAIRN_DATA/tokens.json`` nothing is asked (the spec's behaviour). With
+one or more, every route but the public ones (``gateway/roles.py``) needs a token:
+
+- ``Authorization: Bearer <token>``, from any client (curl, scripts, MCP clients on ``/mcp``);
+- or, on the console's port, the session cookie its sign-in page set (``sessions.py``).
+
+No token: ``401 sign-in required: this route needs a token with role operator (send
+Authorization: Bearer <token>; cairn token create)``. An unknown or revoked token: ``401``.
+A token whose role is below the route's: ``403 token 'ana' has role viewer; this route needs
+operator``. The request goes on with ``request[IDENTITY]``. Tokens are never logged: only
+the token's name travels further (the access log, the audit ``by``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from gateway.roles import RouteRoles
+from gateway.tokens import Identity, Role, TokenError, TokenStore
+
+IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
+REALM = 'Bearer realm="cairn"'
+
+
+def bearer(request: web.BaseRequest) -> str | None:
+    value = request.headers.get("Authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def identity_of(request: web.BaseRequest) -> Identity | None:
+    return request.get(IDENTITY)
+
+
+def needs(role: Role) -> str:
+    return role.label if role is Role.ADMIN else f"{role.label} (or above)"
+
+
+def refusal_401(role: Role, why: str) -> str:
+    return (
+        f"{why}: this route needs a token with role {needs(role)} "
+        "(send Authorization: Bearer <token>; an admin makes one with cairn token create)"
+    )
+
+
+def refusal_403(who: Identity, role: Role) -> str:
+    return f"token {who.name!r} has role {who.role.label}; this route needs {needs(role)}"
+
+
+SessionLookup = Callable[[web.BaseRequest], str | None]
+
+
+def auth_guard(
+    service: str,
+    tokens: TokenStore,
+    routes: RouteRoles,
+    *,
+    json_errors: bool = False,
+    session_token: SessionLookup | None = None,
+    sign_in: str | None = None,
+) -> Middleware:
+    """``session_token``: the token of the request's console session, if any; ``sign_in``:
+    where a browser asking for a page (``GET /``) without one is sent instead of a 401."""
+
+    def answer(status: int, text: str) -> web.Response:
+        headers = {"WWW-Authenticate": REALM} if status == 401 else None
+        if json_errors:
+            return web.Response(
+                status=status,
+                text=json.dumps({"error": text}),
+                content_type="application/json",
+                headers=headers,
+            )
+        return web.Response(status=status, text=text, headers=headers)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            enabled = tokens.enabled()
+        except TokenError as exc:
+            return answer(503, f"identities unavailable: {exc}")
+        role = routes.needed(service, request.method, request.path) if enabled else None
+        if role is None:
+            return await handler(request)
+        token = bearer(request)
+        if token is None and session_token is not None:
+            token = session_token(request)
+        if token is None:
+            if sign_in is not None and request.method == "GET" and request.path == "/":
+                raise web.HTTPSeeOther(sign_in)
+            return answer(401, refusal_401(role, "sign-in required"))
+        who = tokens.identify(token)
+        if who is None:
+            return answer(401, refusal_401(role, "unknown or revoked token"))
+        if who.role < role:
+            return answer(403, refusal_403(who, role))
+        request[IDENTITY] = who
+        return await handler(request)
+
+    return guard

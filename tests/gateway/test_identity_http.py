@@ -1,0 +1,215 @@
+"""Tokens and roles over real HTTP, on every service and through the console: no token 401,
+a role too low 403 naming the role needed, the right role served, a revoked token refused at
+the next request, public routes open, and no token in any log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import attrs
+import pytest
+from aiohttp.test_utils import TestServer
+
+from actors.platform import Runtime
+from gateway import services as catalogue
+from gateway.console.sessions import COOKIE
+from gateway.tokens import Role, create, revoke
+
+Serve = Callable[..., Awaitable[str]]
+BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
+RUN = {"language": "python", "code": "def handler(x):\n    return 41 + 1\n"}
+
+
+@attrs.frozen
+class Tokens:
+    viewer: str
+    operator: str
+    admin: str
+    path: Path
+
+    def all(self) -> tuple[str, ...]:
+        return (self.viewer, self.operator, self.admin)
+
+
+@pytest.fixture
+def tokens(runtime: Runtime) -> Tokens:
+    path = runtime.data_dir / "tokens.json"
+    made = {role: create(path, role.label, role) for role in Role}
+    return Tokens(made[Role.VIEWER], made[Role.OPERATOR], made[Role.ADMIN], path)
+
+
+@pytest.fixture
+async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
+    servers: list[TestServer] = []
+
+    async def start(
+        name: str,
+        *,
+        flags: frozenset[str] = frozenset(),
+        listen: dict[str, tuple[str, int]] | None = None,
+        **env: str,
+    ) -> str:
+        base_env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "EMBEDDING_PROVIDER": "none"}
+        rt = attrs.evolve(
+            runtime, env={**runtime.env, **base_env, **env}, flags=flags, listen=listen or {}
+        )
+        app = await catalogue.build_app(catalogue.load(name), rt)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+async def call(
+    method: str, url: str, token: str | None = None, body: str | bytes = b"", **headers: str
+) -> tuple[int, str, dict[str, str]]:
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, url, data=body, headers=headers, allow_redirects=False) as resp,
+    ):
+        return resp.status, await resp.text(), dict(resp.headers)
+
+
+async def expect_roles(
+    method: str, url: str, needed: Role, tokens: Tokens, body: str = "", ok: int = 200
+) -> None:
+    """401 without a token, 403 naming the role below it, `ok` from the role needed."""
+    status, text, headers = await call(method, url, None, body)
+    assert status == 401, text
+    assert f"needs a token with role {needed.label}" in text
+    assert headers["WWW-Authenticate"] == 'Bearer realm="cairn"'
+    status, text, _ = await call(method, url, "cairn_nonsense", body)
+    assert (status, "unknown or revoked token" in text) == (401, True)
+    for role in Role:
+        token = getattr(tokens, role.name.lower())
+        status, text, _ = await call(method, url, token, body)
+        if role < needed:
+            assert status == 403, (role, text)
+            assert f"token {role.label!r} has role {role.label}; this route needs" in text
+            assert needed.label in text.rsplit("needs", 1)[1]
+        else:
+            assert status == ok, (role, url, text)
+
+
+async def test_functions(serve: Serve, tokens: Tokens, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    base = await serve("functions")
+    assert (await call("GET", f"{base}/health"))[0] == 200  # public
+    await expect_roles("POST", f"{base}/upload", Role.ADMIN, tokens, json.dumps(BILLING))
+    await expect_roles("POST", f"{base}/run-now", Role.OPERATOR, tokens, json.dumps(RUN))
+    await expect_roles("GET", f"{base}/functions", Role.VIEWER, tokens)
+    await expect_roles("GET", f"{base}/code/team/billing", Role.VIEWER, tokens)
+    await expect_roles("DELETE", f"{base}/functions/team/billing", Role.ADMIN, tokens, ok=200)
+    # Revoked: refused by the very next request, no restart.
+    assert revoke(tokens.path, "admin")
+    status, text, _ = await call("POST", f"{base}/upload", tokens.admin, json.dumps(BILLING))
+    assert (status, "unknown or revoked token" in text) == (401, True)
+    for token in tokens.all():
+        assert token not in caplog.text
+
+
+async def test_vm(serve: Serve, tokens: Tokens) -> None:
+    base = await serve("vm", flags=frozenset({"sim"}))
+    for path in ("/api/vm/list", "/api/vm/101", "/api/vm/101/status", "/health", "/sh/x.sh"):
+        status, text, _ = await call("GET", base + path)
+        assert status not in (401, 403), (path, text)  # the spec's open queries
+    await expect_roles("POST", f"{base}/api/vm/101/stop", Role.OPERATOR, tokens, ok=404)
+    await expect_roles("POST", f"{base}/api/vm/101/set/cpu", Role.OPERATOR, tokens, "{}", ok=400)
+    await expect_roles("POST", f"{base}/api/vm/101/destroy", Role.ADMIN, tokens, ok=404)
+    await expect_roles("POST", f"{base}/api/vm/install", Role.ADMIN, tokens, "{}", ok=400)
+    await expect_roles("GET", f"{base}/api/vm/101/task", Role.VIEWER, tokens, ok=404)
+
+
+async def test_images(serve: Serve, tokens: Tokens) -> None:
+    base = await serve("images")
+    assert (await call("GET", f"{base}/c/img/a/missing.png"))[0] == 404  # public, not 401
+    await expect_roles("POST", f"{base}/upload/a", Role.ADMIN, tokens, "x", ok=400)
+    await expect_roles("DELETE", f"{base}/del/a/b.png", Role.ADMIN, tokens, ok=404)
+    await expect_roles("GET", f"{base}/ls", Role.VIEWER, tokens)
+
+
+async def test_search_and_mcp_take_a_bearer(serve: Serve, tokens: Tokens) -> None:
+    base = await serve("search", SEARCH_REMOTE="1")
+    status, text, _ = await call("GET", f"{base}/api/list")
+    assert status == 401 and "role viewer" in json.loads(text)["error"]
+    assert (await call("GET", f"{base}/api/list", tokens.viewer))[0] == 200
+    assert (await call("GET", f"{base}/api/health"))[0] == 200
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    status, text, _ = await call("POST", f"{base}/mcp", None, json.dumps(init), **accept)
+    assert status == 401 and "needs a token" in json.loads(text)["error"]
+    status, text, _ = await call("POST", f"{base}/mcp", tokens.viewer, json.dumps(init), **accept)
+    assert status == 200, text
+
+
+async def test_the_console_signs_in_and_forwards_the_identity(serve: Serve, tokens: Tokens) -> None:
+    functions = await serve("functions")
+    port = int(functions.rsplit(":", 1)[1])
+    base = await serve("status", listen={"functions": ("127.0.0.1", port)})
+    status, _, headers = await call("GET", f"{base}/")
+    assert (status, headers["Location"]) == (303, "/console/login")
+    assert (await call("GET", f"{base}/console/login"))[0] == 200
+    assert (await call("GET", f"{base}/console/events"))[0] == 401
+    # A call forwarded with a bearer: both the console and the service check it.
+    url = f"{base}/console/svc/functions/run-now"
+    await expect_roles("POST", url, Role.OPERATOR, tokens, json.dumps(RUN))
+    # unsafe: keep cookies of an IP address (127.0.0.1), as a browser does.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.post(f"{base}/console/login", data={"token": "cairn_wrong"}) as resp:
+            assert resp.status == 401
+            assert "Unknown or revoked token." in await resp.text()
+        async with http.post(
+            f"{base}/console/login", data={"token": tokens.viewer}, allow_redirects=False
+        ) as resp:
+            assert (resp.status, resp.headers["Location"]) == (303, "/")
+            cookie = resp.headers["Set-Cookie"]
+            assert cookie.startswith(f"{COOKIE}=")
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie
+            assert "Secure" not in cookie  # plain HTTP here; over TLS it is set
+            assert tokens.viewer not in cookie
+        async with http.get(f"{base}/console/whoami") as resp:
+            assert await resp.json() == {"identities": True, "name": "viewer", "role": "viewer"}
+        async with http.get(f"{base}/console/svc/functions/functions") as resp:
+            assert resp.status == 200  # the service saw the session's token
+        async with http.post(url, data=json.dumps(RUN)) as resp:
+            assert resp.status == 403
+            assert "token 'viewer' has role viewer; this route needs operator" in await resp.text()
+        async with http.post(f"{base}/console/logout", allow_redirects=False) as resp:
+            assert resp.headers["Location"] == "/console/login"
+        async with http.get(f"{base}/console/svc/functions/functions") as resp:
+            assert resp.status == 401
+
+
+async def test_a_secure_cookie_behind_tls(serve: Serve, tokens: Tokens) -> None:
+    base = await serve("status")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{base}/console/login",
+            data={"token": tokens.admin},
+            headers={"X-Forwarded-Proto": "https"},
+            allow_redirects=False,
+        ) as resp,
+    ):
+        assert "Secure" in resp.headers["Set-Cookie"]
+
+
+async def test_without_tokens_nothing_is_asked(serve: Serve, runtime: Runtime) -> None:
+    assert not (runtime.data_dir / "tokens.json").exists()
+    base = await serve("functions")
+    status, text, _ = await call("POST", f"{base}/upload", None, json.dumps(BILLING))
+    assert status == 200, text
+    status, _, _ = await call("GET", f"{await serve('status')}/")
+    assert status in (200, 503)  # the page (503: front-end packages not installed)
