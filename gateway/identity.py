@@ -99,7 +99,7 @@ def auth_guard(
             if sign_in is not None and request.method == "GET" and request.path == "/":
                 raise web.HTTPSeeOther(sign_in)
             return answer(401, refusal_401(role, "sign-in required"))
-        who = tokens.identify(token)
+        who = tokens.identify_as_read(token)
         if who is None:
             return answer(401, refusal_401(role, "unknown or revoked token"))
         if who.role < role:

@@ -25,6 +25,7 @@ public: without them nobody could sign in.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -127,13 +128,22 @@ class RouteRoles:
 
     def needed(self, service: str, method: str, path: str) -> Role | None:
         """The least role this request needs; None: public."""
+        if len(path) > 512:
+            return self._needed(service, method, path)
+        return self._cached(service, method, path)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 (a few instances, alive as long as cairn)
+    def _cached(self, service: str, method: str, path: str) -> Role | None:
+        return self._needed(service, method, path)
+
+    def _needed(self, service: str, method: str, path: str) -> Role | None:
         method = method.upper()
         if service == "status":
             if any(r.matches(service, method, path) for r in self.always):
                 return None
             forwarded = _CONSOLE_SVC.match(path)
             if forwarded is not None:
-                return self.needed(forwarded.group(1), method, forwarded.group(2) or "/")
+                return self._needed(forwarded.group(1), method, forwarded.group(2) or "/")
         if any(r.matches(service, method, path) for r in self.public):
             return None
         for rule, role in _COMPILED_RULES:

@@ -174,7 +174,11 @@ class TokenStore:
 
     def identify(self, token: str) -> Identity | None:
         """Who this token is, or None (unknown or revoked)."""
+        self._refresh()
+        return self.identify_as_read(token)
+
+    def identify_as_read(self, token: str) -> Identity | None:
+        """``identify`` with the file as ``enabled`` just read it (one ``stat`` a request)."""
         if not token.startswith(PREFIX) or len(token) > 200:
             return None
-        self._refresh()
         return self._by_digest.get(digest(token))
