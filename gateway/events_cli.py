@@ -19,15 +19,18 @@ import re
 import signal
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 from nats.aio.msg import Msg
 
 from actors.config import ConfigError, data_dir, env_str
-from events.bus import connect
+from events.access import NatsAccess
+from events.credentials import Keyring
 from events.follow import Follower
-from events.nats_server import URL_FILE
+from events.nats_server import KEYS_DIR, URL_FILE
+from events.permissions import Role
 from events.subjects import EVENT_SUBJECT_PREFIX, subject_for
 
 FIELD_WIDTH = 40
@@ -111,8 +114,31 @@ def nats_url(env: Mapping[str, str]) -> str:
         ) from None
 
 
-async def tail(url: str, subject: str, start: Start, out: TextIO = sys.stdout) -> None:
-    nc = await connect(url, name="cairn events tail")
+def observer_access(env: Mapping[str, str]) -> NatsAccess:
+    """How ``cairn events tail`` reaches NATS: ``NATS_URL`` or the URL the embedded server of
+    this data directory wrote, as the read-only ``observer`` role, with the keyring of
+    ``NATS_KEYS`` or of this data directory (its ``observer.nk`` is all it needs)."""
+    url = nats_url(env)
+    keys = env_str(env, "NATS_KEYS")
+    if keys is not None and keys.lower() == "none":
+        return NatsAccess(url, None, _ca(env))
+    keyring = Keyring(Path(keys) if keys is not None else data_dir(env) / "nats" / KEYS_DIR)
+    if not keyring.has(Role.OBSERVER):
+        raise ConfigError(
+            "NATS_KEYS",
+            f"{keyring.path} holds no observer key (observer.nk): give the directory of "
+            "cairn's NATS keys, or a copy of its observer.nk alone",
+        )
+    return NatsAccess(url, keyring, _ca(env))
+
+
+def _ca(env: Mapping[str, str]) -> Path | None:
+    ca = env_str(env, "NATS_CA")
+    return Path(ca) if ca is not None else None
+
+
+async def tail(access: NatsAccess, subject: str, start: Start, out: TextIO = sys.stdout) -> None:
+    nc = await access.connect(Role.OBSERVER, name="cairn events tail")
 
     async def show(seq: int, msg: Msg) -> None:
         try:
@@ -139,11 +165,14 @@ def cmd_tail(args: Any, env: Mapping[str, str]) -> int:
     except ValueError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 2
-    url = nats_url(env)
+    access = observer_access(env)
     try:
-        asyncio.run(tail(url, subject_filter(args.subject), start))
+        asyncio.run(tail(access, subject_filter(args.subject), start))
     except Exception as exc:
-        print(f"cairn: cannot tail events from {url}: {exc or type(exc).__name__}", file=sys.stderr)
+        print(
+            f"cairn: cannot tail events from {access.shown_url}: {exc or type(exc).__name__}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -45,6 +45,7 @@ from events.bus import (
     command,
     deadline_headers,
 )
+from events.permissions import RUN_REPLIES
 from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
 from gateway.openapi import add_openapi
@@ -78,7 +79,7 @@ class RunClient:
     def __init__(self, nc: Client, settings: FunctionsSettings) -> None:
         self.nc = nc
         self.settings = settings
-        self.prefix = f"_INBOX.cairn-functions.{secrets.token_hex(8)}"
+        self.prefix = f"{RUN_REPLIES}.{secrets.token_hex(8)}"
         self._runs: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._sub: Subscription | None = None
 
@@ -201,7 +202,7 @@ class FunctionsGateway:
         (no host, or none answering), as ``status`` (the spec's 500 for its own routes)
         saying ``unavailable``."""
         try:
-            return await command(self.runtime.nc, subject, payload, COMMAND_TIMEOUT_S)
+            return await command(self.runtime.gateway_nc, subject, payload, COMMAND_TIMEOUT_S)
         except (NoResponders, CommandTimeout):
             raise CommandFailed(status, unavailable) from None
 
@@ -301,7 +302,9 @@ class FunctionsGateway:
     async def runtimes(self, _: web.Request) -> web.Response:
         """`GET /runtimes`: the languages and the versions of what runs them (as Piston)."""
         try:
-            found = await command(self.runtime.nc, protocol.RUNTIMES_SUBJECT, {}, COMMAND_TIMEOUT_S)
+            found = await command(
+                self.runtime.gateway_nc, protocol.RUNTIMES_SUBJECT, {}, COMMAND_TIMEOUT_S
+            )
         except (NoResponders, CommandTimeout):
             return text_error(503, NO_RUNNER)
         except CommandFailed as exc:
@@ -417,7 +420,7 @@ async def build(runtime: Runtime) -> web.Application:
     settings = FunctionsSettings.from_env(runtime.env)
     cluster = leased_registry(runtime, runtime.cluster) if runtime.cluster is not None else None
     host = await FunctionsHost.start(runtime, settings, cluster=cluster)
-    client = RunClient(runtime.nc, settings)
+    client = RunClient(runtime.gateway_nc, settings)
     await client.start()
     service = FunctionsGateway(runtime, settings, client)
 

@@ -32,8 +32,11 @@ Details = Callable[[], dict[str, Any]]
 
 def runtime_problems(runtime: Runtime) -> list[str]:
     found = []
-    if not runtime.nc.is_connected:
-        found.append(f"nats: not connected to {runtime.nats_url}; reconnecting")
+    lost = [role for role, nc in runtime.connections.items() if not nc.is_connected]
+    if lost:
+        found.append(
+            f"nats: not connected to {runtime.shown_nats_url} ({', '.join(lost)}); reconnecting"
+        )
     if runtime.actors.store_refusal is not None:
         found.append(f"event store: {runtime.actors.store_refusal}")
     return found

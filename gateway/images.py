@@ -373,7 +373,9 @@ class ImageService:
 
     async def _command(self, subject: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await command(self.runtime.nc, subject, payload, timeout=self.settings.timeout)
+            reply = await command(
+                self.runtime.gateway_nc, subject, payload, timeout=self.settings.timeout
+            )
         except (CommandTimeout, NoResponders):
             raise Failure(503, "image store unavailable") from None
         except CommandFailed as exc:
@@ -485,7 +487,9 @@ async def build(runtime: Runtime) -> web.Application:
     else:
         stop_store = await serve_store(runtime.nc, runtime.actors, layout)
     # From JetStream: a purge published while this host was cut off from NATS still arrives.
-    purges = await Follower(runtime.nc, EVENTS_SUBJECT, service.on_event).start()
+    purges = await Follower(
+        runtime.gateway_nc, EVENTS_SUBJECT, service.on_event, signer=runtime.signer
+    ).start()
 
     app = web.Application(middlewares=[not_found])
     app[IMAGES] = service

@@ -33,7 +33,14 @@ def status_of(runtime: Runtime) -> dict[str, Any]:
             body.pop("service", None)
             entry.update(body, status="down" if body["status"] == "down" else "up")
         services[name] = entry
-    bus: dict[str, Any] = {"url": runtime.nats_url, "connected": runtime.nc.is_connected}
+    bus: dict[str, Any] = {
+        "url": runtime.shown_nats_url,
+        "connected": all(nc.is_connected for nc in runtime.connections.values()),
+        "roles": {role: nc.is_connected for role, nc in runtime.connections.items()},
+        "credentials": "nkeys" if runtime.bus is None or runtime.bus.keyring else "none",
+        "tls": runtime.bus is not None and runtime.bus.uses_tls,
+        "signed_events": runtime.signer is not None,
+    }
     embedded = runtime.embedded_nats
     if embedded is not None:
         bus.update(embedded=True, pid=embedded.pid, restarts=embedded.restarts)
@@ -42,7 +49,7 @@ def status_of(runtime: Runtime) -> dict[str, Any]:
     return {
         "status": "down" if down else "up",
         "problems": problems,
-        "nats": runtime.nats_url,
+        "nats": runtime.shown_nats_url,
         "services": services,
         "bus": bus,
         "store": {"refusing_writes": runtime.actors.store_refusal},

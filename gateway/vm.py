@@ -25,6 +25,7 @@ from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_float
 from actors.platform import Runtime
+from actors.vm.commands import do_payload, install_payload
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.initscripts import SCRIPTS_DIR
@@ -52,6 +53,7 @@ from actors.vm.settings import (
     load_settings,
     real_cluster_variables,
 )
+from actors.vm.shacrypt import sha512_crypt
 from actors.vm.tenure import VmTenure
 from events.bus import (
     BUS_DOWN,
@@ -169,10 +171,10 @@ async def follow_task(
 
 async def _follow(runtime: Runtime, subject: str, on_event: EventCallback) -> Follower | None:
     """A started JetStream follower of ``subject``, or None while the bus is unavailable."""
-    if not runtime.nc.is_connected:
+    if not runtime.gateway_nc.is_connected:
         return None
     try:
-        return await Follower(runtime.nc, subject, on_event).start()
+        return await Follower(runtime.gateway_nc, subject, on_event, signer=runtime.signer).start()
     except Exception as exc:
         log.info("following %s from the store alone for now: %s", subject, exc)
         return None
@@ -241,7 +243,9 @@ class VmGateway:
         the text response. No VM host, or none answering (`unanswered` says so, if given), is
         503: the service is unavailable."""
         try:
-            reply: dict[str, Any] = await command(self.runtime.nc, subject, payload, timeout)
+            reply: dict[str, Any] = await command(
+                self.runtime.gateway_nc, subject, payload, timeout
+            )
         except NoResponders as exc:
             if self.runtime.cluster is not None:
                 # Between a lease holder's death and a survivor's takeover.
@@ -271,15 +275,15 @@ class VmGateway:
     # -- queries ----------------------------------------------------------------------------
 
     async def health(self, _: web.Request) -> web.Response:
-        if not self.runtime.nc.is_connected:
+        if not self.runtime.gateway_nc.is_connected:
             return web.Response(status=503, text=BUS_DOWN)
         return web.Response(text="ok")
 
     async def list(self, _: web.Request) -> web.Response:
-        if not self.runtime.nc.is_connected:
+        if not self.runtime.gateway_nc.is_connected:
             return web.Response(status=503, text=f"VM inventory unavailable: {BUS_DOWN}")
         try:
-            msg = await self.runtime.nc.request(
+            msg = await self.runtime.gateway_nc.request(
                 SUBJECT_LIST,
                 b"{}",
                 timeout=_QUERY_TIMEOUT,
@@ -316,20 +320,19 @@ class VmGateway:
         if (denied := self.forbidden(request)) is not None:
             return denied
         try:
-            install = parse_install(await self.body(request), self.settings)
+            body = await self.body(request)
+            install = parse_install(body, self.settings)
         except BadRequest as exc:
             return web.Response(status=400, text=str(exc))
         generated = None
         if install.passwd is None:
             # No guessable default: a random password, shown once at the end of this stream;
-            # it travels to the actor in the command and is never stored.
+            # never stored, and it crosses the bus only hashed.
             generated = secrets.token_urlsafe(15)
-            install = attrs.evolve(install, passwd=generated)
+        password_hash = await asyncio.to_thread(sha512_crypt, install.passwd or generated or "")
         task = uuid.uuid4().hex
         try:
-            reply = await self.command(
-                SUBJECT_INSTALL, {"task": task, "request": attrs.asdict(install)}
-            )
+            reply = await self.command(SUBJECT_INSTALL, install_payload(task, body, password_hash))
         except CommandFailed as exc:
             if exc.status == 400:  # refused as asked (more vCPUs than the node has ...)
                 return web.Response(status=400, text=exc.message)
@@ -380,9 +383,7 @@ class VmGateway:
         self, vmid: int, command: Command, args: dict[str, Any]
     ) -> tuple[dict[str, Any], str]:
         task = uuid.uuid4().hex
-        reply = await self.command(
-            SUBJECT_DO, {"task": task, "vmid": vmid, "command": command.value, "args": args}
-        )
+        reply = await self.command(SUBJECT_DO, do_payload(task, vmid, command, args))
         return reply, task
 
     async def action(self, request: web.Request) -> web.StreamResponse:

@@ -14,7 +14,6 @@ import pytest
 from nats.aio.client import Client
 
 from actors.platform import Runtime, open_runtime
-from events.bus import connect
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
@@ -48,7 +47,7 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNats]:
 
 @pytest.fixture
 async def nc(nats_server: EmbeddedNats) -> AsyncIterator[Client]:
-    client = await connect(nats_server.url)
+    client = await nats_server.connect()
     yield client
     await client.close()
 
@@ -77,7 +76,7 @@ def postgres_url(postgres: PostgresServer) -> str:
 
 @pytest.fixture
 async def runtime(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[Runtime]:
-    env = {"NATS_URL": nats_server.url, "CAIRN_DATA": str(tmp_path / "data")}
+    env = {**nats_server.client_env(), "CAIRN_DATA": str(tmp_path / "data")}
     async with open_runtime(env, tmp_path / "data") as rt:
         yield rt
 

@@ -43,7 +43,7 @@ class FunctionsHost:
             registry = await _serve(runtime, LocalCode(_files(runtime)))
         runner = None
         if settings.runner:
-            runner = RunnerHost(runtime.nc, settings, runtime.data_dir)
+            runner = RunnerHost(runtime.runner_nc, settings, runtime.data_dir)
             await runner.start()
         return cls(runtime, registry, runner)
 

@@ -246,8 +246,14 @@ async def install(
     # the `qm set` that needs it run.
     # A request without one (the gateway always supplies one) gets a random password nobody
     # knows: never a default anyone could guess.
-    passwd = req.passwd or secrets.token_urlsafe(24)
-    password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
+    # The gateway sends the hash (actors/vm/commands.py): the password never crosses NATS.
+    password_hash: asyncio.Future[str]
+    if req.password_hash is not None:
+        password_hash = asyncio.get_running_loop().create_future()
+        password_hash.set_result(req.password_hash)
+    else:
+        passwd = req.passwd or secrets.token_urlsafe(24)
+        password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
     try:
         st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
         st.done(f"assigned IP: {ip}/24")

@@ -26,6 +26,7 @@ from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import qm
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
+from actors.vm.commands import parse_do_command, parse_install_command, parse_vmid
 from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
@@ -39,7 +40,7 @@ from actors.vm.pve_output import (
     parse_node_resources,
     parse_vm_resources,
 )
-from actors.vm.requests import InstallRequest, clamp_cpu
+from actors.vm.requests import BadRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
 from events.bus import serve_json, unsubscribe_all
@@ -423,10 +424,13 @@ class VmService:
 
     # -- NATS handlers -------------------------------------------------------------------------
 
-    async def _on_install(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _on_install(self, payload: Any) -> dict[str, Any]:
         assert self.allocator is not None
-        task = str(payload["task"])
-        request = InstallRequest(**payload["request"])
+        try:
+            parsed = parse_install_command(payload, self.settings)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        task, request = parsed.task, parsed.request
         node = request.node or self.settings.main_node
         cpu = clamp_cpu(request.cpu, self.settings).value
         refusal = self._too_many_vcpus(cpu, node)
@@ -466,13 +470,15 @@ class VmService:
             f"(asked for {cpu}); Proxmox would refuse to start it"
         )
 
-    async def _on_do(self, payload: dict[str, Any]) -> dict[str, Any]:
-        vmid = int(payload["vmid"])
+    async def _on_do(self, payload: Any) -> dict[str, Any]:
+        try:
+            parsed = parse_do_command(payload, self.settings)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        vmid, command, args = parsed.vmid, parsed.command, parsed.args
         handle = self.runtime.actors.get(VmActor, vmid)
         if handle is None:
             return _error(404, f"VM {vmid} not found")
-        command = Command(payload["command"])
-        args = dict(payload.get("args", {}))
         if command in (Command.SET_CPU, Command.SET_NODE):
             current: VmInfo = await handle.ask(Query())
             facts = current.facts
@@ -485,13 +491,16 @@ class VmService:
                 if refusal:
                     return _error(400, f"node: VM {vmid} has {facts.cpu} vCPUs, but {refusal}")
         try:
-            info: VmInfo = await handle.ask(Do(str(payload["task"]), command, args))
+            info: VmInfo = await handle.ask(Do(parsed.task, command, args))
         except Rejected as exc:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": info.task, "version": info.task_version}
 
-    async def _on_status(self, payload: dict[str, Any]) -> dict[str, Any]:
-        vmid = int(payload["vmid"])
+    async def _on_status(self, payload: Any) -> dict[str, Any]:
+        try:
+            vmid = parse_vmid(payload)
+        except BadRequest as exc:
+            return _error(400, str(exc))
         info = self.inventory.infos.get(vmid)
         handle = self.runtime.actors.get(VmActor, vmid)
         if handle is not None:
@@ -500,8 +509,11 @@ class VmService:
             return _error(404, f"VM {vmid} not found")
         return {"status": info.power, "state": info.state.value}
 
-    async def _on_detail(self, payload: dict[str, Any]) -> dict[str, Any]:
-        vmid = int(payload["vmid"])
+    async def _on_detail(self, payload: Any) -> dict[str, Any]:
+        try:
+            vmid = parse_vmid(payload)
+        except BadRequest as exc:
+            return _error(400, str(exc))
         handle = self.runtime.actors.get(VmActor, vmid)
         info = await handle.ask(Query()) if handle is not None else None
         detail = self.inventory.detail(vmid, info)

@@ -47,7 +47,7 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     sessions = Sessions.from_env(runtime.env)
     app[SESSIONS] = sessions  # gateway.services.build_app's identity check reads it
     proxy = ServiceProxy(runtime.listen, access, sessions)
-    feed = EventFeed(runtime.nc, runtime.store)
+    feed = EventFeed(runtime.gateway_nc, runtime.store, runtime.signer)
     models = ReadModels(runtime)
     assets.add_routes(app)
     login.add_routes(app, login.SignIn(TokenStore(runtime.data_dir / FILE_NAME), sessions))

@@ -8,8 +8,11 @@ global position in the store and ``data:`` the published JSON
 
 A new client first gets the last ``backlog`` events from the store, so the page is not empty; a
 client that re-attaches with ``Last-Event-ID`` gets what it missed from the store, then the live
-events. The store read overlaps the follow, so positions already sent are dropped. Nothing is
-kept between requests.
+events. The store read overlaps the follow, so a live event at or before the last position the
+store gave is dropped; after that every live event is sent as it comes (its position is the
+store's, not a counter the feed trusts: one event with an out-of-range position, forged or
+not, cannot silence the events after it). Events no cairn host signed are dropped by the
+follower. Nothing is kept between requests.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from nats.aio.client import Client
 from events.bus import BUS_DOWN
 from events.follow import Follower
 from events.relay import wire_payload
+from events.signing import EventSigner
 from events.store import EventStore
 from events.subjects import EVENT_SUBJECT_PREFIX
 from gateway.sse import EventStream, last_event_id
@@ -49,9 +53,10 @@ def parse_after(raw: str | None) -> int | None:
 
 
 class EventFeed:
-    def __init__(self, nc: Client, store: EventStore) -> None:
+    def __init__(self, nc: Client, store: EventStore, signer: EventSigner | None = None) -> None:
         self.nc = nc
         self.store = store
+        self.signer = signer
 
     async def _history(self, after: int | None) -> list[dict[str, Any]]:
         if after is None:
@@ -77,23 +82,23 @@ class EventFeed:
             with contextlib.suppress(ValueError):
                 queue.put_nowait(json.loads(msg.data))
 
-        follower = Follower(self.nc, f"{EVENT_SUBJECT_PREFIX}.>", on_event)
+        follower = Follower(self.nc, f"{EVENT_SUBJECT_PREFIX}.>", on_event, signer=self.signer)
         try:
             await follower.start()
         except Exception:
             return web.Response(status=503, text=BUS_DOWN)
         try:
             async with EventStream(request, numbered=False) as sse:
-                sent = -1
+                # Live events up to here came from the store already.
+                from_store = after if after is not None else -1
                 for old in await self._history(after):
-                    sent = old["position"]
-                    if not await sse.send(old, id=sent):
+                    from_store = old["position"]
+                    if not await sse.send(old, id=from_store):
                         return sse.response
                 while (item := await _next(request, queue)) is not None:
                     position = item.get("position")
-                    if not isinstance(position, int) or position <= sent:
+                    if not isinstance(position, int) or position <= from_store:
                         continue
-                    sent = position
                     if not await sse.send(item, id=position):
                         break
             return sse.response

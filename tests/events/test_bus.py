@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +19,18 @@ from events.bus import (
     CommandTimeout,
     NoResponders,
     command,
-    connect,
     serve_json,
 )
 from events.nats_server import EmbeddedNats
 from tests.conftest import wait_for
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNats]:
+    """An open server: these tests are of request/reply on any subject, not of cairn's
+    permissions (tests/security has those)."""
+    async with EmbeddedNats(tmp_path / "nats", secure=False) as server:
+        yield server
 
 
 async def test_a_reply_comes_back_as_json(nc: Client) -> None:
@@ -125,7 +134,7 @@ async def test_a_command_past_its_deadline_is_dropped_with_a_log_line(
 
 
 async def test_a_command_while_disconnected_is_a_503_at_once(nats_server: EmbeddedNats) -> None:
-    client = await connect(nats_server.url)
+    client = await nats_server.connect()
     await nats_server.stop()
     try:
         await wait_for(lambda: not client.is_connected, what="the client to notice")

@@ -15,7 +15,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from events.bus import connect
 from events.follow import Follower
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
@@ -37,7 +36,7 @@ class Seen:
 
 @pytest.fixture
 async def relay(store: EventStore, nats_server: EmbeddedNats) -> AsyncIterator[OutboxRelay]:
-    publisher = await connect(nats_server.url)
+    publisher = await nats_server.connect()
     r = OutboxRelay(store, publisher, retry_interval=0.05)
     await r.start()
     yield r

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from actors.platform import open_runtime
-from events.bus import connect
 from events.nats_server import (
     EmbeddedNats,
     NatsServerError,
@@ -26,8 +25,8 @@ from tests.conftest import wait_for
 
 async def test_starts_with_jetstream_and_stops(tmp_path: Path) -> None:
     server = EmbeddedNats(tmp_path / "nats")
-    url = await server.start()
-    nc = await connect(url)
+    await server.start()
+    nc = await server.connect()
     try:
         info = await nc.jetstream().account_info()
         assert info is not None
@@ -55,7 +54,7 @@ def test_a_missing_binary_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
 
 
 async def test_nats_url_means_no_embedded_server(tmp_path: Path, nats_server: EmbeddedNats) -> None:
-    env = {"NATS_URL": nats_server.url}
+    env = nats_server.client_env()
     async with open_runtime(env, tmp_path / "data") as runtime:
         assert runtime.embedded_nats is None
         assert runtime.nats_url == nats_server.url
@@ -75,7 +74,7 @@ async def test_without_nats_url_the_runtime_embeds_one_under_cairn_data(tmp_path
 async def test_a_server_that_dies_is_started_again_on_its_port_and_store(tmp_path: Path) -> None:
     server = EmbeddedNats(tmp_path / "nats")
     url = await server.start()
-    nc = await connect(url)
+    nc = await server.connect()
     try:
         first = server.pid
         assert first is not None

@@ -11,7 +11,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore
@@ -101,7 +100,7 @@ async def test_events_stored_while_nats_is_down_arrive_after_it_returns(
 async def test_a_new_relay_catches_up_from_the_saved_cursor(
     store: EventStore, nats_server: EmbeddedNats, collector: Collector
 ) -> None:
-    publisher = await connect(nats_server.url)
+    publisher = await nats_server.connect()
     first = OutboxRelay(store, publisher)
     await first.start()
     await store.append("counter:a", 0, [Incremented(1)])

@@ -13,7 +13,6 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.js.api import StorageType
 
-from events.bus import connect
 from events.jetstream import DUPLICATE_WINDOW, STREAM, StreamSettings
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
@@ -27,14 +26,17 @@ REPO = Path(__file__).resolve().parents[2]
 # killed at any moment, whatever it published since is published again by its successor.
 _RELAY_PROCESS = """
 import asyncio, sys
-from events.bus import connect
+from pathlib import Path
+from events.access import NatsAccess
+from events.credentials import Keyring
+from events.permissions import Role
 from events.relay import OutboxRelay
 from events.store import EventStore
 from tests.events.sample_events import Incremented
 
-async def main(url, nats_url, total):
+async def main(url, nats_url, keys, total):
     store = await EventStore.open(url)
-    nc = await connect(nats_url)
+    nc = await NatsAccess(nats_url, Keyring(Path(keys))).connect(Role.HOST)
     relay = OutboxRelay(store, nc, cursor_save_interval=3600, batch_size=50)
     await relay.start()
     for i in range(0, total, 20):
@@ -42,7 +44,7 @@ async def main(url, nats_url, total):
                            [Incremented(k) for k in range(i, i + 20)])
     await asyncio.Event().wait()
 
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
 """
 
 
@@ -89,7 +91,8 @@ async def test_a_relay_killed_before_its_cursor_write_publishes_nothing_twice(
     (tmp_path / "store").mkdir()
     total = 2000
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _RELAY_PROCESS, url, nats_server.url, str(total), cwd=REPO,
+        sys.executable, "-c", _RELAY_PROCESS, url, nats_server.url,
+        nats_server.client_env()["NATS_KEYS"], str(total), cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     try:
@@ -133,7 +136,7 @@ async def test_two_relays_on_one_store_publish_each_event_once(
 ) -> None:
     url = default_store_url(tmp_path)
     first_store, second_store = await EventStore.open(url), await EventStore.open(url)
-    first_nc, second_nc = await connect(nats_server.url), await connect(nats_server.url)
+    first_nc, second_nc = await nats_server.connect(), await nats_server.connect()
     relays = [OutboxRelay(first_store, first_nc), OutboxRelay(second_store, second_nc)]
     try:
         await first_store.append("counter:a", 0, [Incremented(i) for i in range(100)])

@@ -18,9 +18,13 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
+from nats.aio.client import Client
 from pvesim.cluster import SimCluster
 
+from events.access import NatsAccess
+from events.credentials import Keyring
 from events.nats_server import free_ports
+from events.permissions import Role
 from tests.conftest import wait_for
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
@@ -65,6 +69,11 @@ class Cairn:
         match = re.search(r"cairn: nats nats://127\.0\.0\.1:(\d+)", self.log())
         assert match, self.log()
         return int(match.group(1))
+
+    async def bus_client(self, role: Role) -> Client:
+        """A client of this cairn's embedded NATS in ``role``, with the keys of its data."""
+        keyring = Keyring(Path(self.env["CAIRN_DATA"]) / "nats" / "keys")
+        return await NatsAccess(f"nats://127.0.0.1:{self.nats_port()}", keyring).connect(role)
 
     async def request(self, method: str, url: str, **kw: Any) -> tuple[int, str]:
         async with self.session.request(method, url, **kw) as resp:

@@ -10,13 +10,17 @@ import contextlib
 import json
 import os
 import signal
+import uuid
 from pathlib import Path
 
 from nats.aio.client import Client
 from pvesim.cluster import SimCluster
 
-from events.bus import DEADLINE_HEADER, connect
+from actors.vm.commands import install_payload
+from actors.vm.shacrypt import sha512_crypt
+from events.bus import DEADLINE_HEADER
 from events.nats_server import find_binary, free_port
+from events.permissions import Role
 from tests.conftest import wait_for
 from tests.faults.conftest import Cairn, StartCairn, children_named, stray_processes
 from tests.images.imagedata import encoded
@@ -107,10 +111,11 @@ async def test_a_command_delivered_after_its_deadline_is_dropped_not_run(
     start_cairn: StartCairn, sim: SimCluster
 ) -> None:
     cairn = await start_cairn("serve", "vm")
-    nc: Client = await connect(f"nats://127.0.0.1:{cairn.nats_port()}")
+    nc: Client = await cairn.bus_client(Role.GATEWAY)
     try:
         # A gateway's install, held up in transit until after its caller stopped waiting.
-        payload = {"task": "late", "request": {"os": "debian", "version": "12", "vmid": 160}}
+        body = {"os": "debian", "version": "12", "id": 160}
+        payload = install_payload(uuid.uuid4().hex, body, sha512_crypt("late"))
         late = {DEADLINE_HEADER: "1000000000.000"}  # 2001: long gone
         await nc.publish("cairn.cmd.vm.install", json.dumps(payload).encode(), headers=late)
         await nc.flush()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore
@@ -68,7 +67,7 @@ async def read_lines(stream: asyncio.StreamReader, n: int) -> list[str]:
 async def test_cairn_events_tail_prints_events_live(
     store: EventStore, nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
-    nc = await connect(nats_server.url)
+    nc = await nats_server.connect()
     relay = OutboxRelay(store, nc)
     await relay.start()
     await store.append("counter:a", 0, [Incremented(1)])

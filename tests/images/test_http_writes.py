@@ -14,9 +14,9 @@ from yarl import URL
 
 from actors.images.events import ImageDeleted, ImageStored
 from actors.platform import Runtime
-from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
+from events.signing import SIG_HEADER
 from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
 from tests.images.conftest import Images, ImagesFactory
@@ -274,7 +274,10 @@ async def test_an_event_from_another_host_purges_this_hosts_cache(
         "position": 99,
         "data": {"path": "shared/p.png", "trashed_as": "x/shared/p.png"},
     }
-    await runtime.nc.publish("cairn.evt.images.store", json.dumps(payload).encode())
+    data, subject = json.dumps(payload).encode(), "cairn.evt.images.store"
+    assert runtime.signer is not None  # signed with the hosts' events key, as a host does
+    signed = {SIG_HEADER: runtime.signer.sign(subject, data)}
+    await runtime.nc.publish(subject, data, headers=signed)
     await wait_for(lambda: not cache_dir.exists(), what="variants purged by the event")
 
 
@@ -287,7 +290,7 @@ async def test_a_purge_from_another_host_is_not_lost_across_a_nats_restart(
     cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
     # Another host on the same store, with its own relay and NATS connection.
     other = await EventStore.open(default_store_url(runtime.data_dir))
-    other_nc = await connect(nats_server.url)
+    other_nc = await nats_server.connect()
     relay = OutboxRelay(other, other_nc, retry_interval=0.05)
     await relay.start()
     try:

@@ -62,7 +62,7 @@ async def start(
 ) -> AsyncIterator[Running]:
     """The service `name`, with the environment its own tests give it (plus `extra`)."""
     async with contextlib.AsyncExitStack() as stack:
-        env: dict[str, str] = {"NATS_URL": nats.url, "CAIRN_DATA": str(tmp_path / "data")}
+        env: dict[str, str] = {**nats.client_env(), "CAIRN_DATA": str(tmp_path / "data")}
         build: Callable[[Any], Any]
         if name == "vm":
             sim = await stack.enter_async_context(SimCluster(tmp_path / "pve", delay_scale=0))

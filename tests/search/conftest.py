@@ -133,6 +133,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[SearchHarness]:
     nats = EmbeddedNats(tmp_path / "nats")
     url = await nats.start()
     h = SearchHarness(tmp_path, url)
+    h.env.update(nats.client_env())
     yield h
     await h.stop()
     await nats.stop()

@@ -146,7 +146,7 @@ def service_env(
 ) -> dict[str, str]:
     return {
         **sim.env(),
-        "NATS_URL": nats.url,
+        **nats.client_env(),
         "CAIRN_DATA": str(tmp_path / "data"),
         "IMAGE_BASE_URL": mirror.base_url,
         "VM_SSH_POLL": "0.02",

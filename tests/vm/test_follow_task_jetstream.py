@@ -14,7 +14,6 @@ import pytest
 
 from actors.platform import Runtime
 from actors.vm.events import Progress, TaskEnded
-from events.bus import connect
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, default_store_url
@@ -32,7 +31,7 @@ async def test_a_task_followed_across_a_killed_nats_server_shows_every_stage_onc
 ) -> None:
     monkeypatch.setattr(vm_gateway, "STORE_POLL", 120.0)
     writer = await EventStore.open(default_store_url(tmp_path / "data"))
-    writer_nc = await connect(nats_server.url)
+    writer_nc = await nats_server.connect()
     relay = OutboxRelay(writer, writer_nc, retry_interval=0.05)
     await relay.start()
     seen: list[TaskEvent] = []
