@@ -41,7 +41,8 @@ from gateway import services as catalogue
 from gateway.identity import auth_guard
 from gateway.roles import RouteRoles
 from gateway.tokens import FILE_NAME, Role, TokenStore, create
-from ops.bench.stats import ms_line
+
+from .stats import ms_line
 
 TARGET_MS = 0.2
 RUN = {"language": "python", "code": "def handler(x):\n    return 1\n"}
@@ -152,11 +153,11 @@ async def bench(count: int) -> int:
             "alternating with and without a token\n"
         )
         for name in requests:
-            off, on = samples[(name, False)], samples[(name, True)]
-            added = (statistics.median(on) - statistics.median(off)) * 1e3
-            ratio = statistics.median(on) / statistics.median(off)
-            print(f"{name:<22} no tokens:   {ms_line(off)}")
-            print(f"{'':<22} with token:  {ms_line(on)}")
+            without, with_token = samples[(name, False)], samples[(name, True)]
+            added = (statistics.median(with_token) - statistics.median(without)) * 1e3
+            ratio = statistics.median(with_token) / statistics.median(without)
+            print(f"{name:<22} no tokens:   {ms_line(without)}")
+            print(f"{'':<22} with token:  {ms_line(with_token)}")
             print(f"{'':<22} added {added:+.3f} ms median, ratio {ratio:.3f}x "
                   f"(target <= +{TARGET_MS} ms)\n")  # fmt: skip
             if added > TARGET_MS:
