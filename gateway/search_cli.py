@@ -139,7 +139,12 @@ def cmd_status(args: Any, env: Mapping[str, str]) -> int:
 
 
 async def _query(
-    env: Mapping[str, str], name: str, text: str, target: str | None, limit: int | None
+    env: Mapping[str, str],
+    name: str,
+    text: str,
+    target: str | None,
+    limit: int | None,
+    rank: str | None = None,
 ) -> dict[str, Any]:
     import aiohttp
 
@@ -148,6 +153,8 @@ async def _query(
     params = {"db": name, "q": text}
     if target:
         params["target"] = target
+    if rank:
+        params["rank"] = rank
     if limit is not None:
         params["limit"] = str(limit)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -158,7 +165,7 @@ async def _query(
 def results_text(body: dict[str, Any]) -> str:
     """Each branch's hits, best first: `source #chunk: the chunk's first line`."""
     lines: list[str] = []
-    for branch in ("keyword", "semantic"):
+    for branch in ("hybrid", "keyword", "semantic"):
         if branch not in body:
             continue
         groups = body[branch]
@@ -174,7 +181,7 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
     from gateway.search_client import ServiceError
 
     try:
-        body = asyncio.run(_query(env, args.name, args.text, args.target, args.limit))
+        body = asyncio.run(_query(env, args.name, args.text, args.target, args.limit, args.rank))
     except ServiceError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
@@ -213,7 +220,10 @@ def register(subparsers: Any) -> None:
     query = sub.add_parser("query", help="search a database of the running service")
     query.add_argument("name")
     query.add_argument("text")
-    query.add_argument("--target", choices=("keyword", "semantic", "both"), default=None)
+    query.add_argument("--target", choices=("keyword", "semantic", "both", "hybrid"), default=None)
+    query.add_argument(
+        "--rank", choices=("bm25",), default=None, help="rank the keyword branch by BM25"
+    )
     query.add_argument("--limit", type=int, default=None, help="rows per branch (1-100)")
     query.add_argument("--json", action="store_true", help="the HTTP answer as it is")
     query.set_defaults(handler=cmd_query)

@@ -11,9 +11,11 @@ Two transports, one tool layer, both from the official `mcp` SDK:
 - stdio (`cairn search mcp`): a thin client of the running service, found through the
   `endpoint` file, so there is one owner of the databases and the answers are the HTTP ones.
 
-Results are the HTTP response bodies (`{"loaded", "registered"}`; `{"keyword"?, "semantic"?}`
-grouped by source), as JSON text and as structured content. Bad arguments are tool errors
-(`isError`) with the HTTP service's messages, so an agent can read and correct them.
+Results are the HTTP response bodies (`{"loaded", "registered"}`; `{"hybrid"}`, or
+`{"keyword"?, "semantic"?}`, grouped by source), as JSON text and as structured content.
+`search_rag` answers with the best mode unless told otherwise: `hybrid` with snippets; `mode`
+`keyword`, `semantic` or `both` with `highlight: false` are the spec's answers. Bad arguments
+are tool errors (`isError`) with the HTTP service's messages, so an agent can read and correct them.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from multidict import CIMultiDict
 
 from gateway.search_client import ServiceError, get_json
-from gateway.search_service import BadRequest, SearchService
+from gateway.search_service import BadRequest, Options, SearchService
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "cairn-search"
-MODES = ("keyword", "semantic")
+MODES = ("hybrid", "keyword", "semantic", "both")
+DEFAULT_MODE = "hybrid"
+RANKS = ("bm25", "spec")
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 # Queries are short; this only bounds what a client can make the service buffer.
@@ -61,9 +65,12 @@ SEARCH_RAG = types.Tool(
     name="search_rag",
     title="Search a database",
     description=(
-        "Search a loaded database by exact words (keyword) and by meaning (semantic). Returns "
-        '{"keyword": [...], "semantic": [...]} (only the chosen branch when `mode` is given), '
-        "each a list of {source, matches: [{chunk, content}]} grouped by source file, best first."
+        "Search a loaded database. By default (mode hybrid) words (BM25) and meaning (semantic) "
+        'are fused into one list: {"hybrid": [...]}; mode keyword, semantic or both gives '
+        '{"keyword": [...]}, {"semantic": [...]} or both. Each list holds {source, matches: '
+        "[{chunk, content, snippet, highlights}]} grouped by source file, best first; snippet "
+        "is the part of content around the query's words, highlights their [start, end) "
+        "character offsets in it (highlight false leaves both out)."
     ),
     input_schema={
         "type": "object",
@@ -73,7 +80,20 @@ SEARCH_RAG = types.Tool(
             "mode": {
                 "type": "string",
                 "enum": list(MODES),
-                "description": "run only this branch; omit it for both",
+                "default": DEFAULT_MODE,
+                "description": "hybrid (one fused list, the default), keyword, semantic or both",
+            },
+            "rank": {
+                "type": "string",
+                "enum": list(RANKS),
+                "default": "spec",
+                "description": "the keyword branch's ranking (modes keyword and both): spec "
+                "(words matched, then row: the service's contract) or bm25",
+            },
+            "highlight": {
+                "type": "boolean",
+                "default": True,
+                "description": "add snippet and highlights to each match",
             },
             "limit": {
                 "type": "integer",
@@ -99,7 +119,7 @@ ToolFailure = ServiceError
 class Backend(Protocol):
     async def listing(self) -> dict[str, Any]: ...
 
-    async def search(self, db: str, q: str, target: str | None, limit: int) -> dict[str, Any]: ...
+    async def search(self, args: SearchArguments) -> dict[str, Any]: ...
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -109,8 +129,19 @@ class Backend(Protocol):
 class SearchArguments:
     db: str
     q: str
-    mode: str | None
+    mode: str
     limit: int
+    rank: str = "spec"
+    highlight: bool = True
+
+    @property
+    def target(self) -> str:
+        """The HTTP `target`."""
+        return self.mode
+
+    @property
+    def options(self) -> Options:
+        return Options(rank="bm25" if self.rank == "bm25" else None, highlight=self.highlight)
 
 
 def _limit(raw: Any) -> int:
@@ -127,10 +158,12 @@ def _limit(raw: Any) -> int:
 def parse_search_arguments(arguments: Mapping[str, Any] | None) -> SearchArguments:
     """Check `search_rag`'s arguments; ToolFailure carries the message for the caller."""
     arguments = arguments or {}
-    unknown = sorted(set(arguments) - {"db", "q", "mode", "limit"})
+    unknown = sorted(set(arguments) - {"db", "q", "mode", "limit", "rank", "highlight"})
     if unknown:
         names = ", ".join(json.dumps(name) for name in unknown)
-        raise ToolFailure(f"invalid argument: unknown argument {names} (db, q, mode, limit)")
+        raise ToolFailure(
+            f"invalid argument: unknown argument {names} (db, q, mode, limit, rank, highlight)"
+        )
     db = arguments.get("db")
     if db is not None and not isinstance(db, str):
         raise ToolFailure("invalid argument: db must be a string")
@@ -141,13 +174,23 @@ def parse_search_arguments(arguments: Mapping[str, Any] | None) -> SearchArgumen
         raise ToolFailure("invalid argument: q must be a string")
     if not q:
         raise ToolFailure("invalid argument: q is required")
-    mode = arguments.get("mode")
-    if mode is not None and mode not in MODES:
-        shown = json.dumps(mode, ensure_ascii=False) if isinstance(mode, str) else "of that type"
+    mode = arguments.get("mode", DEFAULT_MODE)
+    if mode not in MODES:
         raise ToolFailure(
-            f"invalid argument: unknown mode {shown}; use keyword or semantic, or omit it for both"
+            f"invalid argument: unknown mode {_shown(mode)}; "
+            "use hybrid (the default), keyword, semantic or both"
         )
-    return SearchArguments(db, q, mode, _limit(arguments.get("limit")))
+    rank = arguments.get("rank", "spec")
+    if rank not in RANKS:
+        raise ToolFailure(f"invalid argument: unknown rank {_shown(rank)}; use spec or bm25")
+    highlight = arguments.get("highlight", True)
+    if not isinstance(highlight, bool):
+        raise ToolFailure("invalid argument: highlight must be true or false")
+    return SearchArguments(db, q, mode, _limit(arguments.get("limit")), rank, highlight)
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else "of that type"
 
 
 # -- tools ----------------------------------------------------------------------------------------
@@ -177,8 +220,7 @@ async def call_tool(backend: Backend, name: str, arguments: Mapping[str, Any] | 
                 raise ToolFailure("invalid argument: list_rag takes no arguments")
             return tool_result(await backend.listing())
         if name == SEARCH_RAG.name:
-            args = parse_search_arguments(arguments)
-            return tool_result(await backend.search(args.db, args.q, args.mode, args.limit))
+            return tool_result(await backend.search(parse_search_arguments(arguments)))
         raise ToolFailure(f"unknown tool {json.dumps(name)} (list_rag, search_rag)")
     except ToolFailure as exc:
         return tool_error(str(exc))
@@ -219,9 +261,11 @@ class ServiceBackend:
     async def listing(self) -> dict[str, Any]:
         return self._service.listing()
 
-    async def search(self, db: str, q: str, target: str | None, limit: int) -> dict[str, Any]:
+    async def search(self, args: SearchArguments) -> dict[str, Any]:
         try:
-            return await self._service.search(db, q, target, limit)
+            return await self._service.search(
+                args.db, args.q, args.target, args.limit, args.options
+            )
         except BadRequest as exc:
             raise ToolFailure(str(exc)) from None
         except Exception as exc:
@@ -243,10 +287,12 @@ class HttpBackend:
     async def listing(self) -> dict[str, Any]:
         return await self._get("/api/list", {})
 
-    async def search(self, db: str, q: str, target: str | None, limit: int) -> dict[str, Any]:
-        params = {"db": db, "q": q, "limit": str(limit)}
-        if target is not None:
-            params["target"] = target
+    async def search(self, args: SearchArguments) -> dict[str, Any]:
+        params = {"db": args.db, "q": args.q, "limit": str(args.limit), "target": args.target}
+        if args.options.rank is not None:
+            params["rank"] = args.options.rank
+        if args.highlight:
+            params["highlight"] = "1"
         return await self._get("/api/search", params)
 
     async def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:

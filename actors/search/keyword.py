@@ -158,6 +158,15 @@ def _tfs(blob: bytes | None, count: int) -> np.ndarray:
     return np.ones(count, dtype=_TF) if blob is None else np.frombuffer(blob, dtype=_TF)
 
 
+def _joined_tfs(tfs: Sequence[bytes | None], blobs: Sequence[bytes]) -> bytes:
+    """The term frequencies of pieces (`tfs` of pieces `blobs`) one after the other, 1 for
+    each posting of a piece without them (bytes, not arrays: a merge joins thousands)."""
+    return b"".join(
+        tf if tf is not None else b"\x01" * (len(blob) // _OFFSET.itemsize)
+        for tf, blob in zip(tfs, blobs, strict=True)
+    )
+
+
 def _tf_blob(tf: np.ndarray) -> bytes | None:
     return tf.tobytes() if len(tf) and int(tf.max()) > 1 else None
 
@@ -367,7 +376,7 @@ def _drop_in_block(
     ) * BLOCK + _unpack(b"".join(drop[3] for drop in drops))
     lengths = np.array([len(blob) // _OFFSET.itemsize for _, _, blob, _ in rows])
     current = _unpack(b"".join(blob for _, _, blob, _ in rows))
-    tf = np.concatenate([_tfs(tfs, n) for (*_, tfs), n in zip(rows, lengths.tolist(), strict=True)])
+    tf = np.frombuffer(_joined_tfs([row[3] for row in rows], [row[2] for row in rows]), _TF)
     owners = np.fromiter((number[token] for token, *_ in rows), dtype=np.int64, count=len(rows))
     keys = np.repeat(owners, lengths) * BLOCK + current
     at = np.minimum(np.searchsorted(gone_keys, keys), len(gone_keys) - 1)
@@ -412,10 +421,7 @@ def compact(conn: sqlite3.Connection, start: int) -> None:
                 joined = b"".join(blobs)
                 tf_blob = None
                 if any(t is not None for t in tfs):
-                    tf_blob = b"".join(
-                        _tfs(t, len(b) // _OFFSET.itemsize).tobytes()
-                        for t, b in zip(tfs, blobs, strict=True)
-                    )
+                    tf_blob = _joined_tfs(tfs, blobs)
                 merged.append((start, token, int(_unpack(joined)[0]), joined, tf_blob))  # type: ignore[arg-type]
             token, blobs, tfs = row_token, [], []
         blobs.append(blob)

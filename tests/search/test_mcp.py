@@ -42,16 +42,25 @@ BAD_ARGUMENTS: list[tuple[dict[str, Any], str]] = [
     ({"db": "notes", "q": ""}, "invalid argument: q is required"),
     ({"db": "notes", "q": ["cat"]}, "invalid argument: q must be a string"),
     (
-        {"db": "notes", "q": "cat", "mode": "both"},
-        'invalid argument: unknown mode "both"; use keyword or semantic, or omit it for both',
+        {"db": "notes", "q": "cat", "mode": "all"},
+        'invalid argument: unknown mode "all"; use hybrid (the default), keyword, semantic or both',
     ),
     (
         {"db": "notes", "q": "cat", "mode": 1},
-        "invalid argument: unknown mode of that type; use keyword or semantic, or omit it for both",
+        "invalid argument: unknown mode of that type; "
+        "use hybrid (the default), keyword, semantic or both",
+    ),
+    (
+        {"db": "notes", "q": "cat", "rank": "tfidf"},
+        'invalid argument: unknown rank "tfidf"; use spec or bm25',
+    ),
+    (
+        {"db": "notes", "q": "cat", "highlight": "yes"},
+        "invalid argument: highlight must be true or false",
     ),
     (
         {"db": "notes", "q": "cat", "target": "keyword"},
-        'invalid argument: unknown argument "target" (db, q, mode, limit)',
+        'invalid argument: unknown argument "target" (db, q, mode, limit, rank, highlight)',
     ),
 ]
 
@@ -88,7 +97,7 @@ async def exercise(client: Client, h: SearchHarness, *, semantic: bool) -> None:
     assert sorted(tools) == ["list_rag", "search_rag"]
     schema = tools["search_rag"].input_schema
     assert schema["required"] == ["db", "q"]
-    assert schema["properties"]["mode"]["enum"] == ["keyword", "semantic"]
+    assert schema["properties"]["mode"]["enum"] == ["hybrid", "keyword", "semantic", "both"]
     assert tools["list_rag"].annotations is not None
     assert tools["list_rag"].annotations.read_only_hint is True
 
@@ -101,10 +110,12 @@ async def exercise(client: Client, h: SearchHarness, *, semantic: bool) -> None:
         {"q": "東京 invoices", "target": "keyword"},
     ):
         _, expected = await h.get("/api/search", db="notes", **query)
-        arguments = {"db": "notes", "q": query["q"], "mode": query["target"]}
+        arguments = {"db": "notes", "q": query["q"], "mode": query["target"], "highlight": False}
         assert body_of(await client.call_tool("search_rag", arguments)) == expected
     keyword = body_of(
-        await client.call_tool("search_rag", {"db": "notes", "q": "invoices", "mode": "keyword"})
+        await client.call_tool(
+            "search_rag", {"db": "notes", "q": "invoices", "mode": "keyword", "highlight": False}
+        )
     )
     assert keyword == {
         "keyword": [
@@ -121,10 +132,34 @@ async def exercise(client: Client, h: SearchHarness, *, semantic: bool) -> None:
         )
         assert sum(len(group["matches"]) for group in got["keyword"]) == matches, limit
 
+    # By default: one fused list, with snippets and highlights (BM25 alone without semantic).
+    _, expected = await h.get(
+        "/api/search", db="notes", q="when are invoices paid", target="hybrid", highlight="1"
+    )
+    hybrid = body_of(
+        await client.call_tool("search_rag", {"db": "notes", "q": "when are invoices paid"})
+    )
+    assert hybrid == expected
+    (match,) = hybrid["hybrid"][0]["matches"]
+    assert hybrid["hybrid"][0]["source"] == "money.txt"
+    assert [match["snippet"][a:b] for a, b in match["highlights"]] == ["Invoices", "paid"]
+    ranked = await client.call_tool(
+        "search_rag", {"db": "notes", "q": "invoice", "mode": "keyword", "rank": "bm25"}
+    )
+    assert body_of(ranked)["keyword"][0]["source"] == "money.txt"
+
     if semantic:
         _, expected = await h.get("/api/search", db="notes", q="a kitten resting on a rug")
         both = body_of(
-            await client.call_tool("search_rag", {"db": "notes", "q": "a kitten resting on a rug"})
+            await client.call_tool(
+                "search_rag",
+                {
+                    "db": "notes",
+                    "q": "a kitten resting on a rug",
+                    "mode": "both",
+                    "highlight": False,
+                },
+            )
         )
         assert both == expected and both["semantic"][0]["source"] == "cats.md"
 
@@ -153,11 +188,14 @@ async def test_streamable_http(harness: SearchHarness, mode: str) -> None:
 async def test_semantic_failure_is_a_tool_error(harness: SearchHarness) -> None:
     await start_remote(harness, EMBEDDING_PROVIDER="none")
     async with Client(harness.base + "/mcp", mode="legacy") as client:
-        result = await client.call_tool("search_rag", {"db": "notes", "q": "cat"})
+        result = await client.call_tool("search_rag", {"db": "notes", "q": "cat", "mode": "both"})
         assert "no embedding provider" in error_of(result)
         arguments = {"db": "notes", "q": "cat", "mode": "keyword"}
         keyword = body_of(await client.call_tool("search_rag", arguments))
         assert keyword["keyword"][0]["source"] == "cats.md"
+        # The default, hybrid, is BM25 alone without a provider.
+        hybrid = body_of(await client.call_tool("search_rag", {"db": "notes", "q": "cats"}))
+        assert [group["source"] for group in hybrid["hybrid"]] == ["cats.md"]
 
 
 INITIALIZE: dict[str, Any] = {

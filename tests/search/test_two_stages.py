@@ -201,6 +201,9 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
         "keyword: 1 matches",
         "  basalt.txt #0: Basalt is a volcanic rock. Granite is not.",
     ]
+    hybrid = ["search", "query", "papers", "rocks", "--target", "hybrid", "--rank", "bm25"]
+    code, out, _ = await asyncio.to_thread(run_cli, hybrid, harness.env)
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 matches")
     code, out, err = await asyncio.to_thread(run_cli, ["search", "query", "nope", "x"], harness.env)
     assert (code, err) == (1, 'cairn: "nope" not exist\n')
     code, out, _ = await asyncio.to_thread(run_cli, ["search", "list"], harness.env)
