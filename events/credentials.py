@@ -46,7 +46,7 @@ def public_key(seed: str) -> str:
         raise KeyringError(f"not an nkey seed: {exc}") from None
 
 
-def _write_secret(path: Path, text: str) -> None:
+def write_secret(path: Path, text: str) -> None:
     """Write ``text`` to a new file only its owner can read, whole or not at all."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -75,10 +75,10 @@ class Keyring:
         for role in roles:
             seed_file = path / f"{role.value}.nk"
             if not seed_file.exists():
-                _write_secret(seed_file, new_seed())
+                write_secret(seed_file, new_seed())
         key_file = path / EVENTS_KEY
         if not key_file.exists():
-            _write_secret(key_file, secrets.token_hex(32))
+            write_secret(key_file, secrets.token_hex(32))
         return cls(path)
 
     def _read(self, name: str) -> str:

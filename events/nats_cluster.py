@@ -2,7 +2,9 @@
 and trying cluster mode on one machine.
 
 Each server is a real ``nats-server`` process with its own configuration file, store directory,
-client port and route port; all of them route to each other and form one JetStream cluster
+client port and route port, closed as the shipped recipe is (``events/cluster_kit.py``): TLS to
+clients and between servers, route peers proven by a certificate of the cluster's own CA, and
+cairn's roles' nkeys alone let in; all of them route to each other and form one JetStream cluster
 (the meta group needs a majority, so three servers survive the loss of one). A server can be
 killed (``kill -9``), paused (``SIGSTOP``/``SIGCONT``) and started again on the same ports and
 store, which is what fault tests need. Children are tied to the thread that started them, like
@@ -17,9 +19,13 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
+from nats.aio.client import Client
 
+from events.access import NatsAccess
+from events.cluster_kit import ClusterKit, Member
 from events.nats_server import (
     _TIED_TO_PARENT,
     NatsServerError,
@@ -27,6 +33,7 @@ from events.nats_server import (
     find_binary,
     free_port,
 )
+from events.permissions import Role, authorization_block
 
 __all__ = ["ClusterServer", "NatsCluster", "cluster_config"]
 
@@ -44,10 +51,11 @@ class ClusterServer:
     store_dir: Path
     config_path: Path
     proc: asyncio.subprocess.Process | None = None
+    secure: bool = True
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.secure else 'nats'}://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -66,18 +74,28 @@ def cluster_config(
     store_dir: Path,
     routes: list[tuple[str, int]],
     cluster_name: str = CLUSTER_NAME,
+    kit: ClusterKit | None = None,
 ) -> str:
-    """A nats-server configuration file for one member of a JetStream cluster."""
+    """A nats-server configuration file for one member of a JetStream cluster; with a kit,
+    closed: TLS on both ports, route peers must show a certificate of the kit's CA, and only
+    the kit's keys may connect."""
     route_urls = ", ".join(f'"nats-route://{h}:{p}"' for h, p in routes)
+    tls = route_tls = auth = ""
+    if kit is not None:
+        files = (
+            f'cert_file: "{kit.cert_file(name)}", key_file: "{kit.key_file(name)}", '
+            f'ca_file: "{kit.ca_file}", timeout: 5'
+        )
+        tls = f"tls {{ {files} }}\n"
+        route_tls = f"  tls {{ {files}, verify: true }}\n"
+        auth = authorization_block(kit.keyring.public_keys())
     return (
         f"server_name: {name}\n"
         f'listen: "{host}:{port}"\n'
-        f'jetstream {{ store_dir: "{store_dir}" }}\n'
-        "cluster {\n"
+        f'jetstream {{ store_dir: "{store_dir}" }}\n' + tls + "cluster {\n"
         f"  name: {cluster_name}\n"
-        f'  listen: "{host}:{route_port}"\n'
-        f"  routes: [{route_urls}]\n"
-        "}\n"
+        f'  listen: "{host}:{route_port}"\n' + route_tls + f"  routes: [{route_urls}]\n"
+        "}\n" + auth
     )
 
 
@@ -85,11 +103,15 @@ class NatsCluster:
     """``size`` clustered nats-servers under ``root``; ``start`` returns once JetStream
     answers on every member (a meta leader is elected)."""
 
-    def __init__(self, root: Path, size: int = 3, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, root: Path, size: int = 3, *, host: str = "127.0.0.1", secure: bool = True
+    ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one server")
         self.root = root
         self.host = host
+        self.secure = secure
+        self.kit: ClusterKit | None = None
         self.servers: list[ClusterServer] = []
         for i in range(1, size + 1):
             name = f"n{i}"
@@ -101,6 +123,7 @@ class NatsCluster:
                     route_port=free_port(host),
                     store_dir=root / name / "jetstream",
                     config_path=root / name / "nats.conf",
+                    secure=secure,
                 )
             )
 
@@ -114,14 +137,37 @@ class NatsCluster:
         splits it; give nats-py's own ``connect`` the list, :attr:`urls`)."""
         return ",".join(self.urls)
 
+    @property
+    def access(self) -> NatsAccess:
+        """How a cairn host reaches this cluster (its keys, its CA)."""
+        if self.kit is None:
+            return NatsAccess(self.url)
+        return NatsAccess(self.url, self.kit.keyring, self.kit.ca_file)
+
+    def client_env(self) -> dict[str, str]:
+        """``NATS_URL``, ``NATS_KEYS`` and ``NATS_CA`` for a cairn host of this cluster."""
+        if self.kit is None:
+            return {"NATS_URL": self.url, "NATS_KEYS": "none"}
+        return {
+            "NATS_URL": self.url,
+            "NATS_KEYS": str(self.kit.keyring.path),
+            "NATS_CA": str(self.kit.ca_file),
+        }
+
+    async def connect(self, role: Role = Role.HOST) -> Client:
+        return await self.access.connect(role)
+
     async def start(self, timeout: float = 30.0) -> NatsCluster:
         routes = [(s.host, s.route_port) for s in self.servers]
+        if self.secure:
+            members = [Member(s.name, (s.host,)) for s in self.servers]
+            self.kit = ClusterKit.create(self.root / "kit", members)
         for server in self.servers:
             server.store_dir.mkdir(parents=True, exist_ok=True)
             server.config_path.write_text(
                 cluster_config(
                     server.name, server.host, server.port, server.route_port,
-                    server.store_dir, routes,
+                    server.store_dir, routes, kit=self.kit,
                 )
             )  # fmt: skip
         for server in self.servers:
@@ -142,8 +188,6 @@ class NatsCluster:
 
     async def until_ready(self, timeout: float = 30.0) -> None:
         """Wait until JetStream answers on every running member."""
-        # Imported here: the cluster helper itself needs no client to start processes.
-        from nats.aio.client import Client
 
         async def quiet(_: Exception) -> None:
             """A member still coming up refuses connections: expected, tried again below."""
@@ -157,7 +201,7 @@ class NatsCluster:
                 try:
                     await nc.connect(
                         server.url, connect_timeout=1, allow_reconnect=False,
-                        max_reconnect_attempts=0, error_cb=quiet,
+                        max_reconnect_attempts=0, error_cb=quiet, **self._credentials(),
                     )  # fmt: skip
                     await nc.jetstream(timeout=1).account_info()
                     break
@@ -172,6 +216,16 @@ class NatsCluster:
                 finally:
                     with contextlib.suppress(Exception):
                         await nc.close()
+
+    def _credentials(self) -> dict[str, Any]:
+        """What a host's client passes to nats-py's ``connect`` for this cluster."""
+        if self.kit is None:
+            return {}
+        return {
+            "nkeys_seed_str": self.kit.keyring.seed(Role.HOST),
+            "inbox_prefix": Role.HOST.inbox,
+            "tls": self.access.tls_context(),
+        }
 
     def _signal(self, index: int, sig: signal.Signals) -> None:
         server = self.servers[index]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -131,11 +131,18 @@ PERMISSIONS: Mapping[Role, Permissions] = {
 
 def authorization_block(public_keys: Mapping[Role, str]) -> str:
     """The ``authorization`` block of a nats-server configuration: one nkey user per role
-    with that role's permissions; nobody else may connect. (JSON is valid NATS configuration
-    syntax, and quoting keeps ``$JS...`` from being read as a variable.)"""
+    with that role's permissions; nobody else may connect."""
+    return authorization_block_for([public_keys])
+
+
+def authorization_block_for(keyrings: Sequence[Mapping[Role, str]]) -> str:
+    """:func:`authorization_block` letting in the keys of several keyrings (while keys
+    rotate, the old and the new). JSON is valid NATS configuration syntax, and quoting keeps
+    ``$JS...`` from being read as a variable."""
     users = [
-        {"nkey": public_keys[role], "permissions": PERMISSIONS[role].config()}
+        {"nkey": keys[role], "permissions": PERMISSIONS[role].config()}
+        for keys in keyrings
         for role in Role
-        if role in public_keys
+        if role in keys
     ]
     return "authorization " + json.dumps({"users": users}, indent=2) + "\n"

@@ -15,6 +15,11 @@ Prints median and p99 for single events and events per second for batches append
 back (time until the last one arrives), with the embedded server (1 replica) and, with
 ``--replicas 3``, on a local three-server cluster (``events.nats_cluster``).
 
+Each run is made twice in the same process: on an open bus (no keys, no TLS, no signatures:
+cairn before issue 26) and on the closed bus cairn runs on (role nkeys and permissions, events
+signed and checked; with ``--replicas 3`` also TLS to clients and between servers), so the
+price of security is a ratio of the same hour's figures.
+
     .venv/bin/python -m ops.bench.events [--n 2000] [--batch 100] [--batches 200] [--replicas 1]
 """
 
@@ -31,17 +36,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import attrs
 from aiohttp import web
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from events.bus import connect
+from events.access import NatsAccess
 from events.follow import Follower
 from events.jetstream import StreamSettings
 from events.model import Event, domain_event
 from events.nats_cluster import NatsCluster
 from events.nats_server import EmbeddedNats, free_port
+from events.permissions import Role
 from events.relay import OutboxRelay, wire_payload
+from events.signing import EventSigner
 from events.store import EventStore, Recorded, default_store_url
 from events.subjects import subject_for
 from gateway.console.feed import EventFeed
@@ -60,13 +68,14 @@ def fmt_ms(values: list[float]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def nats_url(root: Path, replicas: int) -> AsyncIterator[str]:
+async def nats_access(root: Path, replicas: int, secure: bool) -> AsyncIterator[NatsAccess]:
+    """How a cairn host reaches the bus: closed (``secure``) as cairn runs it, or open."""
     if replicas == 1:
-        async with EmbeddedNats(root / "nats") as server:
-            yield server.url
+        async with EmbeddedNats(root / "nats", secure=secure) as server:
+            yield NatsAccess(server.url, server.keyring)
     else:
-        async with NatsCluster(root / "cluster", replicas) as cluster:
-            yield cluster.url
+        async with NatsCluster(root / "cluster", replicas, secure=secure) as cluster:
+            yield cluster.access
 
 
 async def single(
@@ -92,12 +101,14 @@ async def batched(
     return batch * batches / (time.perf_counter() - t0)
 
 
-async def through_sse(store: EventStore, nc: Client, n: int) -> list[float]:
+async def through_sse(
+    store: EventStore, nc: Client, n: int, signer: EventSigner | None
+) -> list[float]:
     """Append → relay → JetStream → the console's event feed (``gateway/console/feed.py``,
     a real aiohttp server) → an HTTP client reading its SSE stream: what a browser, or a
     gateway on another host than the writer, sees."""
     app = web.Application()
-    app.router.add_get("/console/events", EventFeed(nc, store).stream)
+    app.router.add_get("/console/events", EventFeed(nc, store, signer).stream)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -137,18 +148,22 @@ def core_relay(store: EventStore, nc: Client) -> None:
             wake.clear()
             batch, pending[:] = list(pending), []
             for record in batch:
-                await nc.publish("bench.core." + subject_for(record.stream), wire_payload(record))
+                subject = "cairn.evt.benchcore." + subject_for(record.stream)
+                await nc.publish(subject, wire_payload(record))
             await nc.flush()
 
     store.add_listener(on_append)
     asyncio.get_running_loop().create_task(run())
 
 
-async def bench(n: int, batch: int, batches: int, replicas: int) -> None:
+async def bench(n: int, batch: int, batches: int, replicas: int, secure: bool) -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        async with nats_url(root, replicas) as url:
-            nc = await connect(url)
+        async with nats_access(root, replicas, secure) as access:
+            # The relay on the host role's connection, followers on the gateway's, as in cairn.
+            nc = await access.connect(Role.HOST)
+            reader = await access.connect(Role.GATEWAY)
+            signer = access.signer()
             store = await EventStore.open(default_store_url(root))
 
             arrivals: asyncio.Queue[float] = asyncio.Queue()
@@ -159,15 +174,16 @@ async def bench(n: int, batch: int, batches: int, replicas: int) -> None:
             async def on_event(_: int, __: Msg) -> None:
                 arrivals.put_nowait(time.perf_counter())
 
-            raw_sub = await nc.subscribe("bench.raw", cb=on_msg)
-            core_sub = await nc.subscribe("bench.core.>", cb=on_msg)
+            # Subjects a host may use; no stream takes them yet (the relay makes it below).
+            raw_sub = await nc.subscribe("cairn.evt.benchraw", cb=on_msg)
+            core_sub = await nc.subscribe("cairn.evt.benchcore.>", cb=on_msg)
             await nc.flush()
 
             # Baseline 1: bare NATS, publish to subscriber on the same connection.
             raw = []
             for i in range(n):
                 t0 = time.perf_counter()
-                await nc.publish("bench.raw", json.dumps({"n": i}).encode())
+                await nc.publish("cairn.evt.benchraw", json.dumps({"n": i}).encode())
                 raw.append(await arrivals.get() - t0)
 
             # Baseline 2: the append alone, on a second store file nobody relays.
@@ -187,35 +203,63 @@ async def bench(n: int, batch: int, batches: int, replicas: int) -> None:
 
             # The relay starts after what "before" stored, which nobody follows.
             await store.save_cursor("outbox", await store.last_position())
-            relay = OutboxRelay(store, nc, stream=StreamSettings(replicas=replicas))
+            relay = OutboxRelay(store, nc, stream=StreamSettings(replicas=replicas), signer=signer)
             await relay.start()
-            follower = await Follower(nc, "cairn.evt.bench.>", on_event).start()
+            follower = await Follower(reader, "cairn.evt.bench.>", on_event, signer=signer).start()
 
             # After: append → relay → JetStream → follower.
             after = await single(store, "bench", arrivals, n)
             after_rate = await batched(store, "bench", arrivals, batch, batches)
 
-            sse = await through_sse(store, nc, n)
+            sse = await through_sse(store, reader, n, signer)
 
             await raw_sub.unsubscribe()
             await follower.stop()
             await relay.stop()
             await store.close()
+            await reader.close()
             await nc.close()
+    return Figures(raw, bare, before, after, sse, before_rate, after_rate)
 
+
+@attrs.frozen
+class Figures:
+    raw: list[float]
+    bare: list[float]
+    before: list[float]
+    after: list[float]
+    sse: list[float]
+    before_rate: float
+    after_rate: float
+
+
+def report(f: Figures, title: str, batch: int) -> None:
+    print(f"  {title}")
+    print(f"    bare NATS publish→subscribe             {fmt_ms(f.raw)}")
+    print(f"    bare append (SQLite commit)             {fmt_ms(f.bare)}")
+    print(f"    before: append→core NATS subscriber     {fmt_ms(f.before)}")
+    print(f"    after:  append→JetStream follower       {fmt_ms(f.after)}")
+    print(f"    after:  append→SSE client (feed, HTTP)  {fmt_ms(f.sse)}   (target: median <= 2 ms)")
+    ratio = statistics.median(f.after) / statistics.median(f.before)
+    print(f"      ratio after/before: {ratio:.2f}x")
+    print(f"    batches of {batch}, before: {f.before_rate:,.0f} events/s")
+    print(f"    batches of {batch}, after:  {f.after_rate:,.0f} events/s   (target: >= 5,000/s)")
+
+
+async def compare(n: int, batch: int, batches: int, replicas: int) -> None:
+    """The open bus, then the closed one, in this process."""
+    open_bus = await bench(n, batch, batches, replicas, secure=False)
+    closed = await bench(n, batch, batches, replicas, secure=True)
     print(
         f"events bench ({n} single events, {batches} batches of {batch}, "
         f"{replicas} replica{'s' if replicas > 1 else ''})"
     )
-    print(f"  bare NATS publish→subscribe             {fmt_ms(raw)}")
-    print(f"  bare append (SQLite commit)             {fmt_ms(bare)}")
-    print(f"  before: append→core NATS subscriber     {fmt_ms(before)}")
-    print(f"  after:  append→JetStream follower       {fmt_ms(after)}")
-    print(f"  after:  append→SSE client (feed, HTTP)  {fmt_ms(sse)}   (target: median <= 2 ms)")
-    ratio = statistics.median(after) / statistics.median(before)
-    print(f"    ratio after/before: {ratio:.2f}x")
-    print(f"  batches of {batch}, before: {before_rate:,.0f} events/s")
-    print(f"  batches of {batch}, after:  {after_rate:,.0f} events/s   (target: >= 5,000/s)")
+    report(open_bus, "open bus (no keys, no TLS, unsigned: the baseline)", batch)
+    what = "role nkeys, permissions, signed events" + (", TLS" if replicas > 1 else "")
+    report(closed, f"closed bus ({what}): as cairn runs", batch)
+    sse = statistics.median(closed.sse) / statistics.median(open_bus.sse)
+    rate = closed.after_rate / open_bus.after_rate
+    print(f"  price of security: SSE median x{sse:.2f}, batched rate x{rate:.2f}")
 
 
 def main() -> None:
@@ -225,7 +269,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 3))
     args = parser.parse_args()
-    asyncio.run(bench(args.n, args.batch, args.batches, args.replicas))
+    asyncio.run(compare(args.n, args.batch, args.batches, args.replicas))
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ async def cluster(
             env = {
                 **base,
                 **sim_env,
-                "NATS_URL": ",".join(nats.urls),
+                **nats.client_env(),
                 "CAIRN_EVENT_STORE": store_url,
                 "CAIRN_CLUSTER": "1",
                 "CAIRN_HOST_NAME": f"host{i}",

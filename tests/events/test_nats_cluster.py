@@ -11,7 +11,6 @@ from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 
-from events.bus import connect
 from events.nats_cluster import NatsCluster, cluster_config
 
 
@@ -38,15 +37,17 @@ def test_config_names_the_server_and_routes_to_every_member(tmp_path: Path) -> N
 
 async def test_a_replicated_stream_survives_one_server_killed(tmp_path: Path) -> None:
     async with NatsCluster(tmp_path, 3) as cluster:
-        nc = await connect(cluster.url)
+        nc = await cluster.connect()  # as a cairn host: TLS, its nkey
         try:
             js = nc.jetstream()
             await js.add_stream(
-                StreamConfig(name="T", subjects=["t.>"], num_replicas=3, storage=StorageType.FILE)
+                StreamConfig(
+                    name="T", subjects=["cairn.evt.t.>"], num_replicas=3, storage=StorageType.FILE
+                )
             )
-            await js.publish("t.a", b"1")
+            await js.publish("cairn.evt.t.a", b"1")
             await cluster.kill(1)
-            ack = await publish_until_stored(js, "t.a", b"2")
+            ack = await publish_until_stored(js, "cairn.evt.t.a", b"2")
             assert ack.seq == 2
             await cluster.restart(1)
             info = await js.stream_info("T")
