@@ -128,7 +128,7 @@ async def cluster(root: Path, ttl: float, store: str | None) -> AsyncIterator[li
             env = {
                 **{k: v for k, v in os.environ.items() if k != "NATS_URL"},
                 **sim_env,
-                "NATS_URL": nats.url,
+                **nats.client_env(),
                 "CAIRN_EVENT_STORE": url,
                 "CAIRN_CLUSTER": "1",
                 "CAIRN_HOST_NAME": f"host{i}",

@@ -118,7 +118,7 @@ async def bench(runs: int, throughput: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         async with EmbeddedNats(root / "nats") as nats:
-            env = {"NATS_URL": nats.url, "CAIRN_DATA": str(root / "data")}
+            env = {**nats.client_env(), "CAIRN_DATA": str(root / "data")}
             async with open_runtime(env, root / "data") as runtime:
                 app = await build(runtime)
                 host = app[FUNCTIONS_HOST].runner

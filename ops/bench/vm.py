@@ -41,9 +41,9 @@ from actors.vm.events import Progress, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.node import Cluster
 from actors.vm.service import VmService
-from events.bus import connect
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
+from events.permissions import Role
 from events.store import EventStore, Recorded
 from gateway.vm import build
 
@@ -153,7 +153,7 @@ async def bench(installs: int, parallel: int, lists: int) -> None:
             env = {
                 **os.environ,
                 **sim_env,
-                "NATS_URL": nats.url,
+                **nats.client_env(),
                 "CAIRN_DATA": str(root / "data"),
                 "IMAGE_BASE_URL": mirror.base_url,
                 "VM_SSH_POLL": "0.02",
@@ -179,7 +179,7 @@ async def bench(installs: int, parallel: int, lists: int) -> None:
                     async with aiohttp.ClientSession() as http:
                         await run(http, api, env, installs, parallel, lists, external, stored)
                         quiet = await quiet_delays(http, api, runtime.store, stored)
-                        nats_rounds = await nats_baseline(env["NATS_URL"])
+                        nats_rounds = await nats_baseline(nats)
                         print("event stored -> SSE client, nothing else running (200 events)")
                         print(f"  store -> client      {ms(quiet)}   (target: median <= 2 ms)")
                         print(f"  NATS pub -> sub      {ms(nats_rounds)}   (baseline)")
@@ -324,20 +324,24 @@ async def wait_count(http: aiohttp.ClientSession, api: str, want: int) -> None:
     raise RuntimeError(f"the list never reached {want} VMs")
 
 
-async def nats_baseline(url: str, n: int = 500) -> list[float]:
-    nc = await connect(url)
+async def nats_baseline(nats: EmbeddedNats, n: int = 500) -> list[float]:
+    """A bare publish from a gateway's connection to a host's, on a query subject (what the
+    closed bus lets them use)."""
+    gateway, host = await nats.connect(Role.GATEWAY), await nats.connect(Role.HOST)
     got: asyncio.Queue[float] = asyncio.Queue()
 
     async def on_msg(_: Any) -> None:
         got.put_nowait(time.perf_counter())
 
-    await nc.subscribe("bench.vm.baseline", cb=on_msg)
+    await host.subscribe("cairn.q.bench.baseline", cb=on_msg)
+    await host.flush()
     out = []
     for _ in range(n):
         t = time.perf_counter()
-        await nc.publish("bench.vm.baseline", b"{}")
+        await gateway.publish("cairn.q.bench.baseline", b"{}")
         out.append(await got.get() - t)
-    await nc.close()
+    await gateway.close()
+    await host.close()
     return out
 
 
