@@ -45,6 +45,10 @@ async function send(url, { method = "GET", json, body, signal } = {}) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, `cairn did not answer (${err.message}); is it running?`);
   }
+  if (response.status === 401) {
+    // Identities are on and this page's session ended (signed out, expired, token revoked).
+    location.assign("/console/login");
+  }
   if (!response.ok) throw await failure(response);
   return response;
 }

@@ -4,6 +4,7 @@
 
 import { html, render, useEffect, useRef, useState } from "./lib.js";
 import { useFeedConnected } from "./feed.js";
+import { identity, loadIdentity } from "./identity.js";
 import { Overview } from "./pages/overview.js";
 import { VmList } from "./pages/vms.js";
 import { InstallVm } from "./pages/install.js";
@@ -88,11 +89,21 @@ function Header({ current }) {
       <p class=${`live ${live ? "on" : "off"}`} role="status">
         ${live ? "live" : "reconnecting…"}
       </p>
+      ${identity.identities && identity.name ? html`
+        <form class="who" method="post" action="/console/logout">
+          <span>Signed in as <strong>${identity.name}</strong> (${identity.role})</span>
+          <button type="submit" class="secondary outline">Sign out</button>
+        </form>` : null}
     </header>`;
 }
 
 function App() {
   const route = useRoute();
+  // Rendered at once; again when who is signed in is known (what a role may do shows then).
+  const [, setKnown] = useState(identity.loaded);
+  useEffect(() => {
+    loadIdentity().then(() => setKnown(true));
+  }, []);
   const [Page, props, current] = pageFor(route);
   const main = useRef(null);
   const first = useRef(true);

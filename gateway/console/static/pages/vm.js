@@ -5,24 +5,27 @@ import { api } from "../api.js";
 import { useEvents } from "../feed.js";
 import { gib, mib } from "../format.js";
 import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad } from "../ui.js";
+import { may } from "../identity.js";
 import { TaskStages } from "./task.js";
 
+// `role`: the least role that may (gateway/roles.py); what the signed-in role may not do is
+// not shown.
 const ACTIONS = {
-  start: { label: "Start", streamed: true, when: "stopped" },
+  start: { label: "Start", streamed: true, when: "stopped", role: "operator" },
   shutdown: {
-    label: "Shut down", when: "running",
+    label: "Shut down", when: "running", role: "operator",
     confirm: "The guest is asked to power off (ACPI), as a power button press would.",
   },
   reboot: {
-    label: "Reboot", streamed: true, when: "running",
+    label: "Reboot", streamed: true, when: "running", role: "operator",
     confirm: "The guest restarts; its SSH comes back when it is up again.",
   },
   stop: {
-    label: "Stop", when: "running",
+    label: "Stop", when: "running", role: "operator",
     confirm: "The VM is powered off at once, like pulling the plug: unsaved data in the guest is lost.",
   },
   destroy: {
-    label: "Destroy", when: "stopped", danger: true,
+    label: "Destroy", when: "stopped", danger: true, role: "admin",
     confirm: "The VM and its disk are deleted. This cannot be undone.",
   },
 };
@@ -162,10 +165,10 @@ export function VmDetail({ id }) {
           <h2 id="details-h">Details</h2>
           <${Details} vm=${vm} />
         </section>
-        <section aria-labelledby="actions-h">
+        ${may("operator") ? html`<section aria-labelledby="actions-h">
           <h2 id="actions-h">Actions</h2>
           <div class="row actions">
-            ${Object.entries(ACTIONS).map(([action, spec]) => html`
+            ${Object.entries(ACTIONS).filter(([, spec]) => may(spec.role)).map(([action, spec]) => html`
               <button type="button" class=${spec.danger ? "danger" : "secondary"}
                       disabled=${streaming || state !== spec.when}
                       title=${state !== spec.when ? `needs a ${spec.when} VM` : ""}
@@ -192,7 +195,7 @@ export function VmDetail({ id }) {
               </select></label>
             <button type="submit" class="secondary" disabled=${!stopped || streaming || nodes.length === 0}>Migrate</button>
           </form>
-        </section>
+        </section>` : null}
       </div>` : detail.loading ? html`<p aria-busy="true">Loading…</p>` : null}
     ${records.length || streaming ? html`<${TaskStages} records=${records} running=${streaming} />` : vm?.last_task ? html`
       <section aria-labelledby="last-h">

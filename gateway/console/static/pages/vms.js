@@ -5,6 +5,7 @@ import { api } from "../api.js";
 import { useEvents } from "../feed.js";
 import { gib, mib } from "../format.js";
 import { ErrorNote, StateBadge, useLoad } from "../ui.js";
+import { may } from "../identity.js";
 
 // The events after which the list reads differently (progress records do not change it).
 export const VM_CHANGES = [
@@ -49,7 +50,7 @@ export function VmList() {
   return html`
     <div class="title-row">
       <h1 tabindex="-1">VMs</h1>
-      <a role="button" href="#/vms/new">Install a VM</a>
+      ${may("admin") ? html`<a role="button" href="#/vms/new">Install a VM</a>` : null}
     </div>
     <${ErrorNote} error=${vms.error} />
     ${vms.data ? html`

@@ -1,0 +1,139 @@
+"""The console with identities on, in a real Chromium against a real `cairn up`: signing in,
+a viewer who sees no destroy button and whose forged destroy gets 403, signing out; and a
+page of a rebound name (DNS rebinding) refused."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import attrs
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.console.browser import CAIRN, CHROMIUM, CHROMIUM_ARGS, Stack
+
+
+@attrs.frozen
+class Tokens:
+    viewer: str
+    admin: str
+
+
+@pytest.fixture(scope="module")
+def tokens(stack: Stack) -> Tokens:
+    def create(name: str, role: str) -> str:
+        argv = [CAIRN, "token", "create", name, "--role", role]
+        made = subprocess.run(argv, env=stack.env, cwd=stack.root, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return made.stdout.strip()
+
+    return Tokens(viewer=create("vera", "viewer"), admin=create("ada", "admin"))
+
+
+def sign_in(page: Page, stack: Stack, token: str) -> None:
+    page.goto(stack.base + "/")
+    expect(page).to_have_url(stack.base + "/console/login")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(stack.base + "/")
+
+
+def stopped_vm(stack: Stack, tokens: Tokens) -> int:
+    bearer = {"Authorization": f"Bearer {tokens.admin}"}
+    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
+                                 {"os": "ubuntu", "version": "24.04", "name": "kept"},
+                                 bearer)  # fmt: skip
+    assert status == 200, text
+    listing = stack.json("/console/svc/vm/api/vm/list")["list"]  # public: no token
+    vmid = int(next(v for v in listing if v["name"] == "kept")["vmid"])
+    assert stack.request("POST", f"/console/svc/vm/api/vm/{vmid}/stop", None, bearer)[0] == 200
+    return vmid
+
+
+def test_a_viewer_sees_no_destroy_and_a_forged_one_is_refused(
+    page: Page, stack: Stack, tokens: Tokens
+) -> None:
+    vmid = stopped_vm(stack, tokens)
+    # Signed out, the page asks for a token; a wrong one is said so.
+    page.goto(stack.base + "/")
+    expect(page).to_have_url(stack.base + "/console/login")
+    page.get_by_label("Token").fill("cairn_not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_have_text("Unknown or revoked token.")
+
+    sign_in(page, stack, tokens.viewer)
+    expect(page.locator("form.who")).to_contain_text("Signed in as vera (viewer)")
+    page.goto(stack.url(f"vm/{vmid}"))
+    expect(page.locator("dl.details .badge")).to_have_text("stopped")
+    expect(page.get_by_role("button", name="Destroy")).to_have_count(0)
+    expect(page.get_by_role("button", name="Start")).to_have_count(0)
+    page.goto(stack.url("vms"))
+    expect(page.locator(f'tr[data-vmid="{vmid}"]')).to_be_visible()
+    expect(page.get_by_role("button", name="Install a VM")).to_have_count(0)
+
+    # The button's request, forged from the viewer's own signed-in page: the role decides.
+    status, text = page.evaluate(
+        """async (vmid) => {
+            const r = await fetch(`/console/svc/vm/api/vm/${vmid}/destroy`, {method: "POST"});
+            return [r.status, await r.text()];
+        }""",
+        vmid,
+    )
+    assert status == 403
+    assert text == "token 'vera' has role viewer; this route needs admin"
+    assert stack.request("GET", f"/console/svc/vm/api/vm/{vmid}/status") == (200, "stopped")
+
+    # Signing out ends the session: the page asks again, the cookie no longer works.
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(stack.base + "/console/login")
+    status = page.evaluate("async () => (await fetch('/console/svc/functions/functions')).status")
+    assert status == 401
+    page.goto(stack.base + "/")
+    expect(page).to_have_url(stack.base + "/console/login")
+
+
+def test_an_admin_sees_destroy(page: Page, stack: Stack, tokens: Tokens) -> None:
+    """The same page for a role that may: what the viewer missed was hidden, not broken."""
+    listing = stack.json("/console/svc/vm/api/vm/list")["list"]
+    vmid = next((v["vmid"] for v in listing if v["name"] == "kept"), None) or stopped_vm(
+        stack, tokens
+    )
+    sign_in(page, stack, tokens.admin)
+    page.goto(stack.url(f"vm/{vmid}"))
+    expect(page.get_by_role("button", name="Destroy")).to_be_visible()
+    expect(page.locator("form.who")).to_contain_text("Signed in as ada (admin)")
+
+
+@pytest.fixture
+def rebinding_browser(browser: Browser) -> Iterator[Browser]:
+    """A Chromium for which rebind.evil.example resolves to 127.0.0.1, as after a rebinding
+    attack (no DNS query leaves the machine)."""
+    chromium = browser.browser_type.launch(
+        executable_path=CHROMIUM,
+        args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP rebind.evil.example 127.0.0.1"],
+    )
+    yield chromium
+    chromium.close()
+
+
+def test_a_rebound_name_is_refused(rebinding_browser: Browser, stack: Stack) -> None:
+    port = stack.base.rsplit(":", 1)[1]
+    context = rebinding_browser.new_context()
+    try:
+        page = context.new_page()
+        response = page.goto(f"http://rebind.evil.example:{port}/")
+        assert response is not None and response.status == 403
+        expect(page.locator("body")).to_contain_text("host not allowed")
+        # The page's script is same-origin with its own (rebound) origin: still refused.
+        status, text = page.evaluate(
+            """async () => {
+                const r = await fetch("/console/svc/functions/run-now", {method: "POST",
+                    headers: {"Content-Type": "application/json"},
+                    body: JSON.stringify({language: "python", code: "x"})});
+                return [r.status, await r.text()];
+            }"""
+        )
+        assert status == 403 and "host not allowed" in text
+    finally:
+        context.close()
