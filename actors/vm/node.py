@@ -20,6 +20,9 @@ import attrs
 
 from actors.runtime import ActorHandle, ActorHost, AggregateActor
 from actors.vm.pve_output import CommandResult, NodeResource
+from actors.vm.pveapi.client import PveClient
+from actors.vm.pveapi.driver import ApiTransport
+from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 from actors.vm.settings import VmSettings
 from actors.vm.transport import LineSink, LocalTransport, SshTransport, Transport
 from events.model import Event
@@ -128,9 +131,13 @@ class Cluster:
     async def start(cls, host: ActorHost, settings: VmSettings, env: Mapping[str, str]) -> Cluster:
         handles: dict[str, ActorHandle] = {}
         transports: list[Transport] = []
+        api = _api_client(settings)
         for name, address in sorted(settings.nodes.items()):
             transport: Transport
-            if name == settings.main_node and not settings.main_over_ssh:
+            if api is not None:
+                # Every node through the one pveproxy cairn talks to: it forwards /nodes/<n>.
+                transport = ApiTransport(api, name, task_timeout=settings.command_timeout)
+            elif name == settings.main_node and not settings.main_over_ssh:
                 transport = LocalTransport(env, timeout=settings.command_timeout)
             else:
                 transport = SshTransport(
@@ -146,6 +153,11 @@ class Cluster:
         cluster = cls(settings, handles)
         cluster.transports = transports
         return cluster
+
+    @property
+    def driver(self) -> str:
+        """`api` or `cli`: which way commands reach Proxmox (settings.driver)."""
+        return self.settings.driver
 
     @property
     def names(self) -> list[str]:
@@ -193,3 +205,16 @@ class Cluster:
 
 def _unfenced() -> str | None:
     return None
+
+
+def _api_client(settings: VmSettings) -> PveClient | None:
+    if settings.driver != "api" or settings.api is None:
+        return None
+    api = settings.api
+    return PveClient(
+        api.url,
+        parse_token(api.token),
+        fingerprint=normalize_fingerprint(api.fingerprint) if api.fingerprint else None,
+        ca_file=api.ca_file,
+        timeout=api.timeout,
+    )

@@ -21,6 +21,21 @@ class SettingsError(ValueError):
 
 
 @attrs.frozen
+class ApiSettings:
+    """The API driver's connection (PVE_API_*): pveproxy's URL, the token, how to trust it."""
+
+    url: str
+    token: str = attrs.field(repr=False)  # USER@REALM!TOKENID=SECRET
+    fingerprint: str | None = None  # SHA-256 of pveproxy's certificate, pinned
+    ca_file: str | None = None  # or the cluster's CA (/etc/pve/pve-root-ca.pem)
+    # Where cloud images are downloaded to on the target node (needs the `import` content).
+    import_storage: str = "local"
+    # Create VMs in this resource pool (the token's VM privileges may then be on the pool only).
+    pool: str | None = None
+    timeout: float = 60.0  # one HTTP request; tasks have command_timeout
+
+
+@attrs.frozen
 class VmSettings:
     gateway: str
     main_node: str
@@ -55,6 +70,10 @@ class VmSettings:
     progress_interval: float = 1.0
     # Driving the simulated cluster (ops/pvesim), not a real one: said by /status and the list.
     simulated: bool = False
+    # How cairn reaches Proxmox: `cli` runs qm/pvesh/pvesm (locally on the main node, over SSH
+    # on the others); `api` speaks pveproxy's REST API with a token (docs/vm.md).
+    driver: str = "cli"
+    api: ApiSettings | None = None
 
     @property
     def ip_prefix(self) -> str:
@@ -140,13 +159,56 @@ def _node_variables(env: Mapping[str, str]) -> dict[str, str]:
 
 
 # Variables that only mean something for a real cluster.
-_REAL_CLUSTER = ("GATEWAY", "ASSIGN_STORAGE", "PVE_SSH_KEY", "PVE_KNOWN_HOSTS")
+_REAL_CLUSTER = (
+    "GATEWAY", "ASSIGN_STORAGE", "PVE_SSH_KEY", "PVE_KNOWN_HOSTS", "PVE_API_URL",
+    "PVE_API_TOKEN", "PVE_API_FINGERPRINT", "PVE_API_CA_FILE",
+)  # fmt: skip
 
 
 def real_cluster_variables(env: Mapping[str, str]) -> list[str]:
     """The real-cluster variables that are set (sorted), NODE_<name> ones included."""
     named = [n for n in _REAL_CLUSTER if env.get(n, "").strip()]
     return sorted(named + list(_node_variables(env)))
+
+
+def _api_settings(env: Mapping[str, str], simulated: bool) -> tuple[str, ApiSettings | None]:
+    """PVE_DRIVER (api|cli) and the PVE_API_* it needs. The default is `api` when PVE_API_URL
+    is set, except against the simulator, whose printed environment always carries both
+    drivers' settings: there `cli` stays the default and PVE_DRIVER=api picks the API."""
+    from actors.vm.pveapi.wire import api_base, normalize_fingerprint, parse_token
+
+    url = env.get("PVE_API_URL", "").strip()
+    raw = env.get("PVE_DRIVER", "").strip().lower()
+    if raw not in ("", "api", "cli"):
+        raise SettingsError(f"PVE_DRIVER must be api or cli, got {raw!r}")
+    driver = raw or ("api" if url and not simulated else "cli")
+    if driver == "cli":
+        return driver, None
+    token = env.get("PVE_API_TOKEN", "").strip()
+    missing = [n for n, v in (("PVE_API_URL", url), ("PVE_API_TOKEN", token)) if not v]
+    if missing:
+        raise SettingsError(f"PVE_DRIVER=api needs {' and '.join(missing)}")
+    fingerprint = env.get("PVE_API_FINGERPRINT", "").strip() or None
+    ca_file = env.get("PVE_API_CA_FILE", "").strip() or None
+    try:
+        api_base(url)
+        parse_token(token)
+        if fingerprint:
+            normalize_fingerprint(fingerprint)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if fingerprint and ca_file:
+        raise SettingsError("set PVE_API_FINGERPRINT or PVE_API_CA_FILE, not both")
+    pool = env.get("PVE_API_POOL", "").strip() or None
+    return driver, ApiSettings(
+        url=url,
+        token=token,
+        fingerprint=fingerprint,
+        ca_file=ca_file,
+        import_storage=env.get("PVE_IMPORT_STORAGE", "").strip() or "local",
+        pool=pool,
+        timeout=_float(env, "PVE_API_TIMEOUT", 60.0),
+    )
 
 
 def load_settings(env: Mapping[str, str]) -> VmSettings:
@@ -177,6 +239,8 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     proxies = _csv(env.get("TRUSTED_PROXIES", ""))
     _check_networks("TRUSTED_PROXIES", proxies)
     base = env.get("IMAGE_BASE_URL", "").strip().rstrip("/") or None
+    simulated = bool(env.get("PVESIM_ROOT", "").strip())
+    driver, api = _api_settings(env, simulated)
     return VmSettings(
         gateway=gateway,
         main_node=main,
@@ -203,5 +267,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         observe_grace=_float(env, "VM_OBSERVE_GRACE", 12.0),
         command_timeout=_float(env, "VM_COMMAND_TIMEOUT", 900.0),
         progress_interval=_float(env, "VM_PROGRESS_INTERVAL", 1.0),
-        simulated=bool(env.get("PVESIM_ROOT", "").strip()),
+        simulated=simulated,
+        driver=driver,
+        api=api,
     )

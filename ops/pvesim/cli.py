@@ -104,8 +104,7 @@ def run_sim(args: Sequence[str] | None = None) -> int:
         await sim.start()
         try:
             print(f"# simulated Proxmox VE cluster, state in {sim.root}")
-            # The API driver's settings (PVE_DRIVER=api uses them); PATH stays last.
-            for key, value in {**sim.api_env(), **sim.env(include_path=True)}.items():
+            for key, value in sim.env(include_path=True).items():
                 print(f"{key}={value}")
             sys.stdout.flush()
             stop = asyncio.Event()

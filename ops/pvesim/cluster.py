@@ -320,6 +320,22 @@ class SimCluster:
         self._update_api(lambda api: api.setdefault("tokens", {}).__setitem__(tokenid, token))
         return str(token["secret"])
 
+    def grant_api(self, path: str, privs: list[str], tokenid: str = SIM_TOKEN) -> None:
+        """Add privileges on an ACL path to a token (`pveum acl modify PATH --tokens ...`)."""
+
+        def change(api: dict[str, Any]) -> None:
+            acl = api["tokens"][tokenid]["acl"]
+            acl[path] = sorted(set(acl.get(path, [])) | set(privs))
+
+        self._update_api(change)
+
+    def revoke_api(self, path: str, privs: list[str], tokenid: str = SIM_TOKEN) -> None:
+        def change(api: dict[str, Any]) -> None:
+            acl = api["tokens"][tokenid]["acl"]
+            acl[path] = sorted(set(acl.get(path, [])) - set(privs))
+
+        self._update_api(change)
+
     def cairn_acl(self, pool: str | None = None) -> dict[str, list[str]]:
         images = self.images_storage()
         with self.store.locked() as txn:
@@ -356,6 +372,9 @@ class SimCluster:
             VM_SSH_PORT=str(self.vm_ssh_port),
             PVESIM_ROOT=str(self.root),
         )
+        # Both drivers' settings: cairn's VM service keeps the CLI driver against the simulator
+        # unless PVE_DRIVER=api asks for the API one.
+        env.update(self.api_env())
         if include_path:
             env["PATH"] = f"{self.bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
         return env

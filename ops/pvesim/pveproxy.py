@@ -15,6 +15,7 @@ release imitated (7.4, 8.2, 8.4, 9.1) with the differences of api.md §7.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import os
@@ -200,6 +201,15 @@ class _TaskCtx(Ctx):
 
 
 @attrs.frozen
+class Exchange:
+    method: str
+    path: str
+    params: dict[str, str]
+    status: int
+    data: Any
+
+
+@attrs.frozen
 class Call:
     method: str
     path: str
@@ -219,6 +229,8 @@ class PveProxy:
         self.host = host
         self.port: int | None = None
         self.tasks: dict[str, Task] = {}
+        # The last requests and answers, for tests that check them against PVE's schema.
+        self.journal: collections.deque[Exchange] = collections.deque(maxlen=10000)
         self._runner: web.AppRunner | None = None
         self._pid = 0x3C0000 + os.getpid() % 0x1000
         self._lock = threading.Lock()
@@ -276,7 +288,10 @@ class PveProxy:
             call = Call(method, path, params, tokenid, token, match)
             data, extra = await loop.run_in_executor(self.executor, self._call, handler, call)
         except HttpError as exc:
+            if exc.status != 401:
+                self.journal.append(Exchange(method, path, dict(request.query), exc.status, None))
             return self._error(exc)
+        self.journal.append(Exchange(method, path, params, 200, data))
         payload = {"data": data, **extra}
         return web.Response(
             body=json.dumps(payload, separators=(",", ":")).encode(),
@@ -428,7 +443,7 @@ class PveProxy:
     def run_qm(self, task: Task, argv: list[str], stdin: str = "") -> str | None:
         """One fake `qm` command as the task's node; its failure text, or None."""
         ctx = _TaskCtx(self.store, task.node, task, stdin)
-        self.store.log_command(task.node, ["API", *argv])
+        self.store.log_command(task.node, ["qm", *argv])  # as the CLI's: one log, both drivers
         rc = fake_qm.run(ctx, argv)
         if rc != 0:
             return "".join(ctx.errors).strip() or f"exit code {rc}"
@@ -521,6 +536,14 @@ _STORAGE_AUDIT = ("Datastore.Audit", "Datastore.AllocateSpace")
 _STATS = ("cpu", "mem", "disk", "maxcpu", "maxmem", "maxdisk", "uptime")
 
 
+@route("GET", r"/access/permissions")
+def get_permissions(proxy: PveProxy, call: Call) -> Any:
+    """The caller's own privileges per ACL path (any user may ask about itself)."""
+    proxy.check_params(call, {"path": "string", "userid": "string"})
+    acl: Mapping[str, list[str]] = call.token.get("acl", {})
+    return {path: {priv: 1 for priv in privs} for path, privs in acl.items()}
+
+
 @route("GET", r"/nodes")
 def get_nodes(proxy: PveProxy, call: Call) -> Any:
     proxy.check_params(call, {})
@@ -577,6 +600,14 @@ def get_nextid(proxy: PveProxy, call: Call) -> Any:
     return _pvesh_get(proxy, _main(proxy), "/cluster/nextid", options)
 
 
+def _storage_failure(proxy: PveProxy, node: str) -> None:
+    """An injected `pvesm status` failure stands for the storage layer failing (a 500 here)."""
+    with proxy.store.locked() as txn:
+        failure = take_failure(txn, "pvesm status", node, None)
+    if failure is not None:
+        raise HttpError(500, failure.message)
+
+
 def _storage_entry(
     name: str, info: Mapping[str, Any], volumes: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -612,6 +643,7 @@ def get_storages(proxy: PveProxy, call: Call) -> Any:
             "format": "boolean",
         },
     )
+    _storage_failure(proxy, node)
     with proxy.store.locked() as txn:
         storages, volumes = txn.storages, txn.volumes(node)
     out = []
@@ -636,6 +668,7 @@ def get_storage_status(proxy: PveProxy, call: Call) -> Any:
     proxy.need(
         call, f"/storage/{storage}", "Datastore.Audit", "Datastore.AllocateSpace", any_of=True
     )
+    _storage_failure(proxy, node)
     with proxy.store.locked() as txn:
         info = txn.storages.get(storage)
         volumes = txn.volumes(node).get(storage, {})
@@ -1020,6 +1053,7 @@ def get_config(proxy: PveProxy, call: Call) -> Any:
         call, {"node": "string", "vmid": "integer", "current": "boolean", "snapshot": "string"}
     )
     proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    proxy.store.log_command(node, ["qm", "config", str(vmid)])  # the CLI's log, both drivers
     rec = proxy.vm_rec(node, vmid)
     conf = rec["config"] if call.params.get("current") == "1" else fake_qm.merged(rec)
     version = proxy.version()
@@ -1121,6 +1155,7 @@ def get_status(proxy: PveProxy, call: Call) -> Any:
     node, vmid = call.match[0], _vmid(call.match[1])
     proxy.check_params(call, {"node": "string", "vmid": "integer"})
     proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    proxy.store.log_command(node, ["qm", "status", str(vmid)])
     rec = proxy.vm_rec(node, vmid)
     with proxy.store.locked() as txn:
         cpus = int(txn.nodes[node]["maxcpu"])

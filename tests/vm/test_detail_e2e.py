@@ -11,7 +11,14 @@ from typing import Any
 from actors.vm.fakemirror import IMAGE_BYTES, mirror_files
 from actors.vm.jobs import DownloadReport
 from tests.conftest import wait_for
+from tests.vm import drivers
 from tests.vm.conftest import Service, Sse, read_sse
+from tests.vm.drivers import cli_only
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
+
 
 STEP_DOWNLOAD = "OS preparation > downloading OS image"
 
@@ -95,7 +102,11 @@ async def test_an_unknown_or_malformed_id(service: Service) -> None:
     assert await service.get("/vm/abc") == (400, "invalid VM id 'abc'")
 
 
-async def test_a_download_reports_how_far_it_got(start_service: Any) -> None:
+async def test_a_download_reports_how_far_it_got(
+    start_service: Any,
+    driver: str,
+) -> None:
+    cli_only(driver, "through the API the node downloads the image itself (download-url)")
     service: Service = await start_service(VM_PROGRESS_INTERVAL="0")
     big = IMAGE_BYTES + bytes(3 * 1024 * 1024 - len(IMAGE_BYTES))
     service.mirror.files.update(mirror_files(big))

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.vm import drivers
 from tests.vm.conftest import Service
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
 
 
 def assert_clean(service: Service, vmid: int) -> None:
@@ -29,6 +34,7 @@ async def failing_install(service: Service, vmid: int, step: str, **body: Any) -
 
 async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
     start_service: Any,
+    driver: str,
 ) -> None:
     service: Service = await start_service(VM_SSH_WAIT="2")
     sim = service.sim
@@ -52,6 +58,16 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
         (116, init + "waiting for ready", {}),
         (117, init + "SSH initialization", {}),
     ]
+    if driver == "api":
+        # One create imports the disk and sets cloud-init, on the node asked for: there is no
+        # separate import, `qm set` or migration to fail.
+        cases = [c for c in cases if c[0] not in (111, 112, 114)]
+        sim.clear_failures()
+        for command, vmid in (("qm create", 110), ("qm resize", 113), ("qm start", 115)):
+            sim.inject_failure(command, vmid=vmid)
+        sim.inject_failure("guest boot", vmid=116)
+        sim.inject_failure("guest exec", vmid=117, exit_code=3)
+        sim.inject_failure("qm reboot", vmid=118)
     messages = await asyncio.gather(
         *(failing_install(service, vmid, step, **body) for vmid, step, body in cases)
     )
@@ -59,8 +75,9 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
     # never returned (reported to the simulator's author; not reproduced since).
     await failing_install(service, 118, init + "rebooting VM")
     cases.append((118, init + "rebooting VM", {}))
-    assert "disk resize failed" in messages[3]  # qm resize exited 0 but said why on stderr
-    assert "exited with status 3" in messages[7]
+    by_id = dict(zip([c[0] for c in cases], messages, strict=False))
+    assert "disk resize failed" in by_id[113]  # qm resize exited 0 but said why on stderr
+    assert "exited with status 3" in by_id[117]
     for vmid, _, _ in cases:
         assert await service.get(f"/vm/{vmid}/status") == (404, f"VM {vmid} not found")
     listing = await service.list()

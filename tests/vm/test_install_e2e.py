@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from pvesim.cluster import SimCluster
 
+from tests.vm import drivers
 from tests.vm.conftest import Service
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
+
 
 STAGES = [
     "preparation > checking VMID",
@@ -75,6 +81,7 @@ async def test_install_on_dir_storage_attaches_the_imported_file(
     sim: SimCluster, start_service: Any
 ) -> None:
     sim.add_storage("vmfiles", "dir")  # a directory storage for VM disks
+    sim.grant_api("/storage/vmfiles", ["Datastore.AllocateSpace", "Datastore.Audit"])
     service: Service = await start_service(ASSIGN_STORAGE="vmfiles")
     sse = await service.install()
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]

@@ -7,7 +7,12 @@ import logging
 import pytest
 
 from tests.conftest import wait_for
+from tests.vm import drivers
 from tests.vm.conftest import Service
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
 
 
 async def test_an_install_and_a_destroy_each_leave_one_line(

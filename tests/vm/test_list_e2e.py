@@ -6,8 +6,13 @@ import asyncio
 from typing import Any
 
 from actors.vm.transport import LocalTransport
+from tests.vm import drivers
 from tests.vm.conftest import Service
 from tests.vm.helpers import until
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
 
 VM_FIELDS = {"vmid", "name", "os", "running", "node", "cpu", "disk", "memory", "memory_used"}
 NODE_FIELDS = {

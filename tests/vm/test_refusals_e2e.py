@@ -9,7 +9,12 @@ from typing import Any
 from actors.vm.shacrypt import sha512_crypt
 from actors.vm.transport import LocalTransport
 from events.store import EventStore, default_store_url
+from tests.vm import drivers
 from tests.vm.conftest import Service, read_sse
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
 
 
 async def test_more_vcpus_than_the_node_has_is_a_400_naming_the_node(service: Service) -> None:
@@ -55,7 +60,10 @@ async def test_the_simulated_node_refuses_to_start_too_many_vcpus(service: Servi
     assert await service.get(f"/vm/{vmid}/status") == (200, "stopped")
 
 
-async def test_the_storage_pool_must_hold_vm_disks(start_service: Any) -> None:
+async def test_the_storage_pool_must_hold_vm_disks(
+    start_service: Any,
+    driver: str,
+) -> None:
     step = "preparation > checking storage pool"
     local: Service = await start_service(ASSIGN_STORAGE="local")  # a stock node's `local`
     sse = await local.install()
@@ -67,9 +75,15 @@ async def test_the_storage_pool_must_hold_vm_disks(start_service: Any) -> None:
     await start_service.stop_last()
     missing: Service = await start_service(ASSIGN_STORAGE="nosuch")
     sse = await missing.install()
-    assert sse.last["message"].startswith(
-        "[-] storage pool nosuch does not exist; storages for VM disks: local-lvm ("
-    )
+    if driver == "api":  # PVE checks the token's privileges on /storage/nosuch first
+        assert sse.last["message"].startswith(
+            "[-] storage pool nosuch cannot be checked: permission denied by Proxmox VE: the API "
+            "token lacks Datastore.Audit|Datastore.AllocateSpace on /storage/nosuch ("
+        )
+    else:
+        assert sse.last["message"].startswith(
+            "[-] storage pool nosuch does not exist; storages for VM disks: local-lvm ("
+        )
     missing.sim.set_storage_state("local-lvm", "disabled")
     await start_service.stop_last()
     disabled: Service = await start_service()

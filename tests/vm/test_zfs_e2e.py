@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 from pvesim.cluster import SimCluster
 
+from tests.vm import drivers
 from tests.vm.conftest import Service
+
+# Every test here runs with both drivers (tests/vm/drivers.py).
+driver = drivers.driver
+start_service = drivers.start_service
 
 
 @pytest.fixture
