@@ -1,6 +1,8 @@
 """A local client of the running search service, found through its `endpoint` file: used by
 `cairn search mcp` (stdio) and `cairn search status`. Only a loopback address is contacted, and
-the file is read at each call, so a service restarted on another port is followed."""
+the file is read at each call, so a service restarted on another port is followed. When this
+cairn has tokens, ``CAIRN_TOKEN`` (a viewer's or above) goes along as ``Authorization:
+Bearer``; it is never printed."""
 
 from __future__ import annotations
 
@@ -39,8 +41,10 @@ async def get_json(
 ) -> dict[str, Any]:
     """GET `path` on the running service: its JSON object, or ServiceError with its `error`."""
     base = read_endpoint(env)
+    token = env.get("CAIRN_TOKEN", "").strip()
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        async with session.get(base + path, params=params) as resp:
+        async with session.get(base + path, params=params, headers=headers) as resp:
             text = await resp.text()
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ServiceError(

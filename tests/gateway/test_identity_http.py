@@ -17,6 +17,8 @@ from aiohttp.test_utils import TestServer
 from actors.platform import Runtime
 from gateway import services as catalogue
 from gateway.console.sessions import COOKIE
+from gateway.search import write_endpoint
+from gateway.search_client import ServiceError, get_json
 from gateway.tokens import Role, create, revoke
 
 Serve = Callable[..., Awaitable[str]]
@@ -138,7 +140,9 @@ async def test_images(serve: Serve, tokens: Tokens) -> None:
     await expect_roles("GET", f"{base}/ls", Role.VIEWER, tokens)
 
 
-async def test_search_and_mcp_take_a_bearer(serve: Serve, tokens: Tokens) -> None:
+async def test_search_and_mcp_take_a_bearer(
+    serve: Serve, tokens: Tokens, runtime: Runtime, tmp_path: Path
+) -> None:
     base = await serve("search", SEARCH_REMOTE="1")
     status, text, _ = await call("GET", f"{base}/api/list")
     assert status == 401 and "role viewer" in json.loads(text)["error"]
@@ -152,6 +156,14 @@ async def test_search_and_mcp_take_a_bearer(serve: Serve, tokens: Tokens) -> Non
     assert status == 401 and "needs a token" in json.loads(text)["error"]
     status, text, _ = await call("POST", f"{base}/mcp", tokens.viewer, json.dumps(init), **accept)
     assert status == 200, text
+    # `cairn search mcp` (stdio) and `cairn search status` reach it with CAIRN_TOKEN.
+    env = {**runtime.env, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    write_endpoint(env, base)
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(ServiceError, match="needs a token with role viewer"):
+            await get_json(http, env, "/api/list", {})
+        listed = await get_json(http, {**env, "CAIRN_TOKEN": tokens.viewer}, "/api/list", {})
+        assert listed["loaded"] == []
 
 
 async def test_the_console_signs_in_and_forwards_the_identity(serve: Serve, tokens: Tokens) -> None:
