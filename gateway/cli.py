@@ -24,7 +24,7 @@ from aiohttp import web
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
 from actors.platform import Runtime, open_runtime
 from events.nats_server import NatsServerError, free_port
-from gateway import cluster_cli, events_cli, store_cli, tokens_cli
+from gateway import cluster_cli, events_cli, pve_cli, store_cli, tokens_cli
 from gateway import services as catalogue
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
@@ -217,6 +217,7 @@ def _build_parser() -> argparse.ArgumentParser:
     events_cli.register(sub)
     cluster_cli.register(sub)
     tokens_cli.register(sub)
+    pve_cli.register(sub)
     return parser
 
 

@@ -1,0 +1,133 @@
+"""The least privilege cairn's API driver needs, per PVE release (api.md §6), as data.
+
+`roles` says which custom role holds which privileges on which ACL paths; `bootstrap` turns
+that into the `pveum` commands an admin runs once; `needs` lists, per cairn operation, the
+(path, privileges) PVE checks, for `cairn pve check`.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import attrs
+
+VM_PRIVS = (
+    "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
+    "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
+    "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate",
+)  # fmt: skip
+
+
+@attrs.frozen
+class Role:
+    name: str
+    privs: tuple[str, ...]
+    paths: tuple[str, ...]
+
+
+@attrs.frozen
+class Layout:
+    """What the cluster looks like to cairn: its storages, bridge, pool, PVE release."""
+
+    release: str = "8.4"
+    disk_storage: str = "local-lvm"
+    import_storage: str = "local"
+    bridge: str = "vmbr0"
+    pool: str | None = None
+
+
+def _at_least(release: str, wanted: tuple[int, int]) -> bool:
+    major, _, minor = release.partition(".")
+    try:
+        return (int(major), int(minor or 0)) >= wanted
+    except ValueError:
+        return True
+
+
+def roles(layout: Layout) -> list[Role]:
+    vm_path = f"/pool/{layout.pool}" if layout.pool else "/vms"
+    space = ("Datastore.AllocateSpace", "Datastore.Audit")
+    out = [
+        Role("CairnVM", VM_PRIVS, (vm_path,)),
+        Role("CairnDisk", space, (f"/storage/{layout.disk_storage}",)),
+        Role(
+            "CairnImage",
+            ("Datastore.AllocateTemplate", *space),
+            (f"/storage/{layout.import_storage}",),
+        ),
+    ]
+    if _at_least(layout.release, (8, 2)):
+        out.append(Role("CairnNode", ("Sys.Audit", "Sys.AccessNetwork"), ("/nodes",)))
+    else:  # before Sys.AccessNetwork (8.2), download-url wants Sys.Audit + Sys.Modify on /
+        out.append(Role("CairnNode", ("Sys.Audit", "Sys.Modify"), ("/",)))
+    if _at_least(layout.release, (8, 0)):
+        out.append(Role("CairnNet", ("SDN.Use",), (f"/sdn/zones/localnetwork/{layout.bridge}",)))
+    return out
+
+
+def bootstrap(layout: Layout, user: str = "cairn@pve", token: str = "driver") -> list[str]:
+    """The `pveum` commands that make the user, the roles, the token and the ACLs."""
+    tokenid = f"{user}!{token}"
+    lines = [f"pveum user add {shlex.quote(user)} --comment 'cairn VM service'"]
+    if layout.pool:
+        lines.append(f"pveum pool add {shlex.quote(layout.pool)} --comment 'VMs cairn manages'")
+    for role in roles(layout):
+        lines.append(f"pveum role add {role.name} --privs {shlex.quote(','.join(role.privs))}")
+    lines.append(
+        f"pveum user token add {shlex.quote(user)} {shlex.quote(token)} --privsep 1 "
+        "--comment 'cairn API driver'   # prints the secret ONCE: keep it for PVE_API_TOKEN"
+    )
+    for role in roles(layout):
+        for path in role.paths:
+            # A privilege-separated token gets the intersection of its ACLs and its user's.
+            lines.append(f"pveum acl modify {path} --users {shlex.quote(user)} --roles {role.name}")
+            lines.append(
+                f"pveum acl modify {path} --tokens {shlex.quote(tokenid)} --roles {role.name}"
+            )
+    lines.append(f"pveum user token permissions {shlex.quote(user)} {shlex.quote(token)}")
+    return lines
+
+
+@attrs.frozen
+class Need:
+    operation: str
+    path: str
+    privs: tuple[str, ...]
+    any_of: bool = False
+
+
+def needs(layout: Layout, node: str) -> list[Need]:
+    """What PVE checks for each of cairn's operations (api.md §6.1), on `node`."""
+    vm = f"/pool/{layout.pool}" if layout.pool else "/vms"
+    disk, image = f"/storage/{layout.disk_storage}", f"/storage/{layout.import_storage}"
+    out = [
+        Need("list VMs", vm, ("VM.Audit",)),
+        Need("node figures", f"/nodes/{node}", ("Sys.Audit",)),
+        Need("install: create", vm, VM_PRIVS[:10]),
+        Need("install: disk storage", disk, ("Datastore.AllocateSpace",)),
+        Need("install: image storage", image, ("Datastore.AllocateTemplate",)),
+        Need("install: import the image", image, ("Datastore.AllocateSpace", "Datastore.Audit"),
+             any_of=True),
+        Need("start/stop/shutdown/reboot", vm, ("VM.PowerMgmt",)),
+        Need("destroy", vm, ("VM.Allocate",)),
+        Need("set cpu/memory/disk", vm, ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk")),
+        Need("migrate", vm, ("VM.Migrate",)),
+    ]  # fmt: skip
+    if _at_least(layout.release, (8, 2)):
+        out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))
+    else:
+        out.append(Need("install: download the image", "/", ("Sys.Audit", "Sys.Modify")))
+    if _at_least(layout.release, (8, 0)):
+        out.append(
+            Need("install: network", f"/sdn/zones/localnetwork/{layout.bridge}", ("SDN.Use",))
+        )
+    return out
+
+
+def effective(permissions: dict[str, dict[str, int]], path: str) -> set[str]:
+    """The privileges `GET /access/permissions` lists on `path` or, propagated, above it."""
+    parts = [p for p in path.split("/") if p]
+    found: set[str] = set()
+    for at in ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]:
+        found |= {p for p, v in permissions.get(at, {}).items() if v}
+    return found

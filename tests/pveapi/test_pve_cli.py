@@ -1,0 +1,108 @@
+"""`cairn pve bootstrap` (the pveum commands, pinned) and `cairn pve check` against the
+simulated pveproxy: what works, and what is missing, per operation."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pvesim.cluster import SimCluster
+
+from actors.vm.pveapi.privileges import Layout, bootstrap, roles
+from gateway.cli import main
+from gateway.pve_cli import check
+
+VM = (
+    "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"
+    "VM.Config.Cloudinit,VM.Config.Network,VM.Config.HWType,VM.Config.Options,VM.PowerMgmt,"
+    "VM.Migrate"
+)
+
+
+def test_bootstrap_for_pve_8_4() -> None:
+    assert bootstrap(Layout()) == [
+        "pveum user add cairn@pve --comment 'cairn VM service'",
+        f"pveum role add CairnVM --privs {VM}",
+        "pveum role add CairnDisk --privs Datastore.AllocateSpace,Datastore.Audit",
+        "pveum role add CairnImage --privs "
+        "Datastore.AllocateTemplate,Datastore.AllocateSpace,Datastore.Audit",
+        "pveum role add CairnNode --privs Sys.Audit,Sys.AccessNetwork",
+        "pveum role add CairnNet --privs SDN.Use",
+        "pveum user token add cairn@pve driver --privsep 1 --comment 'cairn API driver'   "
+        "# prints the secret ONCE: keep it for PVE_API_TOKEN",
+        "pveum acl modify /vms --users cairn@pve --roles CairnVM",
+        "pveum acl modify /vms --tokens 'cairn@pve!driver' --roles CairnVM",
+        "pveum acl modify /storage/local-lvm --users cairn@pve --roles CairnDisk",
+        "pveum acl modify /storage/local-lvm --tokens 'cairn@pve!driver' --roles CairnDisk",
+        "pveum acl modify /storage/local --users cairn@pve --roles CairnImage",
+        "pveum acl modify /storage/local --tokens 'cairn@pve!driver' --roles CairnImage",
+        "pveum acl modify /nodes --users cairn@pve --roles CairnNode",
+        "pveum acl modify /nodes --tokens 'cairn@pve!driver' --roles CairnNode",
+        "pveum acl modify /sdn/zones/localnetwork/vmbr0 --users cairn@pve --roles CairnNet",
+        "pveum acl modify /sdn/zones/localnetwork/vmbr0 --tokens 'cairn@pve!driver' "
+        "--roles CairnNet",
+        "pveum user token permissions cairn@pve driver",
+    ]
+
+
+def test_bootstrap_by_version_and_pool() -> None:
+    old = {r.name: r for r in roles(Layout(release="7.4"))}
+    assert "CairnNet" not in old  # no SDN.Use before PVE 8.0: `pveum role add` would refuse it
+    assert (old["CairnNode"].privs, old["CairnNode"].paths) == (("Sys.Audit", "Sys.Modify"), ("/",))
+    pooled = bootstrap(Layout(pool="cairn"))
+    assert "pveum pool add cairn --comment 'VMs cairn manages'" in pooled
+    assert "pveum acl modify /pool/cairn --users cairn@pve --roles CairnVM" in pooled
+    assert not any(" /vms " in line for line in pooled)
+
+
+def test_the_bootstrap_command_prints_them(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pve", "bootstrap", "--release", "9.1", "--storage", "local-zfs"]) == 0
+    out = capsys.readouterr().out
+    assert "pveum acl modify /storage/local-zfs --users cairn@pve --roles CairnDisk" in out
+    assert "PVE_API_FINGERPRINT=" in out
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
+    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
+        yield cluster
+
+
+def _args() -> argparse.Namespace:
+    return argparse.Namespace(storage=None, import_storage=None, bridge=None, pool=None)
+
+
+async def test_check_with_the_bootstrapped_token_says_ok_to_everything(sim: SimCluster) -> None:
+    env = {**sim.api_env(), "ASSIGN_STORAGE": "local-lvm", "MAIN_NODE": "pve1"}
+    lines = await check(env, None, _args())
+    assert not [line for line in lines if not line.startswith("ok   ")], lines
+    assert lines[0].startswith("ok   connect: Proxmox VE 8.4.1 at https://127.0.0.1:")
+    assert "ok   storage local on pve1 (import)" in lines
+
+
+async def test_check_names_what_is_missing(sim: SimCluster) -> None:
+    sim.revoke_api("/vms", ["VM.Migrate"])
+    sim.revoke_api("/sdn/zones/localnetwork/vmbr0", ["SDN.Use"])
+    sim.set_api_version("8.2")
+    env = {**sim.api_env(), "ASSIGN_STORAGE": "local-lvm", "PVE_IMPORT_STORAGE": "local-lvm"}
+    lines = await check(env, "pve2", _args())
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert failed == [
+        "FAIL install: image storage: the token lacks Datastore.AllocateTemplate on "
+        "/storage/local-lvm",
+        "FAIL migrate: the token lacks VM.Migrate on /vms",
+        "FAIL install: network: the token lacks SDN.Use on /sdn/zones/localnetwork/vmbr0",
+        "FAIL install from a cloud image: PVE 8.2 cannot import a downloaded image for a token "
+        "(needs 8.4: download-url into 'import' content); use PVE_DRIVER=cli for installs on "
+        "this cluster, or upgrade",
+        "FAIL storage local-lvm on pve2: no 'import' content (has images,rootdir); "
+        "`pvesm set local-lvm --content images,rootdir,import`",
+    ]
+
+
+async def test_check_refuses_a_wrong_fingerprint(sim: SimCluster) -> None:
+    env = {**sim.api_env(), "PVE_API_FINGERPRINT": "00" * 32}
+    lines = await check(env, None, _args())
+    assert len(lines) == 1 and lines[0].startswith("FAIL connect: refused to talk to https://")
