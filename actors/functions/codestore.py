@@ -51,6 +51,12 @@ class CodeStore:
     def get(self, sha256: str) -> str:
         return self.path_of(sha256).read_text(encoding="utf-8")
 
+    def shas(self) -> list[str]:
+        """Every code held here, by SHA-256."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.glob("??/*") if _SHA256.match(p.name))
+
     def remove(self, sha256: str) -> None:
         """Forget code no version uses any more (already gone: nothing to do)."""
         with contextlib.suppress(FileNotFoundError):

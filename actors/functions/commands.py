@@ -13,7 +13,6 @@ from nats.aio.subscription import Subscription
 
 from actors.functions import protocol
 from actors.functions.codestore import Code
-from actors.functions.languages import parse_language
 from actors.functions.registry import (
     SINGLETON,
     Delete,
@@ -24,7 +23,14 @@ from actors.functions.registry import (
     StoredVersion,
     StoreVersion,
 )
-from actors.functions.requests import FAILED_TO_RUN, INVALID_PATH, INVALID_PAYLOAD, SAVE_FAILED
+from actors.functions.requests import (
+    FAILED_TO_RUN,
+    INVALID_PAYLOAD,
+    SAVE_FAILED,
+    BadRequest,
+    parse_upload_fields,
+)
+from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
 from actors.runtime import ActorHandle, ActorHost
 from events.bus import CommandFailed, serve_json
 from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
@@ -33,20 +39,18 @@ log = logging.getLogger(__name__)
 
 
 async def serve_registry(
-    nc: Client, actors: ActorHost, code: Code
+    nc: Client, actors: ActorHost, code: Code, code_max_size: int = DEFAULT_CODE_MAX_SIZE
 ) -> tuple[ActorHandle, list[Subscription]]:
     handle = await actors.spawn(FunctionRegistry, SINGLETON)
 
     async def on_upload(payload: Any) -> Any:
+        # The gateway checked these already; the registry does not trust its callers, and
+        # checks them by the same rules (the same messages).
         try:
-            path, language, source = payload["path"], payload["language"], payload["code"]
-        except (KeyError, TypeError):
-            raise CommandFailed(400, INVALID_PAYLOAD) from None
-        if not all(isinstance(v, str) and v for v in (path, language, source)):
-            raise CommandFailed(400, INVALID_PAYLOAD)
-        # The gateway checked these already; the registry does not trust its callers.
-        if ".." in path or path.startswith("/") or parse_language(language) is None:
-            raise CommandFailed(400, INVALID_PATH)
+            upload = parse_upload_fields(payload, code_max_size)
+        except BadRequest as exc:
+            raise CommandFailed(exc.status, exc.message) from None
+        path, language, source = upload.path, str(upload.language), upload.code
         try:
             sha = await code.put(source)
             stored = await handle.ask(

@@ -9,6 +9,8 @@ queue group), so any gateway answers and every host takes runs.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from actors.functions.codestore import Code, CodeStore, LocalCode
@@ -26,10 +28,18 @@ LEASE = "functions"
 
 
 class FunctionsHost:
-    def __init__(self, runtime: Runtime, registry: Leased | Stop, runner: RunnerHost | None):
+    def __init__(
+        self,
+        runtime: Runtime,
+        registry: Leased | Stop,
+        runner: RunnerHost | None,
+        healer: asyncio.Task[None] | None = None,
+    ):
         self.runtime = runtime
         self.registry = registry
         self.runner = runner
+        # Cluster mode: puts back code objects the bucket lost from this host's copies.
+        self.healer = healer
 
     @classmethod
     async def start(
@@ -37,17 +47,24 @@ class FunctionsHost:
     ) -> FunctionsHost:
         """``cluster``: not None in cluster mode, made by :func:`leased_registry`."""
         registry: Leased | Stop
-        if cluster is not None:
+        healer = None
+        if cluster is not None and runtime.cluster is not None:
             registry = await cluster.start()
+            code = SharedCode(runtime.nc, _files(runtime), replicas=runtime.cluster.leases.replicas)
+            healer = asyncio.create_task(code.heal_forever(), name="functions-code-healer")
         else:
             registry = await _serve(runtime, LocalCode(_files(runtime)))
         runner = None
         if settings.runner:
             runner = RunnerHost(runtime.runner_nc, settings, runtime.data_dir)
             await runner.start()
-        return cls(runtime, registry, runner)
+        return cls(runtime, registry, runner, healer)
 
     async def stop(self) -> None:
+        if self.healer is not None:
+            self.healer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.healer
         if self.runner is not None:
             await self.runner.stop()
         if isinstance(self.registry, Leased):
@@ -76,7 +93,8 @@ def _files(runtime: Runtime) -> CodeStore:
 
 
 async def _serve(runtime: Runtime, code: Code) -> Stop:
-    _, subs = await serve_registry(runtime.nc, runtime.actors, code)
+    limit = FunctionsSettings.from_env(runtime.env).code_max_size
+    _, subs = await serve_registry(runtime.nc, runtime.actors, code, limit)
 
     async def stop() -> None:
         await unsubscribe_all(subs)

@@ -81,7 +81,15 @@ def _required_string(body: dict[str, Any], name: str) -> str:
 
 
 def parse_upload(body: bytes) -> UploadRequest:
-    fields = parse_object(body)
+    return parse_upload_fields(parse_object(body))
+
+
+def parse_upload_fields(fields: Any, code_max_size: int | None = None) -> UploadRequest:
+    """An upload's fields, by the rules of ``POST /upload``: the gateway parses the HTTP body
+    with them, and the registry the command it is sent (whoever sent it); with
+    ``code_max_size``, code longer than that is refused as the HTTP body would be."""
+    if not isinstance(fields, dict):
+        raise BadRequest(INVALID_PAYLOAD)
     path = _required_string(fields, "path")
     code = _required_string(fields, "code")
     language_name = _required_string(fields, "language")
@@ -91,6 +99,8 @@ def parse_upload(body: bytes) -> UploadRequest:
     language = parse_language(language_name)
     if language is None:
         raise BadRequest(INVALID_PATH)  # the spec gives an unsupported language this message
+    if code_max_size is not None and len(code.encode("utf-8")) > code_max_size:
+        raise BadRequest(too_large(code_max_size))  # 400, as the HTTP body limit answers
     return UploadRequest(path, language, code)
 
 

@@ -5,12 +5,20 @@ of a version uploaded through one host must be readable on another. ``SharedCode
 the JetStream object store ``CAIRN_CODE`` (replicated like the events stream), keyed by its
 SHA-256 as on disk, and this host's ``CodeStore`` as a cache: an upload is written to both
 before its version is recorded; a read that misses the cache fetches the object once.
+
+An object is written once (the same code uploaded again finds it there) and deleted only by the
+registry, when no version uses it any more, which leaves JetStream's delete marker. Only hosts
+may write or delete in the bucket (events/permissions.py). Should an object vanish all the same
+(its messages deleted or purged, a store lost), the registry says which code is missing, and
+every host puts back, at start and then every ``HEAL_INTERVAL`` seconds, each object its own
+cache holds that the bucket has no trace of (:meth:`SharedCode.heal`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from nats.aio.client import Client
 from nats.js.api import ObjectStoreConfig, StorageType
@@ -20,6 +28,9 @@ from nats.js.object_store import ObjectStore
 from actors.functions.codestore import CodeStore, digest
 
 BUCKET = "CAIRN_CODE"
+HEAL_INTERVAL = 60.0
+
+log = logging.getLogger(__name__)
 
 
 class SharedCode:
@@ -45,8 +56,37 @@ class SharedCode:
         (the bus) when it cannot, and then no version may name it."""
         sha = await asyncio.to_thread(self.cache.put, code)
         objects = await self._objects()
-        await objects.put(sha, code.encode("utf-8"))
+        if not await _held(objects, sha):  # written once
+            await objects.put(sha, code.encode("utf-8"))
         return sha
+
+    async def heal(self) -> list[str]:
+        """Put back every object this host's cache holds that the bucket has no trace of
+        (neither the object nor the registry's delete marker); returns their SHA-256s."""
+        objects = await self._objects()
+        try:
+            known = {info.name for info in await objects.list(ignore_deletes=False)}
+        except NotFoundError:  # an empty bucket
+            known = set()
+        healed = []
+        for sha in await asyncio.to_thread(self.cache.shas):
+            if sha in known:
+                continue
+            code = await asyncio.to_thread(self.cache.get, sha)
+            if digest(code) != sha:
+                continue  # a damaged copy heals nothing
+            await objects.put(sha, code.encode("utf-8"))
+            healed.append(sha)
+            log.warning("code %s was missing from %s; put back from this host's copy", sha, BUCKET)
+        return healed
+
+    async def heal_forever(self, interval: float = HEAL_INTERVAL) -> None:
+        while True:
+            try:
+                await self.heal()
+            except Exception as exc:  # the bus is down, or JetStream: the next round tries again
+                log.debug("healing %s: %s", BUCKET, exc)
+            await asyncio.sleep(interval)
 
     async def get(self, sha256: str) -> str:
         try:
@@ -69,3 +109,11 @@ class SharedCode:
         objects = await self._objects()
         with contextlib.suppress(ObjectNotFoundError, ObjectDeletedError, NotFoundError):
             await objects.delete(sha256)
+
+
+async def _held(objects: ObjectStore, sha256: str) -> bool:
+    try:
+        info = await objects.get_info(sha256)
+    except (ObjectNotFoundError, ObjectDeletedError, NotFoundError):
+        return False
+    return not info.deleted

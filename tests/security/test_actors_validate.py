@@ -1,0 +1,153 @@
+"""Actors refuse what the HTTP layer would refuse, whoever sends it: a command sent straight on
+NATS with a gateway's key (the role that may send commands) gets the status and message the
+HTTP route gives for the same body, and nothing reaches Proxmox or the registry."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from actors.functions import protocol
+from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
+from actors.platform import Runtime
+from actors.vm.commands import install_payload
+from actors.vm.service import SUBJECT_DO, SUBJECT_INSTALL
+from actors.vm.shacrypt import sha512_crypt
+from events.bus import CommandFailed, command
+from gateway import services as catalogue
+
+
+@attrs.frozen
+class Served:
+    runtime: Runtime
+    http: aiohttp.ClientSession
+    urls: dict[str, str]
+
+    async def over_nats(self, subject: str, payload: Any) -> tuple[int, str]:
+        with pytest.raises(CommandFailed) as refused:
+            await command(self.runtime.gateway_nc, subject, payload, timeout=30)
+        return refused.value.status, refused.value.message
+
+    async def over_http(self, service: str, path: str, body: Any) -> tuple[int, str]:
+        async with self.http.post(self.urls[service] + path, json=body) as resp:
+            return resp.status, await resp.text()
+
+
+@pytest.fixture
+async def served(runtime: Runtime) -> AsyncIterator[Served]:
+    sim = attrs.evolve(runtime, flags=frozenset({"sim"}))
+    servers: list[TestServer] = []
+    urls = {}
+    try:
+        for name, rt in (("vm", sim), ("functions", runtime)):
+            app: web.Application = await catalogue.build_app(catalogue.load(name), rt)
+            server = TestServer(app, host="127.0.0.1")
+            await server.start_server()
+            servers.append(server)
+            urls[name] = f"http://127.0.0.1:{server.port}"
+        async with aiohttp.ClientSession() as http:
+            yield Served(runtime, http, urls)
+    finally:
+        for server in reversed(servers):
+            await server.close()
+
+
+def install_command(**body: Any) -> dict[str, Any]:
+    return install_payload(uuid.uuid4().hex, {"os": "debian", "version": "12", **body},
+                           sha512_crypt("x"))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "not a dns name!"},
+        {"id": 99},
+        {"user": "Root; rm -rf /"},
+        {"os": "windows"},
+        {"memory": 4096},
+        {"pubkey": "ssh-rsa nonsense"},
+    ],
+    ids=["name", "id", "user", "os", "unknown-field", "pubkey"],
+)
+async def test_an_install_on_nats_is_refused_as_over_http(
+    served: Served, body: dict[str, Any]
+) -> None:
+    over_nats = await served.over_nats(SUBJECT_INSTALL, install_command(**body))
+    over_http = await served.over_http("vm", "/api/vm/install", {"os": "debian", "version": "12",
+                                                                 **body})  # fmt: skip
+    assert over_nats == over_http
+    assert over_nats[0] == 400
+
+
+async def test_an_install_with_a_clear_password_or_no_hash_is_refused(served: Served) -> None:
+    clear = install_command()
+    clear["body"]["passwd"] = "hunter2"
+    assert await served.over_nats(SUBJECT_INSTALL, clear) == (
+        400, "passwd: crosses the bus only hashed (passwd_hash)"
+    )  # fmt: skip
+    unhashed = {**install_command(), "passwd_hash": "hunter2"}
+    assert await served.over_nats(SUBJECT_INSTALL, unhashed) == (
+        400, "passwd_hash: must be a SHA-512 crypt hash ($6$...)"
+    )  # fmt: skip
+    forged_task = {**install_command(), "task": "../../etc"}
+    status, message = await served.over_nats(SUBJECT_INSTALL, forged_task)
+    assert (status, message.split(":")[0]) == (400, "task")
+
+
+@pytest.mark.parametrize(
+    ("do", "http_path", "http_body"),
+    [
+        ({"command": "set/cpu", "args": {"cpu": 999}}, "/api/vm/100/set/cpu", {"cpu": 999}),
+        ({"command": "set/memory", "args": {"memory": 1}}, "/api/vm/100/set/memory",
+         {"memory": 1}),
+        ({"command": "set/node", "args": {"node": "evil"}}, "/api/vm/100/set/node",
+         {"node": "evil"}),
+    ],
+    ids=["cpu", "memory", "node"],
+)  # fmt: skip
+async def test_a_vm_command_on_nats_is_refused_as_over_http(
+    served: Served, do: dict[str, Any], http_path: str, http_body: dict[str, Any]
+) -> None:
+    payload = {"task": uuid.uuid4().hex, "vmid": 100, **do}
+    assert await served.over_nats(SUBJECT_DO, payload) == await served.over_http(
+        "vm", http_path, http_body
+    )
+
+
+async def test_an_unknown_command_or_a_bad_vmid_is_refused(served: Served) -> None:
+    task = uuid.uuid4().hex
+    status, _ = await served.over_nats(SUBJECT_DO, {"task": task, "vmid": 100, "command": "rm"})
+    assert status == 400
+    status, message = await served.over_nats(
+        SUBJECT_DO, {"task": task, "vmid": "100; qm destroy 101", "command": "stop"}
+    )
+    assert status == 400 and message.startswith("invalid VM id")
+
+
+@pytest.mark.parametrize(
+    "upload",
+    [
+        {"path": "../escape", "language": "python", "code": "return 1"},
+        {"path": "a/b", "language": "cobol", "code": "return 1"},
+        {"path": "a\nb", "language": "python", "code": "return 1"},
+        {"path": "big", "language": "python", "code": "#" * (DEFAULT_CODE_MAX_SIZE + 1)},
+    ],
+    ids=["dotdot", "language", "control", "too-large"],
+)
+async def test_an_upload_on_nats_is_refused_as_over_http(
+    served: Served, upload: dict[str, Any], tmp_path: Path
+) -> None:
+    over_nats = await served.over_nats(protocol.UPLOAD_SUBJECT, upload)
+    over_http = await served.over_http("functions", "/upload", upload)
+    assert over_nats == over_http
+    assert over_nats[0] == 400
+    async with served.http.get(served.urls["functions"] + "/functions") as resp:
+        assert (await resp.json())["count"] == 0  # nothing stored
