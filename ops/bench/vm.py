@@ -12,8 +12,13 @@
 The simulator runs in its own process (`python -m pvesim.cli sim`), as a real cluster would be
 elsewhere; the service, NATS and the client share this one.
 Targets (issue 3): list <= 20 ms with 150 VMs; event to SSE client <= 2 ms.
+5. Both drivers side by side on the same simulator (issue 27): an install on a node other
+   than the main one and every lifecycle command, through PVE_DRIVER=cli (qm subprocesses and
+   SSH) and PVE_DRIVER=api (the simulated pveproxy over HTTPS): medians, the ratio api/cli
+   (target: install <= 1.2x), and the disk bytes copied between nodes by an install.
 
     .venv/bin/python -m ops.bench.vm [--installs 5] [--parallel 20] [--lists 200]
+    .venv/bin/python -m ops.bench.vm --section drivers [--rounds 3]
 """
 
 from __future__ import annotations
@@ -130,8 +135,11 @@ async def read_stream(
     return records
 
 
-async def bench(installs: int, parallel: int, lists: int) -> None:
+async def bench(installs: int, parallel: int, lists: int, section: str, rounds: int) -> None:
     load_all()
+    if section == "drivers":
+        await drivers_bench(rounds)
+        return
     external = External()
     # Cluster.run is awaited in the job's (or the poller's) own task, so the mark is visible.
     Cluster.run = external.wrap(Cluster.run)  # type: ignore[method-assign,assignment]
@@ -185,6 +193,7 @@ async def bench(installs: int, parallel: int, lists: int) -> None:
                         print(f"  NATS pub -> sub      {ms(nats_rounds)}   (baseline)")
                 finally:
                     await runner.cleanup()
+    await drivers_bench(rounds)
 
 
 async def install(http: aiohttp.ClientSession, api: str, seen: dict[str, float]) -> int:
@@ -345,13 +354,102 @@ async def nats_baseline(nats: EmbeddedNats, n: int = 500) -> list[float]:
     return out
 
 
+LIFECYCLE: list[tuple[str, dict[str, Any] | None]] = [
+    ("stop", None), ("set/cpu", {"cpu": 2}), ("set/memory", {"memory": 1024}),
+    ("set/disk", {"disk": "4G"}), ("set/node", {"node": "pve3"}), ("start", None),
+    ("reboot", None), ("shutdown", None), ("destroy", None),
+]  # fmt: skip
+
+
+async def drivers_bench(rounds: int) -> None:
+    """Section 5: the same work through each driver, in one run, on one simulator."""
+    times: dict[str, dict[str, list[float]]] = {"cli": {}, "api": {}}
+    copied: dict[str, list[int]] = {"cli": [], "api": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with (
+            simulator(root / "pve") as sim_env,
+            serve_mirror() as mirror,
+            EmbeddedNats(root / "nats") as nats,
+        ):
+            for rnd in range(rounds + 1):  # round 0 warms up (image download, SSH key)
+                for driver in ("cli", "api"):
+                    data = root / f"data-{driver}"
+                    env = {
+                        **os.environ, **sim_env, **nats.client_env(), "PVE_DRIVER": driver,
+                        "CAIRN_DATA": str(data), "IMAGE_BASE_URL": mirror.base_url,
+                        "VM_SSH_POLL": "0.02", "VM_POLL_INTERVAL": "30",
+                        "VM_CPU_TYPE": "x86-64-v2-AES",
+                    }  # fmt: skip
+                    got = await one_round(env, data, Path(sim_env["PVESIM_ROOT"]))
+                    if rnd == 0:
+                        continue
+                    for name, seconds in got[0].items():
+                        times[driver].setdefault(name, []).append(seconds)
+                    copied[driver].append(got[1])
+    print(f"drivers side by side: install on pve2 (main node pve1) and every lifecycle command, "
+          f"{rounds} rounds each, zero simulator delays; medians, ratio api/cli")  # fmt: skip
+    for name in times["cli"]:
+        cli, api = statistics.median(times["cli"][name]), statistics.median(times["api"][name])
+        target = "   (target: <= 1.2x)" if name == "install" else ""
+        print(f"  {name:<12} cli {cli * 1000:8.1f} ms   api {api * 1000:8.1f} ms   "
+              f"ratio {api / cli:4.2f}x{target}")  # fmt: skip
+    for driver in ("cli", "api"):
+        mib = statistics.median(copied[driver]) / 2**20
+        print(f"  disk bytes copied between nodes by one install, {driver}: {mib:,.0f} MiB")
+
+
+async def one_round(
+    env: dict[str, str], data: Path, sim_root: Path
+) -> tuple[dict[str, float], int]:
+    """One install on pve2 and every lifecycle command; (seconds per command, bytes a
+    migration inside the install copied)."""
+    out: dict[str, float] = {}
+    log = sim_root / "commands.log"
+    before = len(log.read_text().splitlines()) if log.exists() else 0
+    async with open_runtime(env, data) as runtime:
+        app = await build(runtime)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
+        try:
+            async with aiohttp.ClientSession() as http:
+                start = time.perf_counter()
+                body = {"os": "debian", "version": "12", "node": "pve2", "disk": "16G"}
+                async with http.post(f"{api}/vm/install", json=body) as resp:
+                    records = await read_stream(resp)
+                out["install"] = time.perf_counter() - start
+                if records[-1]["status"] != "success":
+                    raise RuntimeError(f"install failed: {records[-1]}")
+                vmid = records[-1]["vm_id"]
+                lines = log.read_text().splitlines()[before:]
+                migrations = [json.loads(x) for x in lines if '"migrate"' in x]
+                # An offline migration copies every local volume: the 16 GiB disk and the
+                # 4 MiB cloud-init drive.
+                moved = (16 * 2**30 + 4 * 2**20) * len(migrations)
+                for command, cbody in LIFECYCLE:
+                    start = time.perf_counter()
+                    async with http.post(f"{api}/vm/{vmid}/{command}", json=cbody) as resp:
+                        text = await resp.text()
+                    out[command] = time.perf_counter() - start
+                    if resp.status != 200 or '"status": "error"' in text:
+                        raise RuntimeError(f"{command} failed: {text[-300:]}")
+        finally:
+            await runner.cleanup()
+    return out, moved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--installs", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=20)
     parser.add_argument("--lists", type=int, default=200)
+    parser.add_argument("--section", choices=("all", "drivers"), default="all")
+    parser.add_argument("--rounds", type=int, default=3, help="drivers section: rounds each")
     args = parser.parse_args()
-    asyncio.run(bench(args.installs, args.parallel, args.lists))
+    asyncio.run(bench(args.installs, args.parallel, args.lists, args.section, args.rounds))
 
 
 if __name__ == "__main__":
