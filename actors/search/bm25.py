@@ -31,8 +31,9 @@ class Params:
 
 DEFAULT = Params()
 
-# (block start, stem number, offsets, term frequencies): one piece of one word of that stem.
-StemPiece = tuple[int, int, np.ndarray, np.ndarray]
+# (block start, stem number, word number, offsets, term frequencies): one piece of one word of
+# that stem.
+StemPiece = tuple[int, int, int, np.ndarray, np.ndarray]
 
 # Ties at the cut are all returned (so the caller can order them by their place in their
 # file), up to this many times the limit.
@@ -55,30 +56,29 @@ def rank(
     blocks = sorted({piece[0] // BLOCK for piece in pieces})
     slot_of = {block: i * BLOCK for i, block in enumerate(blocks)}
     size = len(blocks) * BLOCK
-    length = np.zeros(size, dtype=np.float64)
+    average = total_length / chunks if chunks > 0 and total_length > 0 else 1.0
+    # The length part of the saturation, k1 * b * length / average, for every slot (float32:
+    # half the memory traffic of float64, and scores need no more).
+    by_length = np.zeros(size, dtype=np.float32)
     for block, slot in slot_of.items():
         known = lengths.get(block * BLOCK)
         if known is not None:
-            length[slot : slot + BLOCK] = known
-    average = total_length / chunks if chunks > 0 and total_length > 0 else 1.0
-    saturation = params.k1 * (1 - params.b + params.b * length / average)
-    score = np.zeros(size, dtype=np.float64)
-    by_stem: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in weights]
-    for start, stem, offsets, tfs in pieces:
-        by_stem[stem].append((start, offsets, tfs))
+            np.multiply(known, params.k1 * params.b / average, out=by_length[slot : slot + BLOCK])
+    score = np.zeros(size, dtype=np.float32)
+    by_stem: list[list[tuple[int, int, np.ndarray, np.ndarray]]] = [[] for _ in weights]
+    for start, stem, word, offsets, tfs in pieces:
+        by_stem[stem].append((start, word, offsets, tfs))
     for weight, stem_pieces in zip(weights, by_stem, strict=True):
         if not stem_pieces:
             continue
-        tf = np.zeros(size, dtype=np.float64)
-        for start, offsets, tfs in stem_pieces:
-            # Offsets are distinct within a piece: a plain fancy-index increment adds right.
-            tf[slot_of[start // BLOCK] + start % BLOCK + offsets.astype(np.intp)] += tfs
-        hit = np.flatnonzero(tf)
+        hit, counts = _stem_postings(stem_pieces, slot_of, size)
         df = len(hit)
         n = max(chunks, df)
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        counts = tf[hit]
-        score[hit] += weight * idf * counts * (params.k1 + 1) / (counts + saturation[hit])
+        saturation = by_length[hit]
+        saturation += params.k1 * (1 - params.b)
+        saturation += counts
+        score[hit] += np.float32(weight * idf * (params.k1 + 1)) * counts / saturation
     found = np.flatnonzero(score > 0)
     if len(found) > limit:
         cut = np.partition(score[found], len(found) - limit)[len(found) - limit]
@@ -87,3 +87,26 @@ def rank(
     order = found[np.argsort(-score[found], kind="stable")][: limit * TIE_ROOM]
     ids = np.array(blocks, dtype=np.int64)[order // BLOCK] * BLOCK + order % BLOCK
     return list(zip(ids.tolist(), score[order].tolist(), strict=True))
+
+
+def _stem_postings(
+    pieces: Sequence[tuple[int, int, np.ndarray, np.ndarray]],
+    slot_of: Mapping[int, int],
+    size: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, term frequencies) of the chunks holding a word of one stem. The pieces of one
+    word hold distinct chunks and are only joined; those of several words ("backup",
+    "backups") are added up on a dense axis."""
+    slots = [
+        slot_of[start // BLOCK] + start % BLOCK + offsets.astype(np.intp)
+        for start, _, offsets, _ in pieces
+    ]
+    tfs = [tfs.astype(np.float32) for *_, tfs in pieces]
+    if len({word for _, word, _, _ in pieces}) == 1:
+        return np.concatenate(slots), np.concatenate(tfs)
+    dense = np.zeros(size, dtype=np.float32)
+    for slot, tf in zip(slots, tfs, strict=True):
+        # Slots are distinct within a piece: a plain fancy-index increment adds right.
+        dense[slot] += tf
+    hit = np.flatnonzero(dense)
+    return hit, dense[hit]

@@ -286,7 +286,7 @@ class Bm25Inputs:
     """What BM25 reads for a query: each matched word's pieces (numbered by stem), the chunk
     lengths of the blocks they are in, and the totals."""
 
-    pieces: list[tuple[int, int, np.ndarray, np.ndarray]]  # start, stem, offsets, tfs
+    pieces: list[tuple[int, int, int, np.ndarray, np.ndarray]]  # start, stem, word, ids, tfs
     lengths: dict[int, np.ndarray]  # block start -> uint16 length of each of its ids
     chunks: int
     total_length: int
@@ -303,11 +303,12 @@ def bm25_inputs(conn: sqlite3.Connection, stems: Sequence[str]) -> Bm25Inputs:
     if not words:
         return Bm25Inputs([], {}, chunks, total)
     stem_of = {token: number[stem] for token, stem in words}
+    word_of = {token: i for i, token in enumerate(stem_of)}
     rows = conn.execute(_WORDS_QUERY.format(block=BLOCK), (json.dumps(list(stem_of)),))
     pieces = []
     for start, token, blob, tfs in rows:
         offsets = _unpack(blob)
-        pieces.append((start, stem_of[token], offsets, _tfs(tfs, len(offsets))))
+        pieces.append((start, stem_of[token], word_of[token], offsets, _tfs(tfs, len(offsets))))
     starts = sorted({piece[0] // BLOCK * BLOCK for piece in pieces})
     lengths: dict[int, np.ndarray] = {}
     rows = conn.execute(
@@ -316,7 +317,9 @@ def bm25_inputs(conn: sqlite3.Connection, stems: Sequence[str]) -> Bm25Inputs:
         (json.dumps(starts),),
     )
     for start, first, blob in rows:
-        values = lengths.setdefault(start, np.zeros(BLOCK, dtype=_OFFSET))
+        values = lengths.get(start)
+        if values is None:
+            values = lengths[start] = np.zeros(BLOCK, dtype=_OFFSET)
         part = _unpack(blob)
         values[first - start : first - start + len(part)] = part
     return Bm25Inputs(pieces, lengths, chunks, total)
