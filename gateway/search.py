@@ -25,6 +25,7 @@ from actors.search.engine import Engine
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
+from actors.search.stemming import language_for
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
 from gateway.openapi import add_openapi
@@ -169,7 +170,13 @@ class Databases:
         inbox = inbox_root(env) / db
         try:
             engine = await asyncio.to_thread(
-                Engine, db, self.registry.database_dir(db), inbox, self.provider, self.cache
+                Engine,
+                db,
+                self.registry.database_dir(db),
+                inbox,
+                self.provider,
+                self.cache,
+                language_for(env, db),
             )
             await asyncio.to_thread(engine.open_vectors)
         except Exception:

@@ -30,6 +30,7 @@ from actors.search.embedding import EmbeddingError, Provider
 from actors.search.events import IndexingProgress
 from actors.search.progress import Pipeline, progress_event
 from actors.search.query_cache import QueryCache
+from actors.search.stemming import DEFAULT_LANGUAGE
 from actors.search.store import (
     MAX_WINDOWS,
     ChunkRow,
@@ -70,6 +71,7 @@ class Engine:
         inbox: Path,
         provider: Provider | None,
         cache: QueryCache | None,
+        language: str = DEFAULT_LANGUAGE,
     ) -> None:
         self.name = name
         self.inbox = inbox
@@ -77,6 +79,7 @@ class Engine:
         self.cache = cache
         directory.mkdir(parents=True, exist_ok=True)
         self.db = Database(directory / "index.sqlite")
+        self.db.set_language(language)
         # The keyword stage's processes (started with the first batch).
         self.indexing = keyword_pipeline.Pipeline(self.db.path, inbox, name)
         self.vectors = VectorIndex(directory / "vectors.usearch")

@@ -13,7 +13,7 @@ only in English, whose list is below; words of other languages are all kept.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 import Stemmer
@@ -29,6 +29,17 @@ their then there these they this to was will with i me my we our you your he him
 them what which who whom whose when where why how am been being have has had do does did can
 could should would shall may might must from than so very s t just about"""
 ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())
+
+
+def language_for(env: Mapping[str, str], db: str) -> str:
+    """A database's language: its entry in `SEARCH_LANGUAGES` (`notes=french,docs=german`),
+    else `SEARCH_LANGUAGE`, else English. A language PyStemmer does not know is kept as
+    named (and stems nothing)."""
+    for entry in (env.get("SEARCH_LANGUAGES") or "").split(","):
+        name, _, language = entry.partition("=")
+        if name.strip() == db and language.strip():
+            return language.strip().lower()
+    return (env.get("SEARCH_LANGUAGE") or DEFAULT_LANGUAGE).strip().lower()
 
 
 def languages() -> list[str]:

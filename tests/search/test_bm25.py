@@ -196,3 +196,20 @@ def test_query_words_said_twice_weigh_twice_and_accents_keep_their_counts(
     twice = {row.source: s for row, s in db.bm25_search("café CAFÉ", 10)}
     assert twice == pytest.approx({source: 2 * s for source, s in once.items()})
     assert once["a.txt"] > once["b.txt"]  # the same length, café twice
+
+
+@pytest.mark.parametrize(
+    ("env", "db", "expected"),
+    [
+        ({}, "notes", "english"),
+        ({"SEARCH_LANGUAGE": "French"}, "notes", "french"),
+        ({"SEARCH_LANGUAGES": "docs=german, notes = dutch"}, "notes", "dutch"),
+        ({"SEARCH_LANGUAGES": "docs=german", "SEARCH_LANGUAGE": "italian"}, "notes", "italian"),
+        ({"SEARCH_LANGUAGES": "notes=, =x,,garbage"}, "notes", "english"),
+        ({"SEARCH_LANGUAGE": "klingon"}, "notes", "klingon"),  # kept: it stems nothing
+    ],
+)
+def test_a_database_language_comes_from_the_environment(
+    env: dict[str, str], db: str, expected: str
+) -> None:
+    assert stemming.language_for(env, db) == expected
