@@ -25,6 +25,7 @@ from tests.pveapi.schema import (
 )
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Service
+from tests.vm.drivers import answering
 
 LIFECYCLE: list[tuple[str, dict[str, Any] | None]] = [
     ("stop", None), ("set/cpu", {"cpu": 2}), ("set/memory", {"memory": 1024}),
@@ -60,6 +61,7 @@ async def test_every_request_and_answer_of_an_install_and_the_lifecycle_fits_the
     sim.set_api_version(release)
     assert sim.pveproxy is not None
     service: Service = await start_service(PVE_DRIVER="api")
+    await answering(service)
     sse = await service.install(id=130, node="pve2", disk="20G", pubkey=vm_fixtures_pubkey())
     assert sse.closed, sse.text
     assert sse.last["status"] == "success", sse.records[-3:]

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_for
+
 DRIVERS = ("cli", "api")
 
 
@@ -25,10 +27,26 @@ async def start_service(start_service: Any, driver: str) -> AsyncIterator[Any]:
     """The conftest's `start_service`, with PVE_DRIVER set (a test may still override it)."""
 
     async def start(**extra: str) -> Any:
-        return await start_service(**{"PVE_DRIVER": driver, **extra})
+        service = await start_service(**{"PVE_DRIVER": driver, **extra})
+        await answering(service)
+        return service
 
     start.stop_last = start_service.stop_last  # type: ignore[attr-defined]
     yield start
+
+
+async def answering(service: Any) -> None:
+    """Wait until the VM service answers over NATS. It subscribes its subjects in order,
+    install first and list fourth, without a flush, from another connection than the
+    gateway's: with the API driver its start-up is quick enough for a first install to beat
+    the subscription to the NATS server ("no service answers"). A list that answers proves
+    every earlier subscription arrived."""
+
+    async def lists() -> bool:
+        status, _ = await service.get("/vm/list")
+        return bool(status == 200)
+
+    await wait_for(lists, timeout=10, what="the VM service to answer on NATS")
 
 
 def cli_only(driver: str, why: str) -> None:
