@@ -42,6 +42,7 @@ _SHA512_CRYPT = re.compile(r"^\$6\$(rounds=[0-9]{4,9}\$)?[./0-9A-Za-z]{1,16}\$[.
 class InstallCommand:
     task: str
     request: InstallRequest
+    by: str | None = None  # who asked (the audit trail): a token's name or "ip:<address>"
 
 
 @attrs.frozen
@@ -50,17 +51,22 @@ class DoCommand:
     vmid: int
     command: Command
     args: dict[str, Any]
+    by: str | None = None
 
 
-def install_payload(task: str, body: Mapping[str, Any], password_hash: str) -> dict[str, Any]:
+def install_payload(
+    task: str, body: Mapping[str, Any], password_hash: str, by: str | None = None
+) -> dict[str, Any]:
     """What the gateway sends on ``cairn.cmd.vm.install``."""
     fields = {k: v for k, v in body.items() if k != "passwd"}
-    return {"task": task, "body": fields, "passwd_hash": password_hash}
+    return {"task": task, "body": fields, "passwd_hash": password_hash, "by": by}
 
 
-def do_payload(task: str, vmid: int, command: Command, args: Mapping[str, Any]) -> dict[str, Any]:
+def do_payload(
+    task: str, vmid: int, command: Command, args: Mapping[str, Any], by: str | None = None
+) -> dict[str, Any]:
     """What the gateway sends on ``cairn.cmd.vm.do``."""
-    return {"task": task, "vmid": vmid, "command": command.value, "args": dict(args)}
+    return {"task": task, "vmid": vmid, "command": command.value, "args": dict(args), "by": by}
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -74,6 +80,15 @@ def _task(payload: dict[str, Any]) -> str:
     if not isinstance(task, str) or not _TASK.match(task):
         raise BadRequest("task: must be a task id (32 hexadecimal digits)")
     return task
+
+
+def _by(payload: dict[str, Any]) -> str | None:
+    by = payload.get("by")
+    if by is None:
+        return None
+    if not isinstance(by, str) or not 0 < len(by) <= 100 or not by.isprintable():
+        raise BadRequest("by: must be a token's name or ip:<address>")
+    return by
 
 
 def parse_vmid(payload: Any) -> int:
@@ -94,7 +109,7 @@ def parse_install_command(payload: Any, settings: VmSettings) -> InstallCommand:
     password_hash = data.get("passwd_hash")
     if not isinstance(password_hash, str) or not _SHA512_CRYPT.match(password_hash):
         raise BadRequest("passwd_hash: must be a SHA-512 crypt hash ($6$...)")
-    return InstallCommand(task, attrs.evolve(request, password_hash=password_hash))
+    return InstallCommand(task, attrs.evolve(request, password_hash=password_hash), _by(data))
 
 
 def parse_do_command(payload: Any, settings: VmSettings) -> DoCommand:
@@ -106,7 +121,7 @@ def parse_do_command(payload: Any, settings: VmSettings) -> DoCommand:
         raise BadRequest(f"command: unknown command {str(name)[:40]!r}")
     command = Command(name)
     return DoCommand(task, vmid, command, _args(command, _object(data.get("args", {}), "args"),
-                                                settings))  # fmt: skip
+                                                settings), _by(data))  # fmt: skip
 
 
 def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[str, Any]:

@@ -449,7 +449,9 @@ class VmService:
             return _error(exc.status, exc.message)
         handle = await self._vm(vmid)
         try:
-            info: VmInfo = await handle.ask(Install(task, request, time.monotonic() - began))
+            info: VmInfo = await handle.ask(
+                Install(task, request, time.monotonic() - began, parsed.by)
+            )
         except Exception as exc:
             # Refused, or its first record could not be stored: no task owns the id.
             why = exc.message if isinstance(exc, CommandFailed) else repr(exc)
@@ -491,7 +493,7 @@ class VmService:
                 if refusal:
                     return _error(400, f"node: VM {vmid} has {facts.cpu} vCPUs, but {refusal}")
         try:
-            info: VmInfo = await handle.ask(Do(parsed.task, command, args))
+            info: VmInfo = await handle.ask(Do(parsed.task, command, args, parsed.by))
         except Rejected as exc:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": info.task, "version": info.task_version}

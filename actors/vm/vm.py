@@ -44,6 +44,7 @@ class Install:
     task: str
     request: InstallRequest
     reserved_in: float  # seconds the allocator took, shown in the first record
+    by: str | None = None  # who asked, recorded in vm.task_started (the audit trail)
 
 
 @attrs.frozen
@@ -51,6 +52,7 @@ class Do:
     task: str
     command: Command
     args: dict[str, Any] = attrs.field(factory=dict)
+    by: str | None = None  # who asked, recorded in vm.task_started (the audit trail)
 
 
 @attrs.frozen
@@ -306,7 +308,7 @@ class VmActor(AggregateActor):
         secs = f"({cmd.reserved_in:.2f}s)"
         req, settings = cmd.request, self.svc.settings
         self.record(
-            TaskStarted(cmd.task, Command.INSTALL.value, verdict.working.value),
+            TaskStarted(cmd.task, Command.INSTALL.value, verdict.working.value, cmd.by),
             InstallPlanned(
                 cmd.task,
                 req.node or settings.main_node,
@@ -352,7 +354,7 @@ class VmActor(AggregateActor):
                 raise Rejected(
                     400, f"disk: {current}G + {cmd.args['grow_gb']}G exceeds VM_MAX_DISK ({limit}G)"
                 )
-        self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value))
+        self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
         self.start_job(
             report.around(

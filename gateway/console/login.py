@@ -84,7 +84,10 @@ class SignIn:
     async def login(self, request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > _MAX_FORM:
             return page("That is not a token.", 400)
-        form = await request.post()
+        try:
+            form = await request.post()
+        except (ValueError, web.HTTPException):  # a broken or oversized form
+            return page("That is not a token.", 400)
         token = str(form.get("token", "")).strip()
         if not self._enabled():
             raise web.HTTPSeeOther("/")

@@ -5,6 +5,7 @@ page of a rebound name (DNS rebinding) refused."""
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Iterator
 
 import attrs
@@ -12,6 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.console.browser import CAIRN, CHROMIUM, CHROMIUM_ARGS, Stack
+from tests.console.test_browser_flows import install_from_the_form
 
 
 @attrs.frozen
@@ -137,3 +139,59 @@ def test_a_rebound_name_is_refused(rebinding_browser: Browser, stack: Stack) -> 
         assert status == 403 and "host not allowed" in text
     finally:
         context.close()
+
+
+def tail_until(stack: Stack, wanted: list[str], timeout: float = 60) -> list[str]:
+    """Lines of `cairn events tail vm --since 10m` until each of `wanted` has shown up."""
+    proc = subprocess.Popen([CAIRN, "events", "tail", "vm", "--since", "10m"], env=stack.env,
+                            cwd=stack.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    lines: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if all(any(w in seen for seen in lines) for w in wanted):
+                break
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        done.wait(timeout)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return lines
+
+
+def test_the_audit_trail_names_who_installed_and_destroyed(
+    page: Page, stack: Stack, tokens: Tokens
+) -> None:
+    sign_in(page, stack, tokens.admin)
+    vmid, _ = install_from_the_form(page, stack, "audited")
+    detail = stack.json(f"/console/svc/vm/api/vm/{vmid}")  # public: the spec's VM query
+    assert (detail["created_by"], detail["last_task"]["by"]) == ("ada", "ada")
+    page.goto(stack.url(f"vm/{vmid}"))
+    expect(page.locator("dl.details")).to_contain_text("Installed at the request ofada")
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_role("dialog").get_by_role("button", name="Stop").click()
+    expect(page.locator("dl.details .badge")).to_have_text("stopped")
+    page.get_by_role("button", name="Destroy").click()
+    page.get_by_role("dialog").get_by_role("button", name="Destroy").click()
+    expect(page.get_by_text(f"VM {vmid} destroyed.")).to_be_visible()
+
+    page.goto(stack.url("events"))
+    started = page.locator('tr[data-type="vm.task_started"] td.what')
+    expect(started.filter(has_text=f"vm:{vmid}: install started by ada")).to_have_count(1)
+    expect(started.filter(has_text=f"vm:{vmid}: destroy started by ada")).to_have_count(1)
+
+    lines = tail_until(stack, ["command=install", "command=destroy"])
+    mine = [line for line in lines if f"vm.{vmid} vm.task_started" in line]
+    assert [line.split("command=")[1].split()[0] for line in mine] == [
+        "install",
+        "stop",
+        "destroy",
+    ], lines
+    assert all(line.rstrip().endswith("by=ada") for line in mine), mine

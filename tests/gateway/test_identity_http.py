@@ -204,6 +204,16 @@ async def test_the_console_signs_in_and_forwards_the_identity(serve: Serve, toke
             assert resp.status == 401
 
 
+async def test_a_broken_sign_in_form_is_a_400(serve: Serve, tokens: Tokens) -> None:
+    base = await serve("status")
+    for content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        status, text, _ = await call(
+            "POST", f"{base}/console/login", None, b"token=%zz" + b"x" * 5000,
+            **{"Content-Type": content_type},
+        )  # fmt: skip
+        assert status == 400 and "That is not a token." in text
+
+
 async def test_a_secure_cookie_behind_tls(serve: Serve, tokens: Tokens) -> None:
     base = await serve("status")
     async with (

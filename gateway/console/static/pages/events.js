@@ -13,7 +13,7 @@ export function summary(event) {
   const d = event.data || {};
   switch (event.type) {
     case "vm.progress": return `${d.step}: ${d.message}`;
-    case "vm.task_started": return `${event.stream}: ${d.command} started`;
+    case "vm.task_started": return `${event.stream}: ${d.command} started${d.by ? ` by ${d.by}` : ""}`;
     case "vm.task_ended": return `${event.stream}: ${d.ok ? "done" : `failed: ${d.error}`} (now ${d.state})`;
     case "vm.installed": return `${event.stream}: ${d.name} (${d.os} ${d.version}) at ${d.ip}`;
     case "vm.observed": return `${event.stream} is ${d.state}`;

@@ -47,6 +47,7 @@ function Details({ vm }) {
     ["Disk", gib(vm.disk)],
     ["Created", vm.created_at ? html`<${TimeAgo} when=${vm.created_at} />` : "—"],
     ["Created by cairn", vm.created_by_cairn ? "yes" : "no: cairn never destroys or migrates it"],
+    ...(vm.created_by ? [["Installed at the request of", vm.created_by]] : []),
   ];
   return html`
     <dl class="details">
@@ -200,7 +201,7 @@ export function VmDetail({ id }) {
     ${records.length || streaming ? html`<${TaskStages} records=${records} running=${streaming} />` : vm?.last_task ? html`
       <section aria-labelledby="last-h">
         <h2 id="last-h">Last task</h2>
-        <p>${vm.last_task.command}: ${taskOutcome(vm.last_task)}
+        <p>${vm.last_task.command}: ${taskOutcome(vm.last_task)}${vm.last_task.by ? ` (asked by ${vm.last_task.by})` : ""}
           ${vm.last_task.ended_at ? html` · <${TimeAgo} when=${vm.last_task.ended_at} />` : null}
           ${vm.last_task.error ? html`<br /><span class="error">${vm.last_task.error}</span>` : null}</p>
       </section>` : null}
