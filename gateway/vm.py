@@ -69,6 +69,7 @@ from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
+from gateway.identity import identity_of
 from gateway.loopback import is_loopback_address
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -262,6 +263,20 @@ class VmGateway:
     def forbidden(self, request: web.Request) -> web.Response | None:
         return self.filter.refusal(request)
 
+    def who(self, request: web.Request) -> str:
+        """Who asks, for the audit trail (``by`` of ``vm.task_started``): the token's name, or
+        ``ip:<client address>`` when this cairn has no tokens."""
+        identity = identity_of(request)
+        if identity is not None:
+            return identity.name
+        return f"ip:{self.filter.client(request)[:64]}"
+
+    @staticmethod
+    def audit(vmid: int | None, command: str, by: str, task: str) -> None:
+        """The journal's line of who asked for what (tokens never appear, only names)."""
+        target = f"VM {vmid}" if vmid is not None else "a new VM"
+        log.info("vm: %s of %s asked by %s (task %s)", command, target, by, task)
+
     @staticmethod
     async def body(request: web.Request) -> Any:
         raw = await request.read()
@@ -331,8 +346,12 @@ class VmGateway:
             generated = secrets.token_urlsafe(15)
         password_hash = await asyncio.to_thread(sha512_crypt, install.passwd or generated or "")
         task = uuid.uuid4().hex
+        by = self.who(request)
+        self.audit(install.vmid, "install", by, task)
         try:
-            reply = await self.command(SUBJECT_INSTALL, install_payload(task, body, password_hash))
+            reply = await self.command(
+                SUBJECT_INSTALL, install_payload(task, body, password_hash, by)
+            )
         except CommandFailed as exc:
             if exc.status == 400:  # refused as asked (more vCPUs than the node has ...)
                 return web.Response(status=400, text=exc.message)
@@ -380,10 +399,11 @@ class VmGateway:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def _do(
-        self, vmid: int, command: Command, args: dict[str, Any]
+        self, vmid: int, command: Command, args: dict[str, Any], by: str
     ) -> tuple[dict[str, Any], str]:
         task = uuid.uuid4().hex
-        reply = await self.command(SUBJECT_DO, do_payload(task, vmid, command, args))
+        self.audit(vmid, command.value, by, task)
+        reply = await self.command(SUBJECT_DO, do_payload(task, vmid, command, args, by))
         return reply, task
 
     async def action(self, request: web.Request) -> web.StreamResponse:
@@ -398,7 +418,7 @@ class VmGateway:
         vmid = _vmid(request)
         if vmid is None:
             return web.Response(status=500, text=f"invalid VM id {request.match_info['id']!r}")
-        return await self._synchronous(vmid, _SYNC_ACTIONS[name], {})
+        return await self._synchronous(vmid, _SYNC_ACTIONS[name], {}, self.who(request))
 
     async def set(self, request: web.Request) -> web.StreamResponse:
         if (denied := self.forbidden(request)) is not None:
@@ -423,16 +443,18 @@ class VmGateway:
         command = Command(f"set/{what}")
         if command in _STREAMING:
             return await self._streamed(request, vmid, command, args)
-        return await self._synchronous(vmid, command, args)
+        return await self._synchronous(vmid, command, args, self.who(request))
 
     async def _streamed(
         self, request: web.Request, vmid: int, command: Command, args: dict[str, Any]
     ) -> web.StreamResponse:
-        reply, task = await self._do(vmid, command, args)
+        reply, task = await self._do(vmid, command, args, self.who(request))
         return await self.stream(request, vmid, task, int(reply["version"]) - 1)
 
-    async def _synchronous(self, vmid: int, command: Command, args: dict[str, Any]) -> web.Response:
-        reply, task = await self._do(vmid, command, args)
+    async def _synchronous(
+        self, vmid: int, command: Command, args: dict[str, Any], by: str
+    ) -> web.Response:
+        reply, task = await self._do(vmid, command, args, by)
         ended: dict[str, Any] | None = None
         async for item in follow_task(self.runtime, vmid, task, int(reply["version"]) - 1):
             if item.type == "vm.task_ended":
@@ -489,23 +511,35 @@ def _iso(at: float | None) -> str | None:
 
 def event_times(records: list[Recorded], last_task: dict[str, Any] | None) -> dict[str, Any]:
     """When the VM came to be (its last install or adoption that nothing removed since) and
-    when its last task started and ended: facts of the store, not of the actor's state."""
+    when its last task started and ended, and who asked for each (``created_by``,
+    ``last_task.by``: the audit trail): facts of the store, not of the actor's state."""
     created: float | None = None
+    created_by: str | None = None
     started = ended = None
+    started_by: str | None = None
     wanted = last_task["task"] if last_task else None
+    asked: dict[str, str | None] = {}  # task -> who
     for record in records:
         event = record.event
+        if isinstance(event, TaskStarted):
+            asked[event.task] = event.by
         if isinstance(event, Installed | Adopted):
             created = record.recorded_at
+            created_by = asked.get(event.task) if isinstance(event, Installed) else None
         elif isinstance(event, TaskEnded | Observed) and event.state == State.ABSENT.value:
-            created = None
+            created, created_by = None, None
         if isinstance(event, TaskStarted) and event.task == wanted:
-            started = record.recorded_at
+            started, started_by = record.recorded_at, event.by
         elif isinstance(event, TaskEnded) and event.task == wanted:
             ended = record.recorded_at
-    times: dict[str, Any] = {"created_at": _iso(created)}
+    times: dict[str, Any] = {"created_at": _iso(created), "created_by": created_by}
     if last_task is not None:
-        times["last_task"] = {**last_task, "started_at": _iso(started), "ended_at": _iso(ended)}
+        times["last_task"] = {
+            **last_task,
+            "started_at": _iso(started),
+            "ended_at": _iso(ended),
+            "by": started_by,
+        }
     return times
 
 
