@@ -1,7 +1,8 @@
-// The search databases with their indexing progress, and searching one by keyword or meaning.
+// The search databases with their indexing progress, and searching one by keyword, by meaning,
+// or by both fused into one list with the query's words highlighted (docs/search.md).
 
 import { html, useState } from "../lib.js";
-import { api } from "../api.js";
+import { api, ApiError } from "../api.js";
 import { useEvents } from "../feed.js";
 import { count } from "../format.js";
 import { ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
@@ -69,22 +70,53 @@ function Databases({ list, statuses, documents }) {
     ${list.registered.map((entry) => html`<${Documents} key=${entry.db} db=${entry.db} documents=${documents[entry.db]} />`)}`;
 }
 
+// The best-match list with snippets: `api.search` sends the spec's parameters only.
+async function searchBest({ db, q, limit }) {
+  const query = new URLSearchParams({
+    db, q, limit: String(limit || 10), target: "hybrid", highlight: "1",
+  });
+  const response = await fetch(`/console/svc/search/api/search?${query}`);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    throw new ApiError(response.status, body?.error || `${response.status} ${response.statusText}`);
+  }
+  return body;
+}
+
+// A snippet with its highlights as <mark>s. Offsets count code points (docs/search.md), so the
+// text is cut as an array of code points, not of UTF-16 units.
+function Snippet({ text, highlights }) {
+  const points = Array.from(text);
+  const parts = [];
+  let at = 0;
+  for (const [start, end] of highlights) {
+    if (start > at) parts.push(points.slice(at, start).join(""));
+    parts.push(html`<mark>${points.slice(start, end).join("")}</mark>`);
+    at = end;
+  }
+  if (at < points.length) parts.push(points.slice(at).join(""));
+  return parts;
+}
+
 function Groups({ groups }) {
   if (groups.length === 0) return html`<p class="muted">No match.</p>`;
   return html`${groups.map((group) => html`
-    <article class="hit">
+    <article class="hit" data-source=${group.source}>
       <header><code>${group.source}</code></header>
-      ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}</small> ${m.content}</p>`)}
+      ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}</small> ${
+        "snippet" in m ? html`<${Snippet} text=${m.snippet} highlights=${m.highlights} />` : m.content}</p>`)}
     </article>`)}`;
 }
 
+const TITLES = { hybrid: "Best match", keyword: "By keyword", semantic: "By meaning" };
+
 function Results({ results }) {
-  const branches = ["keyword", "semantic"].filter((b) => b in results);
+  const branches = ["hybrid", "keyword", "semantic"].filter((b) => b in results);
   return html`
     <div class=${branches.length > 1 ? "grid-2" : ""}>
       ${branches.map((branch) => html`
         <section aria-labelledby=${`${branch}-h`} data-branch=${branch}>
-          <h3 id=${`${branch}-h`}>${branch === "keyword" ? "By keyword" : "By meaning"}</h3>
+          <h3 id=${`${branch}-h`}>${TITLES[branch]}</h3>
           <${Groups} groups=${results[branch]} />
         </section>`)}
     </div>`;
@@ -122,9 +154,10 @@ export function SearchPage() {
     setBusy(true);
     setError(null);
     try {
-      setResults(await api.search({
+      const asked = {
         db: form.get("db"), q: form.get("q"), target: form.get("target"), limit: form.get("limit"),
-      }));
+      };
+      setResults(await (asked.target === "hybrid" ? searchBest(asked) : api.search(asked)));
     } catch (err) {
       setResults(null);
       setError(err);
@@ -156,6 +189,7 @@ export function SearchPage() {
         <label>Query <input name="q" type="search" required placeholder="words or a question" /></label>
         <fieldset class="row">
           <legend>Match by</legend>
+          <label title="words and meaning fused into one list, the words highlighted"><input type="radio" name="target" value="hybrid" /> best match</label>
           <label><input type="radio" name="target" value="both" checked /> both</label>
           <label><input type="radio" name="target" value="keyword" /> keyword</label>
           <label><input type="radio" name="target" value="semantic" /> meaning</label>
