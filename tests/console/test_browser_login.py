@@ -73,6 +73,12 @@ def test_a_viewer_sees_no_destroy_and_a_forged_one_is_refused(
     page.goto(stack.url("vms"))
     expect(page.locator(f'tr[data-vmid="{vmid}"]')).to_be_visible()
     expect(page.get_by_role("button", name="Install a VM")).to_have_count(0)
+    page.goto(stack.url("functions"))
+    expect(page.get_by_role("heading", name="Functions", level=1)).to_be_visible()
+    expect(page.get_by_role("heading", name="Store a function")).to_have_count(0)
+    page.goto(stack.url("images"))
+    expect(page.get_by_role("heading", name="Images", level=1)).to_be_visible()
+    expect(page.get_by_role("heading", name="Upload")).to_have_count(0)
 
     # The button's request, forged from the viewer's own signed-in page: the role decides.
     status, text = page.evaluate(

@@ -6,6 +6,7 @@ import { api, encodePath } from "../api.js";
 import { absolute } from "../format.js";
 import { Confirm, ErrorNote, useLoad } from "../ui.js";
 import { LanguageSelect } from "./functions.js";
+import { may } from "../identity.js";
 
 function Run({ path, version }) {
   const [input, setInput] = useState('{"name": "cairn"}');
@@ -88,13 +89,13 @@ function Editor({ path, shown, onStored }) {
       <h2 id="code-h">Code</h2>
       <${LanguageSelect} value=${language} onChange=${setLanguage} />
       <label>Code of version ${shown.version}
-        <textarea class="code" rows="12" spellcheck="false" value=${code}
+        <textarea class="code" rows="12" spellcheck="false" value=${code} readonly=${!may("admin")}
           onInput=${(e) => setCode(e.target.value)}></textarea></label>
       <${ErrorNote} error=${error} />
-      <div class="row">
+      ${may("admin") ? html`<div class="row">
         <button type="submit" disabled=${code === shown.code && language === shown.language}>Store as a new version</button>
         <span role="status" class="muted">${note}</span>
-      </div>
+      </div>` : null}
     </form>`;
 }
 
@@ -128,7 +129,7 @@ export function FunctionPage({ path, version }) {
   return html`
     <div class="title-row">
       <h1 tabindex="-1">${path}</h1>
-      ${fn ? html`<button type="button" class="danger" onClick=${() => setAsking(true)}>Delete</button>` : null}
+      ${fn && may("admin") ? html`<button type="button" class="danger" onClick=${() => setAsking(true)}>Delete</button>` : null}
     </div>
     <p><a href="#/functions">← All functions</a></p>
     <${ErrorNote} error=${error || shown.error || functions.error} />
@@ -140,7 +141,7 @@ export function FunctionPage({ path, version }) {
     <div class="grid-2">
       <div>${shown.data ? html`<${Editor} path=${path} shown=${shown.data}
             onStored=${() => { functions.reload(); location.hash = `#/function/${encodePath(path)}`; shown.reload(); }} />` : null}</div>
-      <div><${Run} path=${path} version=${version} /></div>
+      <div>${may("operator") ? html`<${Run} path=${path} version=${version} />` : null}</div>
     </div>
     <${Confirm} open=${asking} title=${`Delete ${path}?`} action="Delete" danger
                 onCancel=${() => setAsking(false)} onConfirm=${remove}>

@@ -5,6 +5,7 @@ import { api, encodePath } from "../api.js";
 import { useEvents } from "../feed.js";
 import { count } from "../format.js";
 import { ErrorNote, TimeAgo, useLoad } from "../ui.js";
+import { may } from "../identity.js";
 
 export const SAMPLE = {
   python: 'name = event.get("name", "world")\nprint("greeting", name)\nreturn {"hello": name}\n',
@@ -80,5 +81,5 @@ export function FunctionList() {
           </tr>`)}
         </tbody>
       </table></div>`}
-    <${NewFunction} onStored=${(stored) => { location.hash = `#/function/${encodePath(stored.path)}`; }} />`;
+    ${may("admin") ? html`<${NewFunction} onStored=${(stored) => { location.hash = `#/function/${encodePath(stored.path)}`; }} />` : null}`;
 }

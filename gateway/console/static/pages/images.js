@@ -5,6 +5,7 @@ import { api, encodePath } from "../api.js";
 import { useEvents } from "../feed.js";
 import { bytes } from "../format.js";
 import { Confirm, ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
+import { may } from "../identity.js";
 
 const THUMB = 160;
 const join = (folder, name) => (folder ? `${folder}/${name}` : name);
@@ -46,8 +47,8 @@ function Tile({ folder, entry, onDelete }) {
         <span class="name">${entry.name}</span>
       </a>
       <small class="muted">${bytes(entry.size)} · <${TimeAgo} when=${entry.modified} /></small>
-      <button type="button" class="secondary small" aria-label=${`Delete ${entry.name}`}
-              onClick=${() => onDelete(path)}>Delete</button>
+      ${may("admin") ? html`<button type="button" class="secondary small" aria-label=${`Delete ${entry.name}`}
+              onClick=${() => onDelete(path)}>Delete</button>` : null}
     </li>`;
 }
 
@@ -124,10 +125,10 @@ export function ImagesPage({ folder }) {
         ${entries.map((entry) => html`<${Tile} key=${entry.name} folder=${folder} entry=${entry} onDelete=${setDoomed} />`)}
       </ul>` : null}
     ${listing.data?.truncated ? html`<p class="muted">Only the first ${entries.length} entries are shown.</p>` : null}
-    <${Upload} folder=${folder} onUploaded=${(into) => {
+    ${may("admin") ? html`<${Upload} folder=${folder} onUploaded=${(into) => {
       if (into !== folder) location.hash = `#/images/${encodePath(into)}`;
       else listing.reload();
-    }} />
+    }} />` : null}
     <${Confirm} open=${!!doomed} title=${`Delete ${doomed}?`} action="Delete" danger
                 onCancel=${() => setDoomed(null)} onConfirm=${remove}>
       <p>The file moves to the trash and is no longer served; its resized copies are purged.</p>
