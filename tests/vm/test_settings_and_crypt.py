@@ -70,3 +70,40 @@ def test_sha512_crypt_matches_the_reference_vectors() -> None:
     )
     hashed = sha512_crypt("pw")
     assert hashed.startswith("$6$") and len(hashed.split("$")[2]) == 16
+
+
+TOKEN = "cairn@pve!driver=8c3f1f0e-2b7a-4d7e-9a55-0f3f8b1c2d3e"
+API = {"PVE_API_URL": "https://10.0.0.11:8006", "PVE_API_TOKEN": TOKEN}
+
+
+def test_the_driver_follows_pve_api_url_except_on_the_simulator() -> None:
+    assert load_settings(BASE_ENV).driver == "cli"
+    real = load_settings({**BASE_ENV, **API, "PVE_API_FINGERPRINT": "ab" * 32})
+    assert real.driver == "api" and real.api is not None
+    assert (real.api.import_storage, real.api.pool) == ("local", None)
+    assert TOKEN.split("=")[1] not in repr(real)  # the secret is never shown
+    simulated = {**BASE_ENV, **API, "PVESIM_ROOT": "/tmp/pve"}
+    assert load_settings(simulated).driver == "cli"
+    assert load_settings({**simulated, "PVE_DRIVER": "api"}).driver == "api"
+    assert load_settings({**BASE_ENV, **API, "PVE_DRIVER": "cli"}).api is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"PVE_DRIVER": "rest"}, "PVE_DRIVER must be api or cli, got 'rest'"),
+        ({"PVE_DRIVER": "api"}, "PVE_DRIVER=api needs PVE_API_URL and PVE_API_TOKEN"),
+        ({**API, "PVE_API_TOKEN": "cairn@pve=secret"}, "PVE_API_TOKEN must look like"),
+        ({**API, "PVE_API_URL": "http://10.0.0.11:8006"}, "PVE_API_URL must be an https://"),
+        ({**API, "PVE_API_FINGERPRINT": "AB:CD"}, "PVE_API_FINGERPRINT must be the SHA-256"),
+        ({**API, "PVE_API_FINGERPRINT": "ab" * 32, "PVE_API_CA_FILE": "/etc/ca.pem"},
+         "set PVE_API_FINGERPRINT or PVE_API_CA_FILE, not both"),
+    ],
+)  # fmt: skip
+def test_api_settings_errors_name_the_variable(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace("|", r"\|")):
+        load_settings({**BASE_ENV, **extra})
+
+
+def test_api_variables_belong_to_a_real_cluster() -> None:
+    assert real_cluster_variables({"PVE_API_URL": "https://x:8006"}) == ["PVE_API_URL"]
