@@ -113,3 +113,18 @@ async def test_highlights_are_character_offsets_into_the_snippet(harness: Search
     # Without highlight=1 the matches keep the spec's two fields.
     body = await search(harness, q="wiki", target="keyword", rank="bm25")
     assert set(body["keyword"][0]["matches"][0]) == {"chunk", "content"}
+
+
+async def test_queries_that_stem_to_nothing_or_to_hundreds_of_words(
+    harness: SearchHarness,
+) -> None:
+    await started(harness)
+    for q in ("!!! ... ???", "_ _ _", "\u200b\u200b"):
+        body = await search(harness, q=q, target="keyword", rank="bm25", highlight="1")
+        assert body == {"keyword": []}, q
+    # 900 distinct words (near the 8 KiB request line), one of them in a file: found.
+    many = " ".join(f"zq{i}x" for i in range(900)) + " invoices"
+    body = await search(harness, q=many, target="hybrid", highlight="1")
+    assert sources(body["hybrid"])[0] == "c-billing.txt"
+    match = body["hybrid"][0]["matches"][0]
+    assert [match["snippet"][a:b] for a, b in match["highlights"]] == ["Invoices"]
