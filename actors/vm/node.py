@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from actors.runtime import ActorHandle, ActorHost, AggregateActor
+from actors.runtime import ActorHandle, ActorHost, ActorUnavailable, AggregateActor
 from actors.vm.pve_output import CommandResult, NodeResource
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.driver import ApiTransport
@@ -178,7 +178,15 @@ class Cluster:
             log.warning("not running %s on %s: %s", argv[:2], node, fenced)
             return CommandResult(255, "", f"cairn: not run: {fenced}\n")
         result: concurrent.futures.Future[CommandResult] = concurrent.futures.Future()
-        await handle.tell(Run(argv, stdin, on_line, result))
+        try:
+            await handle.tell(Run(argv, stdin, on_line, result))
+        except ActorUnavailable as exc:
+            if "is stopped" not in str(exc):
+                raise
+            # The node actors stop before a job that was still going learnt of the shutdown:
+            # as for a command a stopping node actor killed, the caller is cancelled, and the
+            # task is settled at the next start, never recorded as failed by this.
+            raise asyncio.CancelledError(f"{node}: {exc}") from None
         return await asyncio.wrap_future(result)
 
     async def main(self, argv: list[str], **kwargs: Any) -> CommandResult:

@@ -3,6 +3,7 @@ auth, certificate pinning, the error shapes, tasks, locks, privileges, versions 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -299,3 +300,23 @@ async def test_pve_7_4_and_8_2_differences(sim: SimCluster, api: PveClient) -> N
     upid = await api.put("/nodes/pve1/qemu/139/resize", {"disk": "scsi0", "size": "+1G"})
     assert (await wait_task(api, upid)).ok
     assert (await api.get("/nodes/pve1/qemu/139/config"))["scsi0"].endswith("size=6G")
+
+
+async def test_closing_the_client_lets_a_waiting_command_end(
+    sim: SimCluster, api: PveClient
+) -> None:
+    """At shutdown the transports close before the node actors stop: a command still waiting
+    for its task must not fail with a dropped connection (it is cancelled next instead)."""
+    from actors.vm.pveapi.driver import ApiTransport
+    from tests.conftest import wait_for
+
+    sim.set_delay_scale(0.25)  # the create task takes half a second
+    transport = ApiTransport(api, "pve1")
+    running = asyncio.create_task(
+        transport.run(["pvesh", "create", "/nodes/pve1/qemu", "--vmid", "142"])
+    )
+    await wait_for(lambda: sim.vm(142) is not None, what="the create task to start")
+    await api.close()
+    result = await running
+    assert result.ok, result
+    assert sim.vm(142) is not None and sim.vm(142).lock is None  # type: ignore[union-attr]

@@ -8,7 +8,9 @@ them (no answer, or a 59x from a proxy hop): a POST is never sent twice by this 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -56,6 +58,8 @@ class PveClient:
         self._retry_pause = retry_pause
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
+        self._in_flight = 0
+        self._closing = False
 
     async def _open(self) -> aiohttp.ClientSession:
         async with self._lock:
@@ -68,9 +72,19 @@ class PveClient:
             return self._session
 
     async def close(self) -> None:
+        """Close the connections once no request is in flight. A request still waiting (a
+        task's poll), or one made after this, is not refused or cut off: at shutdown its
+        caller is cancelled next, and the command must then read as interrupted, not as
+        failed by a dropped connection (as a local `qm` is killed, not refused). Connections
+        opened after this close when their work ends."""
+        self._closing = True
+        if self._in_flight == 0:
+            await self._close_now()
+
+    async def _close_now(self) -> None:
         if self._session is not None:
-            await self._session.close()
-            self._session = None
+            session, self._session = self._session, None
+            await session.close()
 
     async def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return await self.request("GET", path, params)
@@ -84,16 +98,29 @@ class PveClient:
     async def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return await self.request("DELETE", path, params)
 
+    @contextlib.asynccontextmanager
+    async def busy(self) -> AsyncIterator[None]:
+        """Hold the connections open for a piece of work (a request and the wait for its
+        task): `close` waits for the last one to end."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._closing and self._in_flight == 0:
+                await asyncio.shield(self._close_now())
+
     async def request(self, method: str, path: str, params: dict[str, Any] | None = None) -> Any:
         attempts = GET_ATTEMPTS if method == "GET" else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self._once(method, path, params)
-            except errors.ApiError as exc:
-                if attempt == attempts or not exc.retryable:
-                    raise
-            await asyncio.sleep(self._retry_pause * attempt)
-        raise AssertionError("unreachable")
+        async with self.busy():
+            for attempt in range(1, attempts + 1):
+                try:
+                    return await self._once(method, path, params)
+                except errors.ApiError as exc:
+                    if attempt == attempts or not exc.retryable or self._closing:
+                        raise
+                await asyncio.sleep(self._retry_pause * attempt)
+            raise AssertionError("unreachable")
 
     async def _once(self, method: str, path: str, params: dict[str, Any] | None) -> Any:
         session = await self._open()

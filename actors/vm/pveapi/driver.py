@@ -184,20 +184,22 @@ class ApiTransport:
         except Untranslatable as exc:
             return CommandResult(255, "", f"cairn: {exc}\n")
         try:
-            data = await self.client.request(request.method, request.path, request.params)
-            if looks_like_upid(data):
-                outcome = await wait_task(
-                    self.client, data, on_line=on_line, timeout=self.task_timeout
-                )
-                log = "".join(line + "\n" for line in outcome.log)
-                if not outcome.ok:
-                    return CommandResult(255, log, outcome.exitstatus + "\n")
-                return CommandResult(0, log, "")
-            return CommandResult(0, render(request, data), "")
+            async with self.client.busy():  # a shutdown's close waits for the task's end
+                return await self._send(request, on_line)
         except TaskLost as exc:
             return CommandResult(255, "", f"{exc.text}\n")
         except errors.ApiError as exc:
             return CommandResult(2 if exc.not_found else 255, "", exc.text + "\n")
+
+    async def _send(self, request: Request, on_line: LineSink | None) -> CommandResult:
+        data = await self.client.request(request.method, request.path, request.params)
+        if not looks_like_upid(data):
+            return CommandResult(0, render(request, data), "")
+        outcome = await wait_task(self.client, data, on_line=on_line, timeout=self.task_timeout)
+        log = "".join(line + "\n" for line in outcome.log)
+        if not outcome.ok:
+            return CommandResult(255, log, outcome.exitstatus + "\n")
+        return CommandResult(0, log, "")
 
     async def close(self) -> None:
         await self.client.close()
