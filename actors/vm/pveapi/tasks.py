@@ -20,7 +20,7 @@ from actors.vm.pveapi.wire import parse_upid, task_ok, task_warnings
 
 # Poll quickly at first (most tasks of a simulator or a small VM end within a second), then
 # settle at BPG's and proxmoxer's 1 s.
-DEFAULT_SCHEDULE: tuple[float, ...] = (0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0)
+DEFAULT_SCHEDULE: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0)
 MAX_POLL_ERRORS = 30  # consecutive failed polls before giving up on the task's fate
 
 
