@@ -16,6 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from events.bus import flush_all
 from events.leases import Lease, LeaseSettings, LeaseState
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Leased:
         self._stop = await self._start(self.lease)
         # The part's subscriptions reach the server before it is said to run here.
         with contextlib.suppress(Exception):  # the bus went away: they reach it when back
-            await self.lease.nc.flush()
+            await flush_all(self.lease.nc)
         self._ready = True
         log.info("%s: this host runs it now (lease %r)", self.lease.name, self.lease.name)
 

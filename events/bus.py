@@ -37,6 +37,7 @@ __all__ = [
     "connect",
     "deadline_headers",
     "expired",
+    "flush_all",
     "request_json",
     "serve_json",
 ]
@@ -132,6 +133,20 @@ def _redact_one(url: str) -> str:
     if not at:
         return url
     return f"{scheme}{sep}***@{host}" if userinfo else f"{scheme}{sep}{host}"
+
+
+async def flush_all(nc: Client, timeout: float = 5.0) -> None:
+    """Return once the server has processed everything ``nc`` sent before the call.
+
+    nats-py's ``flush`` writes its PING straight to the socket, ahead of the commands still
+    queued for its flusher task (``Client._send_ping`` in nats-py 2.16), so its PONG can come
+    back before a queued SUB has reached the server: seen as a run that found "no responders"
+    on a gateway's connection although the runner's connection had subscribed and flushed.
+    The first flush pushes the queue out behind its PING; the second PING follows those
+    commands, so its PONG means the server has them. Use it wherever another connection acts
+    on this one's subscriptions at once."""
+    await nc.flush(timeout)  # type: ignore[arg-type]  # seconds; a float works
+    await nc.flush(timeout)  # type: ignore[arg-type]
 
 
 def server_urls(url: str) -> list[str]:

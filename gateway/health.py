@@ -34,9 +34,9 @@ def runtime_problems(runtime: Runtime) -> list[str]:
     found = []
     lost = [role for role, nc in runtime.connections.items() if not nc.is_connected]
     if lost:
-        found.append(
-            f"nats: not connected to {runtime.shown_nats_url} ({', '.join(lost)}); reconnecting"
-        )
+        # Which of this process's connections, when not all of them (events/permissions.py).
+        which = f" ({', '.join(lost)})" if len(lost) < len(runtime.connections) else ""
+        found.append(f"nats: not connected to {runtime.shown_nats_url}{which}; reconnecting")
     if runtime.actors.store_refusal is not None:
         found.append(f"event store: {runtime.actors.store_refusal}")
     return found

@@ -5,6 +5,7 @@ actor directly; a refusal is a ``CommandFailed`` (``Rejected`` from the actor), 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -32,7 +33,7 @@ from actors.functions.requests import (
 )
 from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
 from actors.runtime import ActorHandle, ActorHost
-from events.bus import CommandFailed, serve_json
+from events.bus import CommandFailed, flush_all, serve_json
 from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ async def serve_registry(
         await serve_json(nc, protocol.LIST_SUBJECT, on_list, queue=queue),
         await serve_json(nc, protocol.DELETE_SUBJECT, on_delete, queue=queue),
     ]
+    # A gateway's command sent at once (another connection) finds them.
+    with contextlib.suppress(Exception):  # the bus is away: they reach it when back
+        await flush_all(nc)
     return handle, subs
 
 

@@ -30,7 +30,7 @@ from actors.functions.runtimes import describe as describe_runtimes
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
-from events.bus import expired, serve_json, unsubscribe_all
+from events.bus import expired, flush_all, serve_json, unsubscribe_all
 
 log = logging.getLogger(__name__)
 # A run is no stored event, so the runner host says what became of it (see actors/journal.py).
@@ -150,7 +150,7 @@ class RunnerHost:
         ]
         # Once start returns, the server has the subscriptions: a run sent from another
         # connection right away finds this host (it met "no runner host" before).
-        await self.nc.flush()
+        await flush_all(self.nc)
 
     async def stop(self) -> None:
         """Take no more work, let what was accepted finish (bounded), then clean up."""
@@ -158,7 +158,7 @@ class RunnerHost:
             with contextlib.suppress(Exception):
                 await self._subs[0].unsubscribe()
             with contextlib.suppress(Exception):
-                await self.nc.flush(timeout=2)
+                await flush_all(self.nc, timeout=2)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.idle.wait(), STOP_GRACE_S)
         await unsubscribe_all(self._subs[1:])

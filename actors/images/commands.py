@@ -7,6 +7,7 @@ hosts reach the one store actor the same way. A refusal (``Rejected``) travels b
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from nats.aio.client import Client
@@ -17,7 +18,7 @@ from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcil
 from actors.leased import Leased, Stop
 from actors.platform import ClusterMode
 from actors.runtime import ActorHandle, ActorHost, Rejected
-from events.bus import serve_json, unsubscribe_all
+from events.bus import flush_all, serve_json, unsubscribe_all
 from events.leases import Lease
 
 STORE_SUBJECT = "cairn.cmd.images.store"
@@ -59,6 +60,9 @@ async def serve_commands(
         await serve_json(nc, STORE_SUBJECT, on_store, queue="images-store"),
         await serve_json(nc, DELETE_SUBJECT, on_delete, queue="images-store"),
     ]
+    # A gateway's command sent at once (another connection) finds them.
+    with contextlib.suppress(Exception):  # the bus is away: they reach it when back
+        await flush_all(nc)
     return handle, subs
 
 

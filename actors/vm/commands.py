@@ -30,8 +30,6 @@ from actors.vm.requests import (
 )
 from actors.vm.settings import VmSettings
 
-# The largest VMID Proxmox takes.
-_PVE_VMID_MAX = 999_999_999
 # A task id as the gateway makes them (uuid4().hex).
 _TASK = re.compile(r"^[0-9a-f]{32}$")
 # `$6$[rounds=N$]salt$hash`, as actors/vm/shacrypt.py writes it.
@@ -92,9 +90,10 @@ def _by(payload: dict[str, Any]) -> str | None:
 
 
 def parse_vmid(payload: Any) -> int:
-    """The ``vmid`` of a command or query: a whole number Proxmox could use."""
+    """The ``vmid`` of a command or query: a whole number (one no VM has is answered 404
+    further on, as over HTTP)."""
     vmid = _object(payload, "command").get("vmid")
-    if type(vmid) is not int or not 0 <= vmid <= _PVE_VMID_MAX:
+    if type(vmid) is not int or vmid < 0:
         raise BadRequest(f"invalid VM id {str(vmid)[:20]!r}")
     return vmid
 

@@ -43,7 +43,7 @@ from actors.vm.pve_output import (
 from actors.vm.requests import BadRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
-from events.bus import serve_json, unsubscribe_all
+from events.bus import flush_all, serve_json, unsubscribe_all
 from events.errors import CommandFailed
 from events.store import Recorded
 
@@ -254,6 +254,9 @@ class VmService:
             await serve_json(nc, SUBJECT_LIST, self._on_list, concurrent=True),
             await serve_json(nc, SUBJECT_DETAIL, self._on_detail, concurrent=True),
         ]
+        # A gateway's command sent at once (another connection) finds them.
+        with contextlib.suppress(Exception):  # the bus is away: they reach it when back
+            await flush_all(nc)
         await self.poll()
         self._tasks = [
             asyncio.create_task(self._poller(), name="vm-inventory-poll"),

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from actors.runtime import Rejected
 from events.bus import (
@@ -19,6 +20,7 @@ from events.bus import (
     CommandTimeout,
     NoResponders,
     command,
+    flush_all,
     serve_json,
 )
 from events.nats_server import EmbeddedNats
@@ -143,3 +145,24 @@ async def test_a_command_while_disconnected_is_a_503_at_once(nats_server: Embedd
         assert info.value.status == 503 and "NATS" in info.value.message
     finally:
         await client.close()
+
+
+async def test_after_flush_all_another_connection_finds_the_subscription(
+    nats_server: EmbeddedNats,
+) -> None:
+    """nats-py's flush can answer before a queued SUB reached the server; a request from
+    another connection right after it then met "no responders" (23 of 300 here with a plain
+    flush). After flush_all, every one finds its responder."""
+    responder, asker = await nats_server.connect(), await nats_server.connect()
+    try:
+
+        async def answer(msg: Msg) -> None:
+            await msg.respond(b"ok")
+
+        for i in range(300):
+            await responder.subscribe(f"t.{i}", cb=answer)
+            await flush_all(responder)
+            assert (await asker.request(f"t.{i}", b"", timeout=5)).data == b"ok", i
+    finally:
+        await responder.close()
+        await asker.close()

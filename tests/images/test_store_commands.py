@@ -28,7 +28,7 @@ from tests.images.imagedata import encoded
 async def test_store_command_rules(
     images: Images, runtime: Runtime, payload: dict[str, object], status: int, message: str | None
 ) -> None:
-    reply = await request_json(runtime.nc, STORE_SUBJECT, payload)
+    reply = await request_json(runtime.gateway_nc, STORE_SUBJECT, payload)
     assert reply["error"]["status"] == status
     if message is not None:
         assert reply["error"]["message"] == message
@@ -40,13 +40,13 @@ async def test_store_command_refuses_a_temp_file_of_another_size(
 ) -> None:
     (images.layout.tmp / "up-1").write_bytes(b"12345")
     payload = {"path": "a.png", "tmp_name": "up-1", "type": "image/png", "size": 4}
-    reply = await request_json(runtime.nc, STORE_SUBJECT, payload)
+    reply = await request_json(runtime.gateway_nc, STORE_SUBJECT, payload)
     assert reply["error"] == {"status": 400, "message": "upload is not complete"}
 
 
 @pytest.mark.parametrize("path", ["", "..", "a/../../b", "a\\b", "/abs"])
 async def test_delete_command_rules(images: Images, runtime: Runtime, path: str) -> None:
-    reply = await request_json(runtime.nc, DELETE_SUBJECT, {"path": path})
+    reply = await request_json(runtime.gateway_nc, DELETE_SUBJECT, {"path": path})
     assert reply["error"] == {"status": 400, "message": "invalid path"}
 
 

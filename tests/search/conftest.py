@@ -24,9 +24,9 @@ from tests.search.fake_openai import FakeOpenAI
 
 
 class SearchHarness:
-    def __init__(self, tmp_path: Path, nats_url: str) -> None:
+    def __init__(self, tmp_path: Path, nats: EmbeddedNats) -> None:
         self.env = {
-            "NATS_URL": nats_url,
+            **nats.client_env(),
             "CAIRN_DATA": str(tmp_path / "data"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             "SEARCH_INBOX": str(tmp_path / "inbox"),
@@ -131,9 +131,8 @@ class SearchHarness:
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[SearchHarness]:
     nats = EmbeddedNats(tmp_path / "nats")
-    url = await nats.start()
-    h = SearchHarness(tmp_path, url)
-    h.env.update(nats.client_env())
+    await nats.start()
+    h = SearchHarness(tmp_path, nats)
     yield h
     await h.stop()
     await nats.stop()

@@ -229,7 +229,8 @@ async def test_one_bad_chunk_never_blocks_the_queue(
 
     fake.poison = poison
     nats = EmbeddedNats(tmp_path / "nats")
-    h = SearchHarness(tmp_path, await nats.start())
+    await nats.start()
+    h = SearchHarness(tmp_path, nats)
     try:
         h.registry.add("notes")
         # Each paragraph fits one chunk (chunker.BUDGET) and no two fit together.
