@@ -109,9 +109,23 @@ class MalformedRequestFilter(logging.Filter):
 MALFORMED_REQUESTS = MalformedRequestFilter()
 
 
+class TlsEofNoise(logging.Filter):
+    """asyncio warns "returning true from eof_received() has no effect when using ssl" each
+    time a TLS connection whose protocol keeps the transport open ends (nats-py's, on a
+    cluster's TLS port, at every close and reconnect): nothing is wrong, and the line would
+    bury what is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("returning true from eof_received()")
+
+
+TLS_EOF_NOISE = TlsEofNoise()
+
+
 def install_filters() -> None:
     """The filters that belong to a logger, not to a handler (idempotent)."""
     logging.getLogger("aiohttp.server").addFilter(MALFORMED_REQUESTS)
+    logging.getLogger("asyncio").addFilter(TLS_EOF_NOISE)
 
 
 def configure(env: Mapping[str, str], *, verbose: bool = False) -> None:

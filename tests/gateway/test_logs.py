@@ -7,12 +7,14 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from actors.config import ConfigError
+from events.nats_cluster import NatsCluster
 from gateway.logs import ACCESS_LOG, RepeatFilter, access_logger_for, configure
 
 
@@ -125,3 +127,17 @@ def test_a_repeated_line_passes_a_burst_per_window_then_counts_what_it_held() ->
 def test_lines_below_warning_are_never_held() -> None:
     rf = RepeatFilter(burst=1, window=60, clock=lambda: 0.0)
     assert all(rf.filter(record("polled", logging.INFO)) for _ in range(50))
+
+
+async def test_a_tls_bus_leaves_no_asyncio_noise(
+    restore_logging: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A cluster's TLS connections, opened and closed: asyncio's "eof_received()" warning,
+    which says nothing is wrong, does not reach the log."""
+    configure({})
+    async with NatsCluster(tmp_path, 3) as cluster:
+        for _ in range(3):
+            nc = await cluster.connect()
+            await nc.close()
+    await cluster.stop()
+    assert "eof_received" not in capsys.readouterr().err
