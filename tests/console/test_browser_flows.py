@@ -259,7 +259,7 @@ def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack:
     assert "demo/greet" not in paths
 
 
-def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -> None:
+def test_search_a_database_best_match_by_keyword_and_by_meaning(page: Page, stack: Stack) -> None:
     # Both documents indexed and embedded (the inbox is read at start-up, in the background).
     def ready() -> bool:
         query = "/console/svc/search/api/search?db=notes&target=semantic&q=hypervisor%20machines"
@@ -280,7 +280,29 @@ def test_search_a_database_by_keyword_and_by_meaning(page: Page, stack: Stack) -
     expect(documents.locator("tr", has_text="scan.xyz")).to_contain_text(
         "not indexed: unsupported file type '.xyz'"
     )
+    documents.locator("summary").click()  # closed again: the link below must open it
+    expect(documents.locator("tr", has_text="cluster.txt")).to_be_hidden()
     page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+
+    # By default the best match: one fused list, the query's words marked in each snippet.
+    expect(page.get_by_label("best match")).to_be_checked()
+    page.get_by_label("Query").fill("jumping foxes")
+    page.get_by_role("button", name="Search").click()
+    best = page.locator('[data-branch="hybrid"]')
+    expect(best.locator("h3")).to_have_text("Best match")
+    expect(best.locator("article.hit").first.locator("header")).to_have_text("fox.txt")
+    expect(best.locator("article.hit").first.locator("mark")).to_have_text(["fox", "jumps"])
+    expect(page.locator("[data-branch]")).to_have_count(1)
+    # Its source links to that file's row in the database's documents: opened, shown, focused.
+    best.get_by_role("link", name="fox.txt").click()
+    row = documents.locator('tr[data-source="fox.txt"]')
+    expect(row).to_be_in_viewport()
+    expect(row).to_be_focused()
+    expect(row).to_have_attribute("aria-current", "true")
+    expect(row).to_contain_text("s ago")
+    expect(page).to_have_url(re.compile(r"#/search$"))  # still the search page, results kept
+    expect(best).to_contain_text("fox.txt")
+
     page.get_by_label("Query").fill("fox")
     page.get_by_label("keyword").check()
     page.get_by_role("button", name="Search").click()

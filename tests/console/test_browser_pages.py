@@ -113,8 +113,10 @@ def run_function(page: Page) -> None:
 
 def search(page: Page) -> None:
     page.get_by_label("Query").fill("fox jumps")
-    page.get_by_role("button", name="Search").click()
-    expect(page.locator('[data-branch="semantic"]')).to_be_visible()
+    page.get_by_role("button", name="Search").click()  # the best match, by default
+    best = page.locator('[data-branch="hybrid"]')
+    expect(best.locator("mark")).to_have_text(["fox", "jumps"])
+    expect(page.locator("[data-branch]")).to_have_count(1)
 
 
 # name, hash, what to do there before the picture, text the page must show
@@ -126,7 +128,7 @@ TOUR: list[tuple[str, str, Any, str]] = [
     ("password", "vms/new", install_without_one, "is ready at"),
     ("functions", "functions", None, "reports/daily"),
     ("function", "function/reports/daily", run_function, "Result"),
-    ("search", "search", search, "By meaning"),
+    ("search", "search", search, "Best match"),
     ("images", "images/gallery", None, "harbour.png"),
     ("events", "events", None, "images.stored"),
 ]

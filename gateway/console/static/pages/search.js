@@ -1,5 +1,7 @@
-// The search databases with their indexing progress, and searching one by keyword, by meaning,
-// or by both fused into one list with the query's words highlighted (docs/search.md).
+// The search databases with their indexing progress, and searching one: by default the best
+// match (words and meaning fused into one list, the query's words highlighted), or by keyword, by
+// meaning, or both side by side (docs/search.md). A result's source links to that file's row in
+// the database's documents below: what was indexed from it, and when.
 
 import { html, useState } from "../lib.js";
 import { api, ApiError } from "../api.js";
@@ -28,7 +30,7 @@ function Documents({ db, documents }) {
         <thead><tr><th scope="col">File</th><th scope="col" class="num">Chunks</th>
           <th scope="col">Indexed</th></tr></thead>
         <tbody>${documents.map((d) => html`
-          <tr key=${d.source}>
+          <tr key=${d.source} data-source=${d.source} tabindex="-1">
             <td><code>${d.source}</code></td>
             <td class="num">${d.status === "indexed" ? d.chunks : "—"}</td>
             <td>${d.status === "indexed" ? html`<${TimeAgo} when=${d.at} />`
@@ -98,11 +100,35 @@ function Snippet({ text, highlights }) {
   return parts;
 }
 
-function Groups({ groups }) {
+// Opens the database's documents and brings the file's row into view, focused and marked. The
+// link stays on the page: its hash is an in-page anchor, which the router leaves alone.
+function showDocument(event, db, source) {
+  event.preventDefault();
+  const details = [...document.querySelectorAll("details[data-documents]")]
+    .find((d) => d.dataset.documents === db);
+  const row = details && [...details.querySelectorAll("tr[data-source]")]
+    .find((r) => r.dataset.source === source);
+  if (!row) return;
+  details.open = true;
+  for (const other of details.querySelectorAll("tr[aria-current]")) other.removeAttribute("aria-current");
+  row.setAttribute("aria-current", "true");
+  row.scrollIntoView({ block: "center" });
+  row.focus({ preventScroll: true });
+}
+
+// The source's name, a link to its row in the documents when that file is listed there.
+function Source({ db, source, listed }) {
+  if (!listed) return html`<code>${source}</code>`;
+  return html`<a href=${`#doc-${encodeURIComponent(db)}-${encodeURIComponent(source)}`}
+    title=${`${source} in the documents of ${db}`}
+    onClick=${(e) => showDocument(e, db, source)}><code>${source}</code></a>`;
+}
+
+function Groups({ db, groups, listed }) {
   if (groups.length === 0) return html`<p class="muted">No match.</p>`;
   return html`${groups.map((group) => html`
     <article class="hit" data-source=${group.source}>
-      <header><code>${group.source}</code></header>
+      <header><${Source} db=${db} source=${group.source} listed=${listed.has(group.source)} /></header>
       ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}</small> ${
         "snippet" in m ? html`<${Snippet} text=${m.snippet} highlights=${m.highlights} />` : m.content}</p>`)}
     </article>`)}`;
@@ -110,14 +136,15 @@ function Groups({ groups }) {
 
 const TITLES = { hybrid: "Best match", keyword: "By keyword", semantic: "By meaning" };
 
-function Results({ results }) {
+function Results({ db, results, documents }) {
+  const listed = new Set((documents || []).map((d) => d.source));
   const branches = ["hybrid", "keyword", "semantic"].filter((b) => b in results);
   return html`
     <div class=${branches.length > 1 ? "grid-2" : ""}>
       ${branches.map((branch) => html`
         <section aria-labelledby=${`${branch}-h`} data-branch=${branch}>
           <h3 id=${`${branch}-h`}>${TITLES[branch]}</h3>
-          <${Groups} groups=${results[branch]} />
+          <${Groups} db=${db} groups=${results[branch]} listed=${listed} />
         </section>`)}
     </div>`;
 }
@@ -157,7 +184,8 @@ export function SearchPage() {
       const asked = {
         db: form.get("db"), q: form.get("q"), target: form.get("target"), limit: form.get("limit"),
       };
-      setResults(await (asked.target === "hybrid" ? searchBest(asked) : api.search(asked)));
+      const found = await (asked.target === "hybrid" ? searchBest(asked) : api.search(asked));
+      setResults({ db: asked.db, found });
     } catch (err) {
       setResults(null);
       setError(err);
@@ -189,14 +217,15 @@ export function SearchPage() {
         <label>Query <input name="q" type="search" required placeholder="words or a question" /></label>
         <fieldset class="row">
           <legend>Match by</legend>
-          <label title="words and meaning fused into one list, the words highlighted"><input type="radio" name="target" value="hybrid" /> best match</label>
-          <label><input type="radio" name="target" value="both" checked /> both</label>
+          <label title="words and meaning fused into one list, the words highlighted"><input type="radio" name="target" value="hybrid" checked /> best match</label>
+          <label title="by keyword and by meaning, side by side"><input type="radio" name="target" value="both" /> both</label>
           <label><input type="radio" name="target" value="keyword" /> keyword</label>
           <label><input type="radio" name="target" value="semantic" /> meaning</label>
         </fieldset>
         <button type="submit" disabled=${busy || loaded.length === 0} aria-busy=${busy}>Search</button>
       </form>
       <${ErrorNote} error=${error} />
-      ${results ? html`<${Results} results=${results} />` : null}
+      ${results ? html`<${Results} db=${results.db} results=${results.found}
+                                   documents=${documents.data?.[results.db]} />` : null}
     </section>`;
 }
