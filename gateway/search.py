@@ -24,7 +24,13 @@ from actors.search.embedding import Provider, make_provider
 from actors.search.engine import Engine
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
 from actors.search.query_cache import QueryCache
-from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
+from actors.search.registry import (
+    Registry,
+    RegistryError,
+    bind_inbox,
+    config_dir,
+    inbox_root,
+)
 from actors.search.stemming import language_for
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
@@ -129,7 +135,8 @@ class Databases:
     add``) as soon as the registry file changes: the registry is the durable list, the
     service follows it without a restart. A removal takes effect at the next start (an index
     in use is not pulled from under running queries). A database whose indexer stream is
-    quarantined goes into ``quarantined`` (db -> the problem) and answers 503."""
+    quarantined, or whose index was built from another inbox (``bind_inbox``: another
+    checkout's), goes into ``quarantined`` (db -> the problem) and answers 503."""
 
     def __init__(
         self,
@@ -168,6 +175,13 @@ class Databases:
     async def _open(self, db: str) -> bool:
         env = self.runtime.env
         inbox = inbox_root(env) / db
+        try:
+            await asyncio.to_thread(bind_inbox, self.registry.database_dir(db), inbox)
+        except (RegistryError, OSError) as exc:
+            log.error("search: database %s not loaded: %s", db, exc)
+            self._failed.add(db)
+            self.quarantined[db] = str(exc)
+            return False
         try:
             engine = await asyncio.to_thread(
                 Engine,

@@ -3,7 +3,8 @@
 Only `cairn search add|remove` change it (HTTP never does). It is a small JSON file written
 atomically (temp file, then rename) under an exclusive lock, under the user config directory
 (`$XDG_CONFIG_HOME/cairn/search/`, default `~/.config/cairn/search/`), beside the `endpoint`
-file and one folder per database.
+file and one folder per database: `rm -rf` of that folder resets search. Each database's folder
+records the inbox it indexes (`bind_inbox`), so two checkouts never share an index by accident.
 """
 
 import fcntl
@@ -50,6 +51,37 @@ def config_dir(env: Mapping[str, str]) -> Path:
 
 def inbox_root(env: Mapping[str, str]) -> Path:
     return Path(env.get("SEARCH_INBOX") or "inbox").absolute()
+
+
+INBOX_FILE = "inbox-path"
+
+
+def bind_inbox(index_dir: Path, inbox: Path) -> None:
+    """Tie a database's index to the inbox it is built from, or refuse another inbox.
+
+    The registry and the indexes are per user, the inbox is per checkout (``./inbox`` by
+    default): without this a second checkout's service would take over the first one's index
+    and re-index it from its own files. The first start records the inbox's absolute path in
+    ``<index>/inbox-path``, symlinks resolved (an index from before this file adopts the inbox
+    it is opened with, so nothing is lost); a later start whose inbox resolves elsewhere (another
+    checkout, or a symlink pointed at another folder) raises `RegistryError` saying how to
+    choose.
+    """
+    file = index_dir / INBOX_FILE
+    try:
+        recorded = file.read_text().strip()
+    except FileNotFoundError:
+        index_dir.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(".tmp")
+        tmp.write_text(str(inbox.resolve()) + "\n")
+        os.replace(tmp, file)
+        return
+    if Path(recorded) != inbox.resolve():
+        raise RegistryError(
+            f"the index {index_dir} was built from the inbox {recorded}, not {inbox.absolute()}:"
+            f" another checkout's? Run this one with SEARCH_INBOX={Path(recorded).parent}, give it"
+            f" its own XDG_CONFIG_HOME, or remove {index_dir} to index {inbox.absolute()} afresh"
+        )
 
 
 class Registry:
