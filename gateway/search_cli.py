@@ -16,7 +16,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from actors.search.registry import Registry, RegistryError, config_dir, inbox_root
+from actors.search.registry import (
+    Registry,
+    RegistryError,
+    config_dir,
+    inbox_root,
+    recorded_inbox,
+)
 from events.errors import reason
 
 
@@ -67,20 +73,30 @@ def cmd_list(args: Any, env: Mapping[str, str]) -> int:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
     registry = _registry(env)
-    rows = [
-        {
-            **e.to_json(),
-            "inbox": str(inbox_root(env) / e.db),
-            "index": str(registry.database_dir(e.db)),
-        }
-        for e in entries
-    ]
+    rows = []
+    for e in entries:
+        inbox = inbox_root(env) / e.db
+        recorded = recorded_inbox(registry.database_dir(e.db))
+        rows.append(
+            {
+                **e.to_json(),
+                "inbox": str(inbox),
+                "index": str(registry.database_dir(e.db)),
+                # The inbox the index was built from (None before its first start): another
+                # one than `inbox` means another checkout's index, which is not loaded here.
+                "indexedFrom": None if recorded is None else str(recorded),
+                "otherInbox": recorded is not None and recorded != inbox.resolve(),
+            }
+        )
     if args.json:
         print(json.dumps(rows))
     else:
         print(f"registry {registry.file}")
         for row in rows:
-            print(f"{row['db']}\t{row['createAt']}\tinbox {row['inbox']}\tindex {row['index']}")
+            line = f"{row['db']}\t{row['createAt']}\tinbox {row['inbox']}\tindex {row['index']}"
+            if row["otherInbox"]:
+                line += f"\tbuilt from {row['indexedFrom']}: not loaded with this inbox"
+            print(line)
     return 0
 
 

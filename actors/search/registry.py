@@ -56,6 +56,14 @@ def inbox_root(env: Mapping[str, str]) -> Path:
 INBOX_FILE = "inbox-path"
 
 
+def recorded_inbox(index_dir: Path) -> Path | None:
+    """The inbox an index was built from, or None before its first start."""
+    try:
+        return Path((index_dir / INBOX_FILE).read_text().strip())
+    except FileNotFoundError:
+        return None
+
+
 def bind_inbox(index_dir: Path, inbox: Path) -> None:
     """Tie a database's index to the inbox it is built from, or refuse another inbox.
 
@@ -67,16 +75,15 @@ def bind_inbox(index_dir: Path, inbox: Path) -> None:
     checkout, or a symlink pointed at another folder) raises `RegistryError` saying how to
     choose.
     """
-    file = index_dir / INBOX_FILE
-    try:
-        recorded = file.read_text().strip()
-    except FileNotFoundError:
+    recorded = recorded_inbox(index_dir)
+    if recorded is None:
         index_dir.mkdir(parents=True, exist_ok=True)
+        file = index_dir / INBOX_FILE
         tmp = file.with_suffix(".tmp")
         tmp.write_text(str(inbox.resolve()) + "\n")
         os.replace(tmp, file)
         return
-    if Path(recorded) != inbox.resolve():
+    if recorded != inbox.resolve():
         raise RegistryError(
             f"the index {index_dir} was built from the inbox {recorded}, not {inbox.absolute()}:"
             f" another checkout's? Run this one with SEARCH_INBOX={Path(recorded).parent}, give it"

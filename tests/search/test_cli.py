@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.search.registry import INBOX_FILE, bind_inbox
+
 
 def cairn(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
@@ -55,3 +57,20 @@ def test_nul_in_a_name_is_refused_by_the_registry(tmp_path: Path) -> None:
 
     with pytest.raises(RegistryError, match="invalid database name"):
         Registry(tmp_path).add("x\x00y")
+
+
+def test_list_names_an_index_built_from_another_inbox(tmp_path: Path) -> None:
+    assert cairn(tmp_path, "search", "add", "notes").returncode == 0
+    [row] = json.loads(cairn(tmp_path, "search", "list", "--json").stdout)
+    assert row["inbox"] == str(tmp_path / "inbox" / "notes")  # absolute
+    assert (row["indexedFrom"], row["otherInbox"]) == (None, False)  # not started yet
+    index = Path(row["index"])
+    bind_inbox(index, tmp_path / "elsewhere" / "inbox" / "notes")  # another checkout's service
+    [row] = json.loads(cairn(tmp_path, "search", "list", "--json").stdout)
+    other = str(tmp_path / "elsewhere" / "inbox" / "notes")
+    assert (row["indexedFrom"], row["otherInbox"]) == (other, True)
+    shown = cairn(tmp_path, "search", "list").stdout
+    assert f"built from {other}: not loaded with this inbox" in shown
+    (index / INBOX_FILE).unlink()
+    bind_inbox(index, tmp_path / "inbox" / "notes")  # this checkout's
+    assert "built from" not in cairn(tmp_path, "search", "list").stdout
