@@ -221,8 +221,17 @@ class EventStore:
                 pool_pre_ping=True,
                 # Short, like SQLite's busy_timeout: a write kept waiting by another client's
                 # lock fails and is retried by the store's own loop, which logs it and keeps
-                # to the retry budget (PostgreSQL would otherwise wait forever).
-                connect_args={"server_settings": {"lock_timeout": "1000"}},
+                # to the retry budget (PostgreSQL would otherwise wait forever). A client
+                # silent inside a transaction (a host paused between its insert and its
+                # commit) is ended by the server, so the append lock it holds is freed and
+                # the other hosts' appends go on; its own write fails and is retried when
+                # it wakes (a conflict then, if a survivor wrote the stream meanwhile).
+                connect_args={
+                    "server_settings": {
+                        "lock_timeout": "1000",
+                        "idle_in_transaction_session_timeout": str(int(IDLE_IN_TRANSACTION * 1000)),
+                    }
+                },
             )
         else:
             engine = create_async_engine(url)
@@ -483,16 +492,21 @@ def _refused(exc: BaseException, spent: float) -> StoreWriteFailed:
     return StoreWriteFailed(f"the event store refuses writes: {reason(exc)}{tried}", full=False)
 
 
+# PostgreSQL: seconds a session may sit idle inside a transaction before the server ends
+# it. Appends never wait on anything but the database inside one; well below the lease
+# TTL, so a survivor's first append finds the lock a paused holder had freed.
+IDLE_IN_TRANSACTION = 5.0
+
 _TRANSIENT_STATES = frozenset({"55P03", "40P01", "40001", "57P01", "57P02", "57P03"})
 
 # The advisory lock key appends take on PostgreSQL ("cairn" in ASCII).
-_APPEND_LOCK = 0x636169726E
+APPEND_LOCK = 0x636169726E
 _LOCK_DATABASE = sa.text("SELECT pg_advisory_xact_lock(:key)")
 
 
 async def _lock_database(conn: AsyncConnection) -> None:
     """PostgreSQL: this database's one writer lock, held until the transaction ends."""
-    await conn.execute(_LOCK_DATABASE, {"key": _APPEND_LOCK})
+    await conn.execute(_LOCK_DATABASE, {"key": APPEND_LOCK})
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

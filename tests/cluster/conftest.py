@@ -176,8 +176,15 @@ async def _start_sim(
 
 
 @pytest.fixture
+def pve_driver() -> str:
+    """How the hosts drive Proxmox: PVE_DRIVER from the environment (cli when unset); a module
+    runs with both through `pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)`."""
+    return os.environ.get("PVE_DRIVER", "").strip() or "cli"
+
+
+@pytest.fixture
 async def cluster(
-    tmp_path: Path, postgres: PostgresServer, mirror: Mirror
+    tmp_path: Path, postgres: PostgresServer, mirror: Mirror, pve_driver: str
 ) -> AsyncIterator[Cluster]:
     """Everything started and ready; everything ended after the test, which fails if any
     process started under its directory outlives it."""
@@ -207,6 +214,7 @@ async def cluster(
                 "CAIRN_EVENT_STORE": store_url,
                 "CAIRN_CLUSTER": "1",
                 "CAIRN_HOST_NAME": f"host{i}",
+                "PVE_DRIVER": pve_driver,
                 "CAIRN_EVENTS_REPLICAS": "3",
                 "CAIRN_DATA": str(home / "data"),
                 "XDG_CONFIG_HOME": str(home / "config"),

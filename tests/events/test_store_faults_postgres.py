@@ -5,14 +5,24 @@ appends from two hosts racing on one database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from events.errors import StoreWriteFailed
-from events.store import ConcurrencyConflict, EventStore, RetryPolicy
+from events.store import (
+    APPEND_LOCK,
+    IDLE_IN_TRANSACTION,
+    ConcurrencyConflict,
+    EventStore,
+    RetryPolicy,
+)
 from tests.conftest import wait_for
 from tests.events.sample_events import Incremented
 from tests.postgres import PostgresServer
@@ -132,3 +142,42 @@ async def test_two_hosts_appending_at_once_commit_in_position_order(postgres_url
     finally:
         for host in hosts:
             await host.close()
+
+
+async def test_a_host_stalled_inside_its_append_holds_the_others_up_only_briefly(
+    postgres_url: str,
+) -> None:
+    """A host paused (SIGSTOP, a frozen VM) between its insert and its commit keeps the
+    database's append lock, and its connection stays open. The server ends such a session
+    after `idle_in_transaction_session_timeout`, so the other hosts' appends go on within
+    their retry budget; without it every host's writes fail until the paused one wakes."""
+    stalled, other = [await EventStore.open(postgres_url) for _ in range(2)]
+    inside = asyncio.Event()
+
+    async def stall_after_insert(conn: AsyncConnection) -> None:
+        if inside.is_set():
+            return None  # awake again: the retry of its append does nothing more
+        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPEND_LOCK})
+        await conn.execute(sa.text("SELECT 1"))
+        inside.set()
+        await asyncio.Event().wait()  # silent from here on, as a paused process is
+
+    stuck = asyncio.ensure_future(stalled._write("append to counter:s", stall_after_insert))
+    try:
+        await inside.wait()
+        started = time.monotonic()
+        recorded = await other.append("counter:t", 0, [Incremented(1)])
+        assert [r.version for r in recorded] == [1]
+        assert time.monotonic() - started < IDLE_IN_TRANSACTION + 3
+    finally:
+        stuck.cancel()  # it wakes: its transaction is gone, the write is retried
+        with contextlib.suppress(BaseException):
+            await stuck
+    try:
+        # The stalled host, awake again, writes on (from a fresh connection) where it left.
+        recorded = await stalled.append("counter:s", 0, [Incremented(1)])
+        assert [r.version for r in recorded] == [1]
+    finally:
+        for host in (stalled, other):
+            with contextlib.suppress(Exception):
+                await host.close()
