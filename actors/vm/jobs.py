@@ -233,11 +233,6 @@ async def _storage_pool(svc: Services, storage: str) -> str:
 async def install(
     svc: Services, vmid: int, req: InstallRequest, report: Report, started: float, task: str
 ) -> JobResult:
-    if svc.cluster.driver == "api":
-        # The API driver's own pipeline (imported here: it builds on this module).
-        from actors.vm import api_install
-
-        return await api_install.install(svc, vmid, req, report, started, task)
     s = svc.settings
     st = _Stages(report)
     ip = s.ip_for(vmid)

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import jobs
+from actors.vm import api_install, jobs
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -323,10 +323,10 @@ class VmActor(AggregateActor):
         )
         report = Reporter(self, cmd.task)
         started = time.monotonic() - cmd.reserved_in
+        # The API driver has its own pipeline (actors/vm/api_install.py), built on the CLI's.
+        install = api_install.install if self.svc.cluster.driver == "api" else jobs.install
         self.start_job(
-            report.around(
-                jobs.install(self.svc, self.vmid, cmd.request, report, started, cmd.task)
-            ),
+            report.around(install(self.svc, self.vmid, cmd.request, report, started, cmd.task)),
             done=functools.partial(Finished, cmd.task, Command.INSTALL),
         )
         return self.info()
