@@ -17,7 +17,6 @@ from actors.config import data_dir as resolve_data_dir
 from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.access import NatsAccess
-from events.bus import redact_url
 from events.credentials import Keyring, KeyringError
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
 from events.leases import LeaseSettings, holder_name
@@ -28,6 +27,9 @@ from events.signing import EventSigner
 from events.store import EventStore, RetryPolicy, default_store_url
 
 log = logging.getLogger(__name__)
+
+# The roles a cairn process plays, each on a connection of its own (events/permissions.py).
+PROCESS_ROLES = (Role.HOST, Role.GATEWAY, Role.RUNNER)
 
 
 @attrs.frozen
@@ -44,7 +46,6 @@ class ClusterMode:
 class Runtime:
     data_dir: Path
     env: Mapping[str, str]
-    nats_url: str = attrs.field(repr=False)  # may hold a password: show ``bus.shown_url``
     # The host role's connection: the actors, the relay, leases, the code store.
     nc: Client
     store: EventStore
@@ -62,16 +63,21 @@ class Runtime:
     cluster: ClusterMode | None = None
     # How this process reaches NATS, and its other roles' connections (events/permissions.py):
     # the gateway's (HTTP translated into commands, events followed) and the runner's.
-    bus: NatsAccess | None = None
-    gateway_nc: Client = attrs.field(default=attrs.Factory(lambda self: self.nc, takes_self=True))
-    runner_nc: Client = attrs.field(default=attrs.Factory(lambda self: self.nc, takes_self=True))
+    bus: NatsAccess = attrs.field(kw_only=True)
+    gateway_nc: Client = attrs.field(kw_only=True)
+    runner_nc: Client = attrs.field(kw_only=True)
     # Checks that an event was published by a cairn host (None: NATS_KEYS=none).
     signer: EventSigner | None = None
 
     @property
+    def nats_url(self) -> str:
+        """The servers, as given (may hold a password: show :attr:`shown_nats_url`)."""
+        return self.bus.url
+
+    @property
     def shown_nats_url(self) -> str:
-        """``nats_url`` without any user or password: what logs and ``/status`` show."""
-        return redact_url(self.nats_url)
+        """The servers without any user or password: what logs and ``/status`` show."""
+        return self.bus.shown_url
 
     @property
     def connections(self) -> dict[str, Client]:
@@ -95,7 +101,7 @@ async def open_runtime(
             log.info("embedded nats-server on %s (store %s)", url, root / "nats")
             access = NatsAccess(url, embedded.keyring)
         connected = {}
-        for role in (Role.HOST, Role.GATEWAY, Role.RUNNER):
+        for role in PROCESS_ROLES:
             connected[role] = await access.connect(role)
             stack.push_async_callback(connected[role].close)
         nc = connected[Role.HOST]
@@ -111,7 +117,7 @@ async def open_runtime(
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
         yield Runtime(
-            root, env, access.url, nc, store, host, relay, embedded, flags,
+            root, env, nc, store, host, relay, embedded, flags,
             cluster=cluster_mode(env, root), bus=access, gateway_nc=connected[Role.GATEWAY],
             runner_nc=connected[Role.RUNNER], signer=signer,
         )  # fmt: skip
@@ -140,8 +146,7 @@ def external_nats(env: Mapping[str, str]) -> NatsAccess | None:
     if keys.lower() != "none":
         keyring = Keyring(Path(keys))
         try:
-            missing = [role.value for role in (Role.HOST, Role.GATEWAY, Role.RUNNER)
-                       if not keyring.has(role)]  # fmt: skip
+            missing = [role.value for role in PROCESS_ROLES if not keyring.has(role)]
             keyring.events_key()
         except KeyringError as exc:
             raise ConfigError("NATS_KEYS", str(exc)) from None

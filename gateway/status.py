@@ -37,8 +37,8 @@ def status_of(runtime: Runtime) -> dict[str, Any]:
         "url": runtime.shown_nats_url,
         "connected": all(nc.is_connected for nc in runtime.connections.values()),
         "roles": {role: nc.is_connected for role, nc in runtime.connections.items()},
-        "credentials": "nkeys" if runtime.bus is None or runtime.bus.keyring else "none",
-        "tls": runtime.bus is not None and runtime.bus.uses_tls,
+        "credentials": "nkeys" if runtime.bus.keyring is not None else "none",
+        "tls": runtime.bus.uses_tls,
         "signed_events": runtime.signer is not None,
     }
     embedded = runtime.embedded_nats

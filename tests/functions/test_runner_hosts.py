@@ -21,7 +21,6 @@ from tests.functions.test_hardening import MARKED, processes_named
 async def test_two_runner_hosts_share_runs_and_survive_one_stopping(runtime: Runtime) -> None:
     settings = FunctionsSettings.from_env(SERVICE_ENV)
     # A second host with its own NATS connection and data dir, as on another machine.
-    assert runtime.bus is not None
     other_nc: Client = await runtime.bus.connect(Role.RUNNER)
     other = RunnerHost(other_nc, settings, runtime.data_dir / "other-host")
     await other.start()
@@ -64,7 +63,7 @@ async def test_a_runner_host_killed_mid_run_fails_that_run_at_once_and_others_ca
     """kill -9 of the only runner host while it runs a 60 s function: the caller hears within
     seconds (the host's `alive` messages stop), not after the run's time limit, and nothing of
     the run is left running. Runs then go to the hosts that are left."""
-    assert runtime.bus is not None and runtime.bus.keyring is not None
+    assert runtime.bus.keyring is not None
     env = {
         **os.environ,
         **SERVICE_ENV,
@@ -96,7 +95,6 @@ async def test_a_runner_host_killed_mid_run_fails_that_run_at_once_and_others_ca
             # The sandbox died with its host (bwrap --die-with-parent): nothing runs unseen.
             await wait_for(lambda: not processes_named("cairn-doomed"), what="the run to end")
 
-            assert runtime.bus is not None
             other_nc: Client = await runtime.bus.connect(Role.RUNNER)
             other = RunnerHost(other_nc, FunctionsSettings.from_env(SERVICE_ENV), tmp_path / "b")
             await other.start()

@@ -37,7 +37,7 @@ async def run(program: str, tmp_path: Path) -> asyncio.subprocess.Process:
 async def test_the_documented_subscriber_reads_events_as_observer(
     runtime: Runtime, tmp_path: Path
 ) -> None:
-    assert runtime.bus is not None and runtime.bus.keyring is not None
+    assert runtime.bus.keyring is not None
     program = documented_subscriber()
     assert '"nats://127.0.0.1:4222"' in program and 'nkeys_seed="observer.nk"' in program
     program = program.replace('"nats://127.0.0.1:4222"', repr(runtime.nats_url))

@@ -38,7 +38,7 @@ def forged(stream: str, version: int, position: int) -> bytes:
 @pytest.fixture
 async def forger(runtime: Runtime) -> AsyncIterator[Client]:
     """A client holding the host role's key (it may publish events) but not the events key."""
-    assert runtime.bus is not None and runtime.bus.keyring is not None
+    assert runtime.bus.keyring is not None
     nc = await runtime.bus.connect(Role.HOST, name="forger")
     yield nc
     await nc.close()
