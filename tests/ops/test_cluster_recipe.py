@@ -30,6 +30,7 @@ from nats.js.client import JetStreamContext
 
 from actors.platform import lease_settings, stream_settings
 from events.access import NatsAccess
+from events.bus import flush_all
 from events.cluster_kit import ClusterKit
 from events.cluster_kit import Member as KitMember
 from events.nats_server import _TIED_TO_PARENT, end_server, find_binary, free_ports
@@ -379,7 +380,7 @@ async def test_a_server_without_the_clusters_certificate_cannot_join(
             heard.append(msg.data)
 
         await eavesdropper.subscribe("cairn.evt.>", cb=on_msg)
-        await eavesdropper.flush()
+        await flush_all(eavesdropper)  # it is listening before the publishes below
         nc = await connect(tmp_path, [m.url for m in members])
         try:
             for i in range(20):

@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from events.bus import flush_all
 from events.credentials import Keyring
 from events.jetstream import STREAM, StreamSettings, ensure_stream
 from events.nats_server import EmbeddedNats
@@ -174,7 +175,7 @@ async def test_each_role_can_do_what_its_row_says(server: EmbeddedNats) -> None:
             await msg.respond(b'{"ok":1}')
 
         await host.subscribe("cairn.cmd.vm.do", cb=answer)
-        await host.flush()
+        await flush_all(host)
         reply = await gateway.request("cairn.cmd.vm.do", b"{}", timeout=5)
         assert json.loads(reply.data) == {"ok": 1}
 
@@ -189,8 +190,8 @@ async def test_each_role_can_do_what_its_row_says(server: EmbeddedNats) -> None:
 
         await runner.subscribe("cairn.functions.run", queue="runners", cb=take_run)
         await gateway.subscribe("cairn.functions.reply.g1.*", cb=hear)
-        await runner.flush()
-        await gateway.flush()
+        await flush_all(runner)
+        await flush_all(gateway)
         await gateway.publish("cairn.functions.run", b"{}", reply="cairn.functions.reply.g1.r1")
         assert [await asyncio.wait_for(heard.get(), 5) for _ in range(2)] == [b"log", b"result"]
 
