@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 import attrs
 from nats.aio.client import Client
@@ -47,11 +48,16 @@ class NatsAccess:
         key = self.keyring.events_key() if self.keyring is not None else None
         return EventSigner(key) if key is not None else None
 
+    def client_options(self, role: Role) -> dict[str, Any]:
+        """What nats-py's ``connect`` takes to connect as ``role``: the role's nkey seed and
+        inbox prefix (with a keyring) and the TLS context (for TLS servers)."""
+        options: dict[str, Any] = {"tls": self.tls_context()}
+        if self.keyring is not None:
+            options.update(nkeys_seed_str=self.keyring.seed(role), inbox_prefix=role.inbox)
+        return options
+
     async def connect(self, role: Role, *, name: str | None = None) -> Client:
+        """cairn's reconnecting client (``events.bus.connect``) as ``role``."""
         return await connect(
-            self.url,
-            name=name or f"cairn {role.value}",
-            role=role,
-            keyring=self.keyring,
-            tls=self.tls_context(),
+            self.url, name=name or f"cairn {role.value}", **self.client_options(role)
         )

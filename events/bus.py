@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -23,9 +22,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from events.credentials import Keyring
 from events.errors import CommandFailed
-from events.permissions import Role
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -76,22 +73,12 @@ class NoResponders(CommandFailed):
         super().__init__(503, message)
 
 
-async def connect(
-    url: str,
-    *,
-    name: str = "cairn",
-    role: Role | None = None,
-    keyring: Keyring | None = None,
-    tls: ssl.SSLContext | None = None,
-) -> Client:
+async def connect(url: str, *, name: str = "cairn", **options: Any) -> Client:
     """A client that never gives up reconnecting: a NATS restart delays work, never ends it.
     Losing and regaining the server is logged once each way (the address without any user
-    or password it names). With a keyring, it connects as ``role`` with that role's nkey and
-    inbox prefix (``events/permissions.py``); ``tls`` verifies the servers' certificates."""
+    or password it names). ``options`` go to nats-py's ``connect`` as they are: a role's
+    credentials and TLS context (``events.access.NatsAccess.client_options``)."""
     shown = redact_url(url)
-    credentials: dict[str, Any] = {}
-    if keyring is not None and role is not None:
-        credentials = {"nkeys_seed_str": keyring.seed(role), "inbox_prefix": role.inbox}
 
     async def on_error(exc: Exception) -> None:
         log.debug("nats: %s", exc)
@@ -115,8 +102,7 @@ async def connect(
         error_cb=on_error,
         disconnected_cb=on_disconnected,
         reconnected_cb=on_reconnected,
-        tls=tls,
-        **credentials,
+        **options,
     )
     return nc
 

@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import attrs
 from nats.aio.client import Client
@@ -201,7 +200,8 @@ class NatsCluster:
                 try:
                     await nc.connect(
                         server.url, connect_timeout=1, allow_reconnect=False,
-                        max_reconnect_attempts=0, error_cb=quiet, **self._credentials(),
+                        max_reconnect_attempts=0, error_cb=quiet,
+                        **self.access.client_options(Role.HOST),
                     )  # fmt: skip
                     await nc.jetstream(timeout=1).account_info()
                     break
@@ -216,16 +216,6 @@ class NatsCluster:
                 finally:
                     with contextlib.suppress(Exception):
                         await nc.close()
-
-    def _credentials(self) -> dict[str, Any]:
-        """What a host's client passes to nats-py's ``connect`` for this cluster."""
-        if self.kit is None:
-            return {}
-        return {
-            "nkeys_seed_str": self.kit.keyring.seed(Role.HOST),
-            "inbox_prefix": Role.HOST.inbox,
-            "tls": self.access.tls_context(),
-        }
 
     def _signal(self, index: int, sig: signal.Signals) -> None:
         server = self.servers[index]

@@ -174,12 +174,10 @@ async def meta_cluster_size(session: aiohttp.ClientSession, member: Member) -> i
 
 async def connect(root: Path, servers: list[str], *, dont_randomize: bool = False) -> Client:
     """A client as a cairn host is one (TLS checked against the kit's CA, the host key)."""
-    access = host_access(root, servers)
-    assert access.keyring is not None
     return await nats.connect(
         servers=servers, connect_timeout=1, reconnect_time_wait=0.1,
-        max_reconnect_attempts=-1, dont_randomize=dont_randomize, tls=access.tls_context(),
-        nkeys_seed_str=access.keyring.seed(Role.HOST), inbox_prefix=Role.HOST.inbox,
+        max_reconnect_attempts=-1, dont_randomize=dont_randomize,
+        **host_access(root, servers).client_options(Role.HOST),
     )  # fmt: skip
 
 

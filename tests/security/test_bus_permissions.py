@@ -13,6 +13,7 @@ import json
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import nats.errors
@@ -20,6 +21,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from events.access import NatsAccess
 from events.bus import flush_all
 from events.credentials import Keyring
 from events.jetstream import STREAM, StreamSettings, ensure_stream
@@ -39,13 +41,13 @@ class Attempt:
         async def on_error(exc: Exception) -> None:
             self.refusals.append(str(exc).lower())
 
-        options: dict[str, object] = {}
+        options: dict[str, Any] = {}
         if role is not None:
             assert server.keyring is not None
-            options = {"nkeys_seed_str": server.keyring.seed(role), "inbox_prefix": role.inbox}
+            options = NatsAccess(server.url, server.keyring).client_options(role)
         await self.nc.connect(
             server.url, allow_reconnect=False, max_reconnect_attempts=0, error_cb=on_error,
-            **options,  # type: ignore[arg-type]
+            **options,
         )  # fmt: skip
         return self
 
