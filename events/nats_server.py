@@ -36,7 +36,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from events.access import NatsAccess
-from events.credentials import Keyring
+from events.credentials import Keyring, write_secret
 from events.permissions import Role, authorization_block
 
 log = logging.getLogger(__name__)
@@ -137,13 +137,11 @@ def server_argv(
 def write_config(path: Path, keyring: Keyring) -> None:
     """The server's configuration: the roles' public keys and permissions, nothing else (the
     command line sets the rest). Holds no secret, but only its owner needs to read it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(
+    write_secret(
+        path,
         "# Written by cairn at each start from the keyring beside it (events/permissions.py).\n"
-        + authorization_block(keyring.public_keys())
+        + authorization_block(keyring.public_keys()),
     )
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
 
 
 def servers_on(store_dir: Path, proc_root: Path = Path("/proc")) -> list[int]:
