@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pykka
 import pytest
+from aiohttp.test_utils import TestServer
 from nats.aio.client import Client
 
 from actors.platform import Runtime, open_runtime
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
+from gateway import services as catalogue
 from tests.postgres import SKIP_ENV as SKIP_POSTGRES
 from tests.postgres import PostgresServer, running_postgres
 
@@ -72,6 +75,40 @@ def postgres() -> Iterator[PostgresServer]:
 def postgres_url(postgres: PostgresServer) -> str:
     """The store URL of a fresh database on the session's PostgreSQL."""
     return postgres.url(postgres.new_database())
+
+
+# ``await serve(name, *, flags=..., listen=..., **env)``: a service's base URL.
+Serve = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
+    """Start a service's app as ``cairn`` builds it (``gateway.services.build_app``: every
+    shared middleware) on a test server over this test's runtime, with ``env`` laid over the
+    runtime's (search's config in the test's folder, no embedding model), command-line
+    ``flags`` and the ``listen`` addresses the console proxies to. All end with the test."""
+    servers: list[TestServer] = []
+
+    async def start(
+        name: str,
+        *,
+        flags: frozenset[str] = frozenset(),
+        listen: dict[str, tuple[str, int]] | None = None,
+        **env: str,
+    ) -> str:
+        base_env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "EMBEDDING_PROVIDER": "none"}
+        rt = attrs.evolve(
+            runtime, env={**runtime.env, **base_env, **env}, flags=flags, listen=listen or {}
+        )
+        app = await catalogue.build_app(catalogue.load(name), rt)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
 
 
 @pytest.fixture

@@ -5,38 +5,11 @@ built as `cairn up` builds it (gateway.services.build_app), served over real HTT
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
-import attrs
-import pytest
-from aiohttp.test_utils import TestServer
 
-from actors.platform import Runtime
-from gateway import services as catalogue
 from gateway.crosssite import REFUSED
-
-Serve = Callable[..., Awaitable[str]]
-
-
-@pytest.fixture
-async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
-    servers: list[TestServer] = []
-
-    async def start(name: str, *, flags: frozenset[str] = frozenset(), **env: str) -> str:
-        base_env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "EMBEDDING_PROVIDER": "none"}
-        rt = attrs.evolve(runtime, env={**runtime.env, **base_env, **env}, flags=flags)
-        app = await catalogue.build_app(catalogue.load(name), rt)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
-
+from tests.conftest import Serve
 
 FOREIGN = [
     {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},

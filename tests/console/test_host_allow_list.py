@@ -6,19 +6,12 @@ CAIRN_ALLOWED_HOSTS go through. Each app is built as `cairn up` builds it
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
-import attrs
-import pytest
-from aiohttp.test_utils import TestServer
 
-from actors.platform import Runtime
-from gateway import services as catalogue
 from gateway.hosts import REFUSED
+from tests.conftest import Serve
 
-Serve = Callable[..., Awaitable[str]]
 REBOUND = "rebind.evil.example:8000"
 # What a rebound page sends: its own name as Host and Origin, and the browser calls it
 # same-origin (it is, with the attacker's page).
@@ -29,32 +22,6 @@ REBINDING = {
     "Sec-Fetch-Mode": "cors",
 }
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
-
-
-@pytest.fixture
-async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
-    servers: list[TestServer] = []
-
-    async def start(
-        name: str,
-        *,
-        flags: frozenset[str] = frozenset(),
-        listen: dict[str, tuple[str, int]] | None = None,
-        **env: str,
-    ) -> str:
-        base_env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "EMBEDDING_PROVIDER": "none"}
-        rt = attrs.evolve(
-            runtime, env={**runtime.env, **base_env, **env}, flags=flags, listen=listen or {}
-        )
-        app = await catalogue.build_app(catalogue.load(name), rt)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 async def send(

@@ -6,39 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
-import attrs
-import pytest
-from aiohttp.test_utils import TestServer
 
-from actors.platform import Runtime
-from gateway import services as catalogue
 from gateway.clients import FORBIDDEN
+from tests.conftest import Serve
 
-Serve = Callable[..., Awaitable[str]]
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
 OUTSIDER = f"{FORBIDDEN} (client address 127.0.0.1)"
 GIF = base64.b64decode("R0lGODlhAQABAAAAACwAAAAAAQABAAACAkQBADs=")  # 1x1
-
-
-@pytest.fixture
-async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
-    servers: list[TestServer] = []
-
-    async def start(name: str, **env: str) -> str:
-        rt = attrs.evolve(runtime, env={**runtime.env, **env})
-        app = await catalogue.build_app(catalogue.load(name), rt)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 async def call(

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import attrs
 import pytest
-from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
-from gateway import services as catalogue
 from gateway.console.sessions import COOKIE
 from gateway.search import write_endpoint
 from gateway.search_client import ServiceError, get_json
 from gateway.tokens import Role, create, revoke
+from tests.conftest import Serve
 
-Serve = Callable[..., Awaitable[str]]
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
 RUN = {"language": "python", "code": "def handler(x):\n    return 41 + 1\n"}
 
@@ -42,32 +39,6 @@ def tokens(runtime: Runtime) -> Tokens:
     path = runtime.data_dir / "tokens.json"
     made = {role: create(path, role.label, role) for role in Role}
     return Tokens(made[Role.VIEWER], made[Role.OPERATOR], made[Role.ADMIN], path)
-
-
-@pytest.fixture
-async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
-    servers: list[TestServer] = []
-
-    async def start(
-        name: str,
-        *,
-        flags: frozenset[str] = frozenset(),
-        listen: dict[str, tuple[str, int]] | None = None,
-        **env: str,
-    ) -> str:
-        base_env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "EMBEDDING_PROVIDER": "none"}
-        rt = attrs.evolve(
-            runtime, env={**runtime.env, **base_env, **env}, flags=flags, listen=listen or {}
-        )
-        app = await catalogue.build_app(catalogue.load(name), rt)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 async def call(

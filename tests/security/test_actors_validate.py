@@ -12,8 +12,6 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from actors.functions import protocol
 from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
@@ -22,7 +20,7 @@ from actors.vm.commands import install_payload
 from actors.vm.service import SUBJECT_DO, SUBJECT_INSTALL
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import CommandFailed, command
-from gateway import services as catalogue
+from tests.conftest import Serve
 
 
 @attrs.frozen
@@ -42,22 +40,13 @@ class Served:
 
 
 @pytest.fixture
-async def served(runtime: Runtime) -> AsyncIterator[Served]:
-    sim = attrs.evolve(runtime, flags=frozenset({"sim"}))
-    servers: list[TestServer] = []
-    urls = {}
-    try:
-        for name, rt in (("vm", sim), ("functions", runtime)):
-            app: web.Application = await catalogue.build_app(catalogue.load(name), rt)
-            server = TestServer(app, host="127.0.0.1")
-            await server.start_server()
-            servers.append(server)
-            urls[name] = f"http://127.0.0.1:{server.port}"
-        async with aiohttp.ClientSession() as http:
-            yield Served(runtime, http, urls)
-    finally:
-        for server in reversed(servers):
-            await server.close()
+async def served(runtime: Runtime, serve: Serve) -> AsyncIterator[Served]:
+    urls = {
+        "vm": await serve("vm", flags=frozenset({"sim"})),
+        "functions": await serve("functions"),
+    }
+    async with aiohttp.ClientSession() as http:
+        yield Served(runtime, http, urls)
 
 
 def install_command(**body: Any) -> dict[str, Any]:
