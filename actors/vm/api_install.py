@@ -14,9 +14,7 @@ on older clusters the stage says so and points at PVE_DRIVER=cli.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import secrets
 import time
 
 import aiohttp
@@ -37,14 +35,15 @@ from actors.vm.jobs import (
     _storage_pool,
     _taken_by_another,
     _wait,
+    password_hash_for,
+    prepare,
     remove_vm,
 )
 from actors.vm.lifecycle import State
 from actors.vm.osimages import OsImage, checksum_for, find_image, script_name
 from actors.vm.ownership import Claim, mark_line
 from actors.vm.pve_output import CommandResult, parse_config, resize_error
-from actors.vm.requests import InstallRequest, balloon_for, clamp_cpu, clamp_disk, clamp_ram
-from actors.vm.shacrypt import sha512_crypt
+from actors.vm.requests import InstallRequest, balloon_for
 
 MIN_RELEASE = (8, 4)
 
@@ -179,35 +178,9 @@ async def install(
     claim = Claim(task)
     created_on: str | None = None
     create_unsure = False
-    # A hash from the gateway is used as it is; a clear password (or none: a random one
-    # nobody knows) is hashed here. PVE stores a crypt hash unchanged.
-    given = getattr(req, "password_hash", None)
-    if given:
-        password_hash: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        password_hash.set_result(str(given))
-    else:
-        passwd = req.passwd or secrets.token_urlsafe(24)
-        password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
+    password_hash = password_hash_for(req)
     try:
-        st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
-        st.done(f"assigned IP: {ip}/24")
-
-        st.begin("preparation > validating CPU and RAM", "checking CPU and RAM limits")
-        cpu, ram = clamp_cpu(req.cpu, s), clamp_ram(req.ram, s)
-        for note in (cpu.note, ram.note):
-            if note:
-                st.note(note)
-        st.done(f"CPU {cpu.value} and RAM {ram.value} MB validated")
-
-        st.begin("preparation > validating disk size", "checking the disk size")
-        disk = clamp_disk(req.disk_gb, s)
-        if disk.note:
-            st.note(disk.note)
-        st.done(f"disk size {disk.value}G validated")
-
-        st.begin("preparation > setting default config values", "setting default config values")
-        cpu_type = await svc.detect_cpu_type()
-        st.done(f"defaults set: CPU type {cpu_type}, storage {s.storage}")
+        cpu, ram, disk, cpu_type = await prepare(st, svc, vmid, req)
 
         st.begin("preparation > checking storage pool", f"checking storage pool {s.storage}")
         kind = await check_cluster(svc, node)

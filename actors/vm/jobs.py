@@ -38,6 +38,7 @@ from actors.vm.pve_output import (
     resize_error,
 )
 from actors.vm.requests import (
+    Clamped,
     InstallRequest,
     balloon_for,
     clamp_cpu,
@@ -230,6 +231,50 @@ async def _storage_pool(svc: Services, storage: str) -> str:
     raise StageFailed(f"storage pool {storage} cannot be checked: {exists.error_text()}")
 
 
+def password_hash_for(req: InstallRequest) -> asyncio.Future[str]:
+    """The crypt hash an install gives Proxmox (`cipassword`). The gateway sends it (the
+    password never crosses NATS: actors/vm/commands.py); a request without one gets the hash
+    of its clear password or of a random one nobody knows (never a default anyone could
+    guess), made in a thread (5000 rounds of SHA-512 in Python take ~30 ms) while the stages
+    before the step that needs it run."""
+    if req.password_hash is not None:
+        given: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        given.set_result(req.password_hash)
+        return given
+    passwd = req.passwd or secrets.token_urlsafe(24)
+    return asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
+
+
+async def prepare(
+    st: _Stages, svc: Services, vmid: int, req: InstallRequest
+) -> tuple[Clamped, Clamped, Clamped, str]:
+    """An install's first stages, the same for either driver: the VM's IP, its CPU, RAM and
+    disk clamped to the settings (each adjustment said in the stream), and the CPU type.
+    Returns (cpu, ram, disk, cpu_type)."""
+    s = svc.settings
+    ip = s.ip_for(vmid)
+    st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
+    st.done(f"assigned IP: {ip}/24")
+
+    st.begin("preparation > validating CPU and RAM", "checking CPU and RAM limits")
+    cpu, ram = clamp_cpu(req.cpu, s), clamp_ram(req.ram, s)
+    for note in (cpu.note, ram.note):
+        if note:
+            st.note(note)
+    st.done(f"CPU {cpu.value} and RAM {ram.value} MB validated")
+
+    st.begin("preparation > validating disk size", "checking the disk size")
+    disk = clamp_disk(req.disk_gb, s)
+    if disk.note:
+        st.note(disk.note)
+    st.done(f"disk size {disk.value}G validated")
+
+    st.begin("preparation > setting default config values", "setting default config values")
+    cpu_type = await svc.detect_cpu_type()
+    st.done(f"defaults set: CPU type {cpu_type}, storage {s.storage}")
+    return cpu, ram, disk, cpu_type
+
+
 async def install(
     svc: Services, vmid: int, req: InstallRequest, report: Report, started: float, task: str
 ) -> JobResult:
@@ -242,38 +287,9 @@ async def install(
     # before that, whatever holds the id is not cairn's.
     created_on: str | None = None
     create_unsure = False  # qm create failed in a way that may have left cairn's VM behind
-    # 5000 rounds of SHA-512 in Python take ~30 ms: hashed in a thread while the stages before
-    # the `qm set` that needs it run.
-    # A request without one (the gateway always supplies one) gets a random password nobody
-    # knows: never a default anyone could guess.
-    # The gateway sends the hash (actors/vm/commands.py): the password never crosses NATS.
-    password_hash: asyncio.Future[str]
-    if req.password_hash is not None:
-        password_hash = asyncio.get_running_loop().create_future()
-        password_hash.set_result(req.password_hash)
-    else:
-        passwd = req.passwd or secrets.token_urlsafe(24)
-        password_hash = asyncio.ensure_future(asyncio.to_thread(sha512_crypt, passwd))
+    password_hash = password_hash_for(req)
     try:
-        st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
-        st.done(f"assigned IP: {ip}/24")
-
-        st.begin("preparation > validating CPU and RAM", "checking CPU and RAM limits")
-        cpu, ram = clamp_cpu(req.cpu, s), clamp_ram(req.ram, s)
-        for note in (cpu.note, ram.note):
-            if note:
-                st.note(note)
-        st.done(f"CPU {cpu.value} and RAM {ram.value} MB validated")
-
-        st.begin("preparation > validating disk size", "checking the disk size")
-        disk = clamp_disk(req.disk_gb, s)
-        if disk.note:
-            st.note(disk.note)
-        st.done(f"disk size {disk.value}G validated")
-
-        st.begin("preparation > setting default config values", "setting default config values")
-        cpu_type = await svc.detect_cpu_type()
-        st.done(f"defaults set: CPU type {cpu_type}, storage {s.storage}")
+        cpu, ram, disk, cpu_type = await prepare(st, svc, vmid, req)
 
         st.begin("preparation > checking storage pool", f"checking storage pool {s.storage}")
         kind = await _storage_pool(svc, s.storage)
