@@ -212,6 +212,9 @@ class VmService:
         self.allocator: ActorHandle | None = None
         self.services: Services | None = None
         self._vms_read: asyncio.Future[list[VmResource] | None] | None = None
+        # Why the last read of the cluster's VMs failed, in the words of the driver that read
+        # them (a 503 names it).
+        self.vms_problem = ""
         self._stopping = False
 
     @property
@@ -362,11 +365,19 @@ class VmService:
         assert self.cluster is not None
         result = await self.cluster.main(qm.cluster_resources("vm"))
         if not result.ok:
+            self.vms_problem = f"{self._resources_read()} failed: {result.error_text()}"
             return None
         try:
             return parse_vm_resources(result.stdout)
-        except OutputError:
+        except OutputError as exc:
+            self.vms_problem = f"{self._resources_read()} answered what cairn cannot read: {exc}"
             return None
+
+    def _resources_read(self) -> str:
+        """How the cluster's VMs are read, as the driver does it (for messages)."""
+        if self.settings.driver == "api" and self.settings.api is not None:
+            return f"GET /cluster/resources at {self.settings.api.url}"
+        return f"pvesh get /cluster/resources on {self.settings.main_node}"
 
     async def poll(self) -> None:
         """Re-read the cluster: node figures, VM usage, VMs cairn does not know yet."""
@@ -442,9 +453,7 @@ class VmService:
         began = time.monotonic()
         vms = await self.cluster_vms()
         if vms is None:
-            return _error(
-                503, "cannot read the cluster's VMs (pvesh get /cluster/resources failed)"
-            )
+            return _error(503, f"cannot read the cluster's VMs: {self.vms_problem}")
         occupied = frozenset(v.vmid for v in vms)
         try:
             vmid = await self.allocator.ask(Reserve(task, request.vmid, occupied))
