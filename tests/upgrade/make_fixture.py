@@ -1,0 +1,131 @@
+"""Write the upgrade test's fixture: a data directory (``CAIRN_DATA``) made by this cairn.
+
+    .venv/bin/python -m tests.upgrade.make_fixture [DIR]
+
+DIR defaults to ``tests/upgrade/fixture-<version>``. It starts the VM, functions and images
+services on an empty data directory (the simulated cluster under ``pvesim/``), installs two
+VMs, stores functions in Python (two versions) and JavaScript, uploads an image and a PDF,
+then stops everything and keeps the data directory without the nats-server's store and the
+simulator's logs. Run it once per release, with that release's code, and commit the result:
+tests/upgrade/test_upgrade.py opens every kept fixture with the current code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from PIL import Image
+
+from events.catalog import load_all
+from gateway.cli import version
+from tests.upgrade.serving import Served, serving
+
+HERE = Path(__file__).parent
+
+# What the fixture holds; the test asserts these are served after the upgrade.
+VMS = (
+    {"name": "web-1", "cpu": 2, "ram": 2048},
+    {"name": "db-1", "os": "rockylinux", "version": "9"},
+)
+PYTHON_V1 = "return {'sum': input['a'] + input['b']}"
+PYTHON_V2 = "return {'sum': input['a'] + input['b'], 'by': 'v2'}"
+JAVASCRIPT = "return input.words.map(w => w.toUpperCase()).join(' ')"
+
+
+def png(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 80, 40)).save(out, "PNG")
+    return out.getvalue()
+
+
+PDF = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
+    b"2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
+    b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\n"
+    b"trailer<</Root 1 0 R>>\n%%EOF\n"
+)
+
+
+async def _install(served: Served, body: dict[str, Any]) -> int:
+    url = served.urls["vm"] + "/api/vm/install"
+    last: dict[str, Any] = {}
+    async with served.http.post(url, json={"os": "debian", "version": "12", **body}) as resp:
+        assert resp.status == 200, await resp.text()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if line.startswith("data: {") and '"status"' in line:
+                last = json.loads(line[6:])
+    assert last.get("status") == "success", last
+    return int(last["vm_id"])
+
+
+async def _post_json(http: aiohttp.ClientSession, url: str, body: Any) -> Any:
+    async with http.post(url, json=body) as resp:
+        assert resp.status == 200, (url, resp.status, await resp.text())
+        return await resp.json()
+
+
+async def _upload(http: aiohttp.ClientSession, url: str, name: str, data: bytes) -> None:
+    form = aiohttp.FormData()
+    form.add_field("filepath", data, filename=name, content_type="application/octet-stream")
+    async with http.post(url, data=form) as resp:
+        assert resp.status == 201, await resp.text()
+
+
+async def populate(served: Served) -> None:
+    for body in VMS:
+        await _install(served, body)
+    upload = served.urls["functions"] + "/upload"
+    for path, language, code in (
+        ("math/add", "python", PYTHON_V1),
+        ("math/add", "python", PYTHON_V2),
+        ("text/shout", "javascript", JAVASCRIPT),
+    ):
+        await _post_json(served.http, upload, {"path": path, "language": language, "code": code})
+        await asyncio.sleep(0.002)  # versions are millisecond timestamps
+    img = served.urls["images"]
+    await _upload(served.http, img + "/upload/photos/2026", "tile.png", png(64, 48))
+    await _upload(served.http, img + "/upload/docs", "note.pdf", PDF)
+
+
+async def written(work: Path) -> Path:
+    """The data directory, populated, its services stopped."""
+    data = work / "data"
+    async with serving(data, work) as served:
+        await populate(served)
+    return data
+
+
+def make(target: Path) -> None:
+    load_all()
+    with tempfile.TemporaryDirectory(prefix="cairn-fixture-") as tmp:
+        data = asyncio.run(written(Path(tmp)))
+        for dropped in ("nats", "pvesim/commands.log"):
+            path = data / dropped
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(data, target, symlinks=True)
+    (target / "VERSION").write_text(f"{version()}\n")
+
+
+def main() -> None:
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / f"fixture-{version()}"
+    make(target)
+    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+    print(f"fixture written by cairn {version()} to {target}: {size / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()

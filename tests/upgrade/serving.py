@@ -1,0 +1,73 @@
+"""cairn's VM, functions and images services over real HTTP on one data directory, as
+``cairn serve vm functions images`` runs them: a real nats-server, the event store in
+``$CAIRN_DATA``, the simulated Proxmox cluster kept under ``$CAIRN_DATA/pvesim`` and a
+loopback image mirror. The fixture's generator and the upgrade test both start it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import attrs
+from aiohttp.test_utils import TestServer
+from pvesim.cluster import SimCluster
+
+from actors.platform import open_runtime
+from actors.vm.fakemirror import serve_mirror
+from events.nats_server import EmbeddedNats
+from gateway import services as catalogue
+
+SERVICES = ("vm", "functions", "images")
+
+# Small, so the generated fixture stays small and a run ends fast.
+SETTINGS = {
+    "VM_SSH_POLL": "0.02",
+    "VM_SSH_WAIT": "10",
+    "VM_POLL_INTERVAL": "30",
+    "VM_CPU_TYPE": "x86-64-v2-AES",
+    "RUN_TIMEOUT": "5",
+    "RUN_MEMORY_MB": "128",
+    "RUN_CONCURRENCY": "2",
+    "EMBEDDING_PROVIDER": "none",
+}
+
+
+@attrs.frozen
+class Served:
+    urls: dict[str, str]  # service name -> base URL
+    http: aiohttp.ClientSession
+    sim: SimCluster
+
+
+@contextlib.asynccontextmanager
+async def serving(data: Path, work: Path) -> AsyncIterator[Served]:
+    """The services on ``data`` (``CAIRN_DATA``); the nats-server's store in ``work``, which
+    a fixture does not keep (JetStream is a live feed; the event store is the record)."""
+    async with contextlib.AsyncExitStack() as stack:
+        nats = EmbeddedNats(work / "nats")
+        await nats.start()
+        stack.push_async_callback(nats.stop)
+        sim = await stack.enter_async_context(SimCluster(data / "pvesim", delay_scale=0))
+        mirror = await stack.enter_async_context(serve_mirror())
+        env = {
+            **sim.env(),
+            **nats.client_env(),
+            **SETTINGS,
+            "CAIRN_DATA": str(data),
+            "IMAGE_BASE_URL": mirror.base_url,
+            "XDG_CONFIG_HOME": str(work / "config"),
+        }
+        runtime = await stack.enter_async_context(open_runtime(env, data))
+        urls: dict[str, str] = {}
+        for name in SERVICES:
+            app = await catalogue.build_app(catalogue.load(name), runtime)
+            server = TestServer(app, host="127.0.0.1")
+            await server.start_server()
+            stack.push_async_callback(server.close)
+            urls[name] = str(server.make_url("")).rstrip("/")
+        http = await stack.enter_async_context(
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        )
+        yield Served(urls, http, sim)
