@@ -35,8 +35,10 @@ from actors.vm.jobs import (
     _storage_pool,
     _taken_by_another,
     _wait,
+    _wait_verified,
     password_hash_for,
     prepare,
+    reachable,
     remove_vm,
 )
 from actors.vm.lifecycle import State
@@ -269,8 +271,8 @@ async def install(
         st.begin("VM initialization > waiting for ready", f"starting VM {vmid}")
         _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
         st.note("VM started, waiting for SSH")
-        host_key = await _wait(svc, ip, req.user)
-        st.done(f"VM is reachable over SSH (host key {host_key.get_fingerprint()})")
+        host_key = await _wait_verified(svc, vmid, ip, req.user, await password_hash)
+        st.done(reachable(host_key, vmid))
 
         st.begin("VM initialization > SSH initialization", "running the init script")
         script = (svc.scripts_dir / script_name(req.os, req.version)).read_text()

@@ -1,16 +1,26 @@
 """Talking to a guest over SSH with the key the service manages.
 
-Guests are fresh cloud VMs whose host keys are generated at first boot, so the first answer
-cannot be checked against anything: its host key is trusted on first use and pinned for the
-rest of the install. The init script (which may carry the root password) and the check after
-the reboot only talk to a guest that shows that same key; another key at the VM's address fails
-the install at once. Node transports check their hosts against a known-hosts file.
+Guests are fresh cloud VMs whose host keys are generated at first boot, so cairn cannot know
+the key before the first answer. It verifies it instead (docs/vm.md, "What is verified"):
+1. `wait_ready` polls `echo ready` and takes the host key the guest shows (nothing secret goes
+   to it: only cairn's public key and a signature bound to that one session);
+2. `verify` asks the machine behind that key to prove it holds the secret Proxmox handed the
+   new VM through cloud-init: the crypt hash of the login user's password (`cipassword`), which
+   cloud-init writes to /etc/shadow as given. It computes HMAC-SHA256 keyed with that hash over
+   a fresh challenge; a machine that merely answers at the VM's address does not have the hash
+   (random salt, never sent anywhere but to Proxmox), so it cannot answer, and cairn stops;
+3. only then is the key pinned, and the init script (which may carry the root password), the
+   check after the reboot and every later readiness check talk only to a guest showing it.
+Node transports check their hosts against a known-hosts file.
 Secrets never travel on a command line: the init script and the root password go on stdin.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import secrets
 import shlex
 import time
 from pathlib import Path
@@ -97,6 +107,91 @@ async def wait_ready(
         await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
+# Run as root on the guest: waits for cloud-init to finish (the password is set in one of its
+# later stages on older releases), then prints HMAC-SHA256 of the first stdin line keyed with
+# the user's /etc/shadow hash. Python is there on every cloud-init image (cloud-init is
+# written in it); RHEL 8's is /usr/libexec/platform-python.
+PROOF_PROGRAM = """\
+import hashlib, hmac, sys
+user = sys.argv[1]
+message = sys.stdin.readline().rstrip("\\n").encode()
+with open("/etc/shadow") as shadow:
+    for line in shadow:
+        fields = line.rstrip("\\n").split(":")
+        if fields[0] == user and len(fields) > 1:
+            print(hmac.new(fields[1].encode(), message, hashlib.sha256).hexdigest())
+            sys.exit(0)
+sys.stderr.write("no entry for %s in /etc/shadow\\n" % user)
+sys.exit(3)
+"""
+_PROOF_SHELL = (
+    "if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/null 2>&1"
+    " || true; fi; for p in python3 /usr/libexec/platform-python; do"
+    ' if command -v "$p" >/dev/null 2>&1; then exec "$p" -c "$0" "$1"; fi; done;'
+    " echo 'cairn: no python3 on the guest' >&2; exit 127"
+)
+
+
+def proof_command(user: str) -> str:
+    """The command that makes the guest prove it holds `user`'s cloud-init password hash;
+    the challenge goes on stdin."""
+    return "sudo -n sh -c " + " ".join(
+        shlex.quote(part) for part in (_PROOF_SHELL, PROOF_PROGRAM, user)
+    )
+
+
+def challenge(vmid: int, shown: asyncssh.SSHKey) -> str:
+    """A fresh one-line challenge, naming the VM and the key it is asked of."""
+    return f"cairn-guest-proof:{vmid}:{shown.get_fingerprint()}:{secrets.token_hex(16)}"
+
+
+def proof(password_hash: str, message: str) -> str:
+    """What a guest holding `password_hash` answers to `message`."""
+    return hmac.new(password_hash.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+async def verify(
+    ip: str,
+    *,
+    vmid: int,
+    user: str,
+    key: Path,
+    port: int,
+    host_key: asyncssh.SSHKey,
+    password_hash: str,
+    timeout: float,
+) -> None:
+    """GuestError unless the machine showing `host_key` at `ip` proves it holds the password
+    hash Proxmox gave VM `vmid` through cloud-init. Nothing secret is sent to it."""
+    fingerprint = host_key.get_fingerprint()
+    message = challenge(vmid, host_key)
+    try:
+        async with (
+            asyncio.timeout(timeout),
+            asyncssh.connect(ip, **_options(user, key, port, min(15.0, timeout), host_key)) as conn,
+        ):
+            result = await conn.run(proof_command(user), input=message + "\n", check=False)
+    except asyncssh.HostKeyNotVerifiable:
+        raise changed_key(ip, host_key) from None
+    except TimeoutError:
+        raise GuestError(
+            f"SSH to {user}@{ip}: no proof of identity from host key {fingerprint} after "
+            f"{timeout:g}s; the init script was not sent"
+        ) from None
+    except (OSError, asyncssh.Error) as exc:
+        raise GuestError(f"SSH to {user}@{ip} failed: {exc}") from None
+    answer = str(result.stdout or "").strip()
+    if result.exit_status == 0 and hmac.compare_digest(answer, proof(password_hash, message)):
+        return
+    detail = str(result.stderr or "").strip().splitlines()
+    why = f" ({detail[-1][:200]})" if result.exit_status != 0 and detail else ""
+    raise GuestError(
+        f"the machine at {ip} with host key {fingerprint} could not prove it is VM {vmid}: it "
+        f"does not hold the password hash Proxmox gave the VM through cloud-init{why}; it may "
+        "be another machine answering at the VM's address. Nothing secret was sent to it"
+    )
+
+
 def init_stdin(script: str, root_password: str) -> bytes:
     """The shell input for the init script: the password as a variable, then the script.
 
@@ -119,7 +214,8 @@ async def run_init(
     script: str,
     root_password: str,
 ) -> None:
-    """Run the init script on the guest that showed `host_key` (the password goes with it)."""
+    """Run the init script on the guest that showed `host_key`, verified by `verify` (the
+    password goes with it)."""
     try:
         async with asyncssh.connect(ip, **_options(user, key, port, 15.0, host_key)) as conn:
             result = await conn.run(

@@ -19,7 +19,7 @@ import asyncssh
 import attrs
 
 from actors.vm import qm
-from actors.vm.guest import GuestError, ensure_key, run_init, wait_ready
+from actors.vm.guest import GuestError, ensure_key, run_init, verify, wait_ready
 from actors.vm.imagecache import ImageCache, ImageError
 from actors.vm.lifecycle import State
 from actors.vm.node import Cluster
@@ -383,8 +383,8 @@ async def install(
         st.begin("VM initialization > waiting for ready", f"starting VM {vmid}")
         _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
         st.note("VM started, waiting for SSH")
-        host_key = await _wait(svc, ip, req.user)
-        st.done(f"VM is reachable over SSH (host key {host_key.get_fingerprint()})")
+        host_key = await _wait_verified(svc, vmid, ip, req.user, await password_hash)
+        st.done(reachable(host_key, vmid))
 
         st.begin("VM initialization > SSH initialization", "running the init script")
         script = (svc.scripts_dir / script_name(req.os, req.version)).read_text()
@@ -440,6 +440,26 @@ async def install(
         return JobResult(False, state, error=message)
 
 
+async def _wait_verified(
+    svc: Services, vmid: int, ip: str, user: str, password_hash: str
+) -> asyncssh.SSHKey:
+    """The new guest's host key, once it answers at `ip` and proves it is VM `vmid` by the
+    password hash Proxmox gave it through cloud-init (guest.verify); GuestError otherwise.
+    Nothing secret goes to the guest before this returns."""
+    host_key = await _wait(svc, ip, user)
+    s = svc.settings
+    await verify(
+        ip, vmid=vmid, user=user, key=svc.key_path, port=s.vm_ssh_port, host_key=host_key,
+        password_hash=password_hash, timeout=s.ssh_wait_timeout,
+    )  # fmt: skip
+    return host_key
+
+
+def reachable(host_key: asyncssh.SSHKey, vmid: int) -> str:
+    fingerprint = host_key.get_fingerprint()
+    return f"VM is reachable over SSH (host key {fingerprint}) and proved it is VM {vmid}"
+
+
 async def _wait(
     svc: Services, ip: str, user: str, host_key: asyncssh.SSHKey | None = None
 ) -> asyncssh.SSHKey:
@@ -487,6 +507,7 @@ async def _ensure_ours(svc: Services, vmid: int, node: str, claim: Claim | None)
 class Removal:
     leftover: str | None = None  # cairn's VM is still there: why it could not be removed
     foreign: str | None = None  # another VM holds the id: left untouched, and why
+    removed: str | None = None  # the node cairn's VM was removed from (None: none was there)
 
 
 async def remove_vm(
@@ -504,7 +525,7 @@ async def remove_vm(
     result = await svc.cluster.run(node, qm.cleanup_destroy(vmid))
     if not result.ok and await where_is(svc, vmid, node) is not None:
         return Removal(leftover=result.error_text())
-    return Removal()
+    return Removal(removed=node)
 
 
 async def observe(svc: Services, vmid: int, node_hint: str | None) -> tuple[str | None, State]:

@@ -146,6 +146,7 @@ async def bench(installs: int, parallel: int, lists: int, section: str, rounds: 
     VmService.poll = mark_polls(VmService.poll)  # type: ignore[method-assign,assignment]
     jobs.wait_ready = external.wrap(jobs.wait_ready)  # type: ignore[assignment]
     jobs.run_init = external.wrap(jobs.run_init)  # type: ignore[assignment]
+    jobs.verify = external.wrap(jobs.verify)  # type: ignore[assignment]
     from actors.vm.imagecache import ImageCache
 
     ImageCache.head = external.wrap(ImageCache.head)  # type: ignore[method-assign,assignment]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import shlex
+from collections.abc import Mapping
 
 import attrs
 
@@ -25,6 +28,7 @@ class Answer:
     stderr: str = ""
     exit_status: int = 0
     reads_script: bool = False  # the command is a shell that runs what arrives on stdin
+    proof_user: str | None = None  # the command proves it holds this user's shadow hash
 
 
 def strip_sudo(words: list[str]) -> list[str]:
@@ -47,6 +51,39 @@ def is_script_shell(words: list[str]) -> bool:
     while rest and rest[0] in ("-e", "-x", "-eu", "-eux", "-u", "-o", "pipefail", "-l"):
         rest = rest[1:]
     return not rest or rest[0] in ("-s", "-", "--")
+
+
+def proof_user(words: list[str]) -> str | None:
+    """The user of `sh -c SCRIPT PROGRAM USER` when PROGRAM is a Python program that reads
+    /etc/shadow and prints HMAC-SHA256 of stdin's first line keyed with USER's hash (cairn's
+    check that a guest is the VM Proxmox gave that password through cloud-init; docs/vm.md);
+    None for any other command."""
+    if len(words) == 5 and words[0] in SHELLS and words[1] == "-c":
+        program = words[3]
+        if "/etc/shadow" in program and "hmac" in program:
+            return words[4]
+    return None
+
+
+def shadow_proof(shadow: Mapping[str, str], user: str, stdin: str) -> Answer:
+    """What that program prints on a guest whose /etc/shadow holds `shadow` (user -> hash)."""
+    hashed = shadow.get(user)
+    if hashed is None:
+        return Answer(stderr=f"no entry for {user} in /etc/shadow\n", exit_status=3)
+    message = stdin.split("\n", 1)[0].encode()
+    return Answer(stdout=hmac.new(hashed.encode(), message, hashlib.sha256).hexdigest() + "\n")
+
+
+def cloud_init_shadow(boot: Mapping[str, object]) -> dict[str, str]:
+    """/etc/shadow after cloud-init's first boot: the login user gets the `password:` of the
+    user-data as given when it is a crypt hash (PVE writes the stored, hashed `cipassword`
+    there: QS Cloudinit.pm cloudinit_userdata; cloud-init cc_set_passwords `chpasswd -e`),
+    else stays locked; root is locked as the images ship it."""
+    shadow = {"root": "*"}
+    user = str(boot.get("user") or "")
+    if user:
+        shadow[user] = str(boot.get("password_hash") or "!")
+    return shadow
 
 
 def answer(command: str, user: str, hostname: str) -> Answer:
@@ -75,4 +112,7 @@ def answer(command: str, user: str, hostname: str) -> Answer:
         return Answer(stdout="status: done\n")
     if is_script_shell(words):
         return Answer(reads_script=True)
+    proving = proof_user(words)
+    if proving is not None:
+        return Answer(proof_user=proving)
     return Answer(stderr=f"bash: line 1: {head}: command not found\n", exit_status=127)

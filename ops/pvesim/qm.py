@@ -260,6 +260,8 @@ def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]
         "ip": vc.static_ip(conf) if has_ci else None,
         "user": vc.cloud_user(conf, os.path.basename(image) if image else None) if has_ci else None,
         "keys": vc.decode_sshkeys(conf) if has_ci else [],
+        # cloud-init's `password:` for that user: the stored (hashed) cipassword (ref §6.2).
+        "password_hash": str(conf["cipassword"]) if has_ci and conf.get("cipassword") else None,
         "name": str(conf.get("name", f"VM{rec['vmid']}")),
     }
 

@@ -186,6 +186,12 @@ class Guest:
         if ans.reads_script:
             stdin = (await process.stdin.read()).decode(errors="replace")
             out, err, status = await self._run_script(stdin)
+        elif ans.proof_user is not None:
+            stdin = (await process.stdin.read()).decode(errors="replace")
+            proved = guest_mod.shadow_proof(
+                guest_mod.cloud_init_shadow(self.boot), ans.proof_user, stdin
+            )
+            out, err, status = proved.stdout, proved.stderr, proved.exit_status
         self._record(GuestRun(user, command, stdin, status, out, err))
         if out:
             process.stdout.write(out.encode())
