@@ -91,6 +91,8 @@ _SYNC_ACTIONS = {
     "destroy": Command.DESTROY,
 }
 _TASK_EVENTS = {"vm.progress", "vm.task_ended"}
+# Not an event: the follow's word that the store refuses writes, so the task is silent.
+WAITING = "waiting"
 # A follow that hears nothing this long reads the store itself (a stalled publisher, the bus
 # down) and tries again to join JetStream.
 STORE_POLL = 5.0
@@ -136,6 +138,7 @@ async def follow_task(
     follower = await _follow(runtime, subject_for(stream), on_event)
     runtime.store.add_listener(on_append)
     last = after
+    told: str | None = None  # the store's refusal the stream last said it waits out
     try:
         pending = await _from_store(runtime.store, stream, last)
         while True:
@@ -151,6 +154,10 @@ async def follow_task(
             try:
                 payload = await asyncio.wait_for(queue.get(), timeout=STORE_POLL)
             except TimeoutError:
+                refusal = runtime.actors.store_refusal
+                if refusal is not None and refusal != told:
+                    told = refusal
+                    yield TaskEvent(last, WAITING, {"message": refusal})
                 pending = await _from_store(runtime.store, stream, last)  # publisher stalled
                 if follower is None:
                     follower = await _follow(runtime, subject_for(stream), on_event)
@@ -195,6 +202,25 @@ def sse_record(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("ip") is not None:
         record["ip"] = data["ip"]
     return record
+
+
+def waiting_record(refusal: str) -> dict[str, Any]:
+    """What a task's stream says while the store refuses writes (docs/vm.md, "When the disk
+    fills"): the task cannot record its work, so its job is stopped; once writes work again
+    what it built is removed (a lifecycle command: the VM's state is read from the cluster)
+    and the stream ends with that record."""
+    full = refusal.startswith("the disk holding the event store is full")
+    awaited = "disk space" if full else "the event store"
+    return {
+        "step": WAITING,
+        "status": "processing",
+        "message": (
+            f"[*] waiting for {awaited}: {refusal}. The task is "
+            "stopped, since nothing it does could be recorded; once the store takes writes "
+            "again it is settled (an install's half-built VM is removed) and this stream "
+            "ends with that"
+        ),
+    }
 
 
 def parse_event_id(value: str | None, vmid: int) -> int | None:
@@ -386,6 +412,11 @@ class VmGateway:
         async with EventStream(request, headers=headers) as sse:
             last_id = None
             async for item in follow_task(self.runtime, vmid, task, after):
+                if item.type == WAITING:
+                    # Stored nowhere, so no id: a client re-attaching misses nothing.
+                    if not await sse.send(waiting_record(item.data["message"])):
+                        break
+                    continue
                 if item.type != "vm.progress":
                     continue
                 record = sse_record(item.data)

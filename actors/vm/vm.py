@@ -168,6 +168,10 @@ class VmInfo:
         return POWER[self.state]
 
 
+# How events/store.py words a refused write (StoreWriteFailed): the reason an actor stopped
+# by one is handed at its recovery.
+_STORE_REFUSALS = ("the disk holding the event store is full", "the event store refuses writes")
+
 # Commands that need the VM to be cairn's own (its mark is checked again before they run).
 _OWNERS_ONLY = {Command.DESTROY: "destroy", Command.SET_NODE: "migrate"}
 
@@ -281,6 +285,12 @@ class VmActor(AggregateActor):
         raise TypeError(f"vm: unknown message {message!r}")
 
     def recovery(self, reason: str) -> Recover:
+        if reason.startswith(_STORE_REFUSALS):
+            # Nothing restarted: the store refused the task's records, its job was stopped,
+            # and the actor came back once a write worked again (actors/runtime.py).
+            return Recover(
+                f"stopped while the event store refused writes ({reason}); it takes them again"
+            )
         return Recover(f"interrupted by a restart ({reason})")
 
     def info(self) -> VmInfo:
@@ -436,12 +446,14 @@ class VmActor(AggregateActor):
                 removal = await jobs.remove_vm(self.svc, self.vmid, hint, Claim(task))
                 if removal.leftover:
                     return JobResult(
-                        False, State.FAILED, error=f"cleanup failed: {removal.leftover}"
+                        False, State.FAILED, error=f"{reason}; cleanup failed: {removal.leftover}"
                     )
                 error = reason
+                if removal.removed:
+                    error += f"; VM {self.vmid} removed from node {removal.removed}"
                 if removal.foreign:
                     error += f"; {removal.foreign}"
-                return JobResult(False, State.ABSENT, error=error)
+                return JobResult(False, State.ABSENT, error=error, disowned=removal.foreign)
             node, state = await jobs.observe(
                 self.svc, self.vmid, self.facts.node if self.facts else None
             )
@@ -451,12 +463,7 @@ class VmActor(AggregateActor):
         def done(outcome: Any) -> Any:
             if isinstance(outcome, JobResult):
                 self.record(
-                    Progress(
-                        task,
-                        "recovery",
-                        "error",
-                        f"[-] {outcome.error}; VM left {outcome.state.value} (0.00s)",
-                    )
+                    Progress(task, "recovery", "error", f"[-] {outcome.error}; {_left(outcome)}")
                 )
                 if outcome.changes and self.facts is not None:
                     self.record(Reconfigured(task, **outcome.changes))
@@ -485,3 +492,11 @@ class VmActor(AggregateActor):
         if settled and msg.status in ("running", "stopped") and msg.status != self.state.value:
             self.record(Observed(msg.status))
         return None
+
+
+def _left(outcome: JobResult) -> str:
+    """How a settled task leaves the VM, said truly: a VM that is there but not cairn's is
+    not "absent" (cairn only stops tracking it)."""
+    if outcome.state is State.ABSENT and outcome.disowned:
+        return "cairn no longer tracks this id (0.00s)"
+    return f"VM left {outcome.state.value} (0.00s)"
