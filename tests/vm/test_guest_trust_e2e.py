@@ -120,4 +120,3 @@ async def test_the_root_password_goes_only_to_the_guest_that_proved_it_is_the_vm
     assert runs[first_proof].exit_status == 0 and CHALLENGE.match(runs[first_proof].stdin)
     assert ROOT_PASSWORD not in "".join(r.stdin + r.command for r in runs[:first_init])
     assert "VM_ROOT_PASSWORD=" in runs[first_init].stdin and "r00t pw" in runs[first_init].stdin
-
