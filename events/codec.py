@@ -8,6 +8,7 @@ from typing import Any
 import cattrs
 
 from events.model import Event, event_class
+from events.upcast import upcast
 
 converter = cattrs.Converter()
 
@@ -27,3 +28,12 @@ def encode(event: Event) -> bytes:
 
 def decode(type_name: str, data: bytes | str) -> Event:
     return from_dict(type_name, json.loads(data))
+
+
+def decode_stored(type_name: str, schema: int, data: bytes | str) -> Event:
+    """A stored event of schema version ``schema``, upcast to its class's current version."""
+    cls = event_class(type_name)
+    fields = json.loads(data)
+    if schema != cls.schema_version:
+        fields = upcast(type_name, schema, cls.schema_version, fields)
+    return converter.structure(fields, cls)

@@ -33,11 +33,13 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from events.codec import decode, encode
+from events.codec import decode_stored, encode
 from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
 from events.model import Event
 from events.retry import RetryPolicy, retry_within
+from events.stamp import check_and_stamp
 from events.subjects import stream_name
+from events.upcast import MissingUpcaster, SchemaNewerThanCairn
 
 __all__ = [
     "ConcurrencyConflict",
@@ -130,9 +132,9 @@ class Page:
 
 
 def _row_to_recorded(row: Any) -> Recorded:
-    position, stream, version, type_name, data, recorded_at = tuple(row)
+    position, stream, version, type_name, schema, data, recorded_at = tuple(row)
     try:
-        event = decode(type_name, data)
+        event = decode_stored(type_name, schema, data)
     except Exception as exc:
         raise DamagedEvent(stream, position, version, type_name, _decode_error(exc)) from exc
     return Recorded(position, stream, version, event, recorded_at)
@@ -143,6 +145,8 @@ def _decode_error(exc: Exception) -> str:
         return "; ".join(cattrs.transform_error(exc)) or str(exc)
     if isinstance(exc, KeyError) and exc.args:
         return str(exc.args[0])
+    if isinstance(exc, SchemaNewerThanCairn | MissingUpcaster):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -169,6 +173,7 @@ _SELECT = sa.select(
     events_table.c.stream,
     events_table.c.version,
     events_table.c.type,
+    events_table.c.schema,
     events_table.c.data,
     events_table.c.recorded_at,
 )
@@ -247,6 +252,8 @@ class EventStore:
                 # transactional there).
                 await _lock_database(conn)
             await conn.run_sync(metadata.create_all)
+            # Refused here, before anything is read, if a newer cairn stamped the store.
+            await check_and_stamp(conn, _where(engine))
         return cls(engine, retry)
 
     async def close(self) -> None:
@@ -507,6 +514,14 @@ _LOCK_DATABASE = sa.text("SELECT pg_advisory_xact_lock(:key)")
 async def _lock_database(conn: AsyncConnection) -> None:
     """PostgreSQL: this database's one writer lock, held until the transaction ends."""
     await conn.execute(_LOCK_DATABASE, {"key": APPEND_LOCK})
+
+
+def _where(engine: AsyncEngine) -> str:
+    """The store as a user names it: the SQLite file, or the URL without its password."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

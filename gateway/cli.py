@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import gc
 import importlib
-import importlib.metadata
 import importlib.util
 import logging
 import re
@@ -24,6 +23,8 @@ from aiohttp import web
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
 from actors.platform import Runtime, open_runtime
 from events.nats_server import NatsServerError, free_port
+from events.release import VERSION
+from events.stamp import StoreTooNew
 from gateway import cluster_cli, events_cli, pve_cli, store_cli, tokens_cli
 from gateway import services as catalogue
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
@@ -61,10 +62,7 @@ def route_lines(app: web.Application) -> list[str]:
 
 
 def version() -> str:
-    try:
-        return importlib.metadata.version("cairn")
-    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
-        return "unknown"
+    return VERSION
 
 
 def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool) -> tuple[str, int]:
@@ -237,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cairn: configuration error: {exc}", file=sys.stderr)
         return 2
-    except NatsServerError as exc:
+    except (NatsServerError, StoreTooNew) as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
 
