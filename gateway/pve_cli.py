@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
     boot.add_argument("--pool", default=None, help="scope VM privileges to this resource pool")
     boot.add_argument("--storage", default=None, help="VM disk storage (ASSIGN_STORAGE)")
     boot.add_argument("--import-storage", default=None, help="image storage (PVE_IMPORT_STORAGE)")
-    boot.add_argument("--bridge", default="vmbr0")
+    boot.add_argument("--bridge", default=None, help="VMs' bridge (VM_BRIDGE; default vmbr0)")
     boot.set_defaults(handler=run_bootstrap)
     check = cmds.add_parser("check", help="say per operation whether the token will do")
     check.add_argument("--node", default=None, help="node to check (default: MAIN_NODE)")
@@ -44,7 +44,7 @@ def _layout(args: argparse.Namespace, env: Mapping[str, str], release: str) -> L
         import_storage=getattr(args, "import_storage", None)
         or env.get("PVE_IMPORT_STORAGE")
         or "local",
-        bridge=getattr(args, "bridge", None) or "vmbr0",
+        bridge=getattr(args, "bridge", None) or env.get("VM_BRIDGE", "").strip() or "vmbr0",
         pool=getattr(args, "pool", None) or env.get("PVE_API_POOL") or None,
     )
 

@@ -29,6 +29,7 @@ from actors.vm.jobs import (
     Services,
     StageFailed,
     _check,
+    _check_start,
     _powerdown_timed_out,
     _secs,
     _Stages,
@@ -220,6 +221,7 @@ async def install(
             balloon=balloon_for(ram.value, s),
             os_tag=req.os,
             description=mark_line(task),
+            bridge=s.bridge,
         )[3:]
         ci = qm.CloudInit(
             user=req.user,
@@ -227,24 +229,9 @@ async def install(
             sshkeys_file="/dev/stdin",
             ip=ip,
             gateway=s.gateway,
+            prefix_len=s.prefix_len,
         )
-        argv = [
-            "pvesh",
-            "create",
-            f"/nodes/{node}/qemu",
-            "--vmid",
-            str(vmid),
-            *hardware,
-            "--scsi0",
-            f"{s.storage}:0,import-from={source}",
-            "--ide2",
-            f"{s.storage}:cloudinit",
-            "--boot",
-            "order=scsi0",
-            *ci.options(),
-        ]
-        if s.api.pool:
-            argv += ["--pool", s.api.pool]
+        argv = qm.create_imported(node, vmid, hardware, s.storage, source, ci, s.api.pool)
         keys = service_pub + "\n" + (req.pubkey + "\n" if req.pubkey else "")
         made = await svc.cluster.run(node, argv, stdin=keys.encode())
         if not made.ok:
@@ -269,7 +256,7 @@ async def install(
         st.done("VM initialized successfully")
 
         st.begin("VM initialization > waiting for ready", f"starting VM {vmid}")
-        _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
+        _check_start(await svc.cluster.run(node, qm.start(vmid)), node)
         st.note("VM started, waiting for SSH")
         host_key = await _wait_verified(svc, vmid, ip, req.user, await password_hash)
         st.done(reachable(host_key, vmid))

@@ -180,6 +180,21 @@ def _check(result: CommandResult, what: str) -> CommandResult:
     return result
 
 
+_NO_BRIDGE = re.compile(r"bridge '([^']+)' does not exist")
+
+
+def _check_start(result: CommandResult, node: str) -> CommandResult:
+    """`qm start`'s failure, naming the bridge when the node lacks the one VM_BRIDGE names
+    (Proxmox says so in the task log, and ends with only "QEMU exited with code 1")."""
+    missing = _NO_BRIDGE.search(result.stdout) if not result.ok else None
+    if missing:
+        raise StageFailed(
+            f"qm start failed: {result.error_text()}: bridge '{missing.group(1)}' does not "
+            f"exist on node {node}; set VM_BRIDGE to a bridge every node has"
+        )
+    return _check(result, "qm start")
+
+
 _TAKEN = re.compile(r"(VM|CT) (\d+) already exists on node '([^']+)'")
 
 
@@ -254,7 +269,7 @@ async def prepare(
     s = svc.settings
     ip = s.ip_for(vmid)
     st.begin("preparation > assigning IP", f"deriving the IP of VM {vmid}")
-    st.done(f"assigned IP: {ip}/24")
+    st.done(f"assigned IP: {ip}/{s.prefix_len}")
 
     st.begin("preparation > validating CPU and RAM", "checking CPU and RAM limits")
     cpu, ram = clamp_cpu(req.cpu, s), clamp_ram(req.ram, s)
@@ -334,6 +349,7 @@ async def install(
             balloon=balloon_for(ram.value, s),
             os_tag=req.os,
             description=mark_line(task),
+            bridge=s.bridge,
         )
         made = await svc.cluster.main(argv)
         if not made.ok:
@@ -362,6 +378,7 @@ async def install(
             sshkeys_file="/dev/stdin",  # the keys go on stdin: no key file left on the node
             ip=ip,
             gateway=s.gateway,
+            prefix_len=s.prefix_len,
         )
         keys = service_pub + "\n" + (req.pubkey + "\n" if req.pubkey else "")
         argv = qm.configure(vmid, volid, s.storage, ci)
@@ -381,7 +398,7 @@ async def install(
             st.done(f"VM migrated to node {node}")
 
         st.begin("VM initialization > waiting for ready", f"starting VM {vmid}")
-        _check(await svc.cluster.run(node, qm.start(vmid)), "qm start")
+        _check_start(await svc.cluster.run(node, qm.start(vmid)), node)
         st.note("VM started, waiting for SSH")
         host_key = await _wait_verified(svc, vmid, ip, req.user, await password_hash)
         st.done(reachable(host_key, vmid))

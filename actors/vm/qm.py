@@ -15,7 +15,10 @@ import attrs
 
 Argv = list[str]
 
-NET0 = "virtio,bridge=vmbr0"
+
+def net0(bridge: str) -> str:
+    """The VM's one NIC: virtio on `bridge` (VM_BRIDGE, checked at start to be a plain name)."""
+    return f"virtio,bridge={bridge}"
 
 
 @attrs.frozen
@@ -25,6 +28,7 @@ class CloudInit:
     sshkeys_file: str  # read by qm on the node; `/dev/stdin` with the keys on stdin
     ip: str
     gateway: str
+    prefix_len: int  # VM_NETMASK: the mask of the VMs' network, as a prefix length
 
     def options(self) -> Argv:
         return [
@@ -32,7 +36,7 @@ class CloudInit:
             "--cipassword", self.password_hash,
             "--sshkeys", self.sshkeys_file,
             "--ciupgrade", "0",
-            "--ipconfig0", f"ip={self.ip}/24,gw={self.gateway}",
+            "--ipconfig0", f"ip={self.ip}/{self.prefix_len},gw={self.gateway}",
         ]  # fmt: skip
 
 
@@ -46,6 +50,7 @@ def create(
     balloon: int | None,
     os_tag: str,
     description: str,
+    bridge: str,
 ) -> Argv:
     """The VM with its hardware profile and cairn's mark (`description`, the line every
     destructive step looks for); disks come after the import."""
@@ -54,8 +59,28 @@ def create(
     if balloon is not None:
         argv += ["--balloon", str(balloon)]
     argv += ["--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1"]
-    argv += ["--net0", NET0, "--serial0", "socket", "--vga", "serial0", "--tags", os_tag]
+    argv += ["--net0", net0(bridge), "--serial0", "socket", "--vga", "serial0", "--tags", os_tag]
     argv += ["--description", description]
+    return argv
+
+
+def create_imported(
+    node: str,
+    vmid: int,
+    hardware: Argv,
+    storage: str,
+    source: str,
+    cloud_init: CloudInit,
+    pool: str | None,
+) -> Argv:
+    """The API driver's one create (`POST /nodes/<node>/qemu`, through pvesh's syntax): the
+    hardware of `create` (its options, without `qm create <vmid>`), the disk imported from the
+    `source` volume, the cloud-init drive and settings, and the resource pool if any."""
+    argv = ["pvesh", "create", f"/nodes/{node}/qemu", "--vmid", str(vmid), *hardware]
+    argv += ["--scsi0", f"{storage}:0,import-from={source}", "--ide2", f"{storage}:cloudinit"]
+    argv += ["--boot", "order=scsi0", *cloud_init.options()]
+    if pool:
+        argv += ["--pool", pool]
     return argv
 
 

@@ -11,6 +11,11 @@ import attrs
 VMID_MIN = 100
 VMID_MAX = 254
 DEFAULT_PORT = 8100
+DEFAULT_BRIDGE = "vmbr0"
+DEFAULT_PREFIX = 24
+# A Linux bridge or SDN VNet name as Proxmox takes it in `net0: ...,bridge=<name>` (its
+# pve-bridge-id format is [-_.\w\d]+); Linux keeps interface names to 15 characters.
+_BRIDGE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _NODE_PREFIX = "NODE_"
 # Proxmox node names are DNS labels; anything else in a NODE_ variable is a typo we refuse early.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -41,6 +46,10 @@ class VmSettings:
     main_node: str
     nodes: Mapping[str, str]  # node name -> address, the main node included
     storage: str
+    # The bridge every VM's NIC is plugged into, and the prefix length of the VMs' network
+    # (the mask cloud-init gives them with their address: VM_BRIDGE, VM_NETMASK).
+    bridge: str = DEFAULT_BRIDGE
+    prefix_len: int = DEFAULT_PREFIX
     ip_start: int = VMID_MIN
     ip_end: int = VMID_MAX
     allow_ips: tuple[str, ...] = ("0.0.0.0",)
@@ -144,6 +153,66 @@ def _check_networks(name: str, entries: tuple[str, ...]) -> None:
             raise SettingsError(f"{name}: {entry!r} is not an IP address or CIDR") from None
 
 
+def _bridge(env: Mapping[str, str]) -> str:
+    raw = env.get("VM_BRIDGE", "").strip()
+    if not raw:
+        return DEFAULT_BRIDGE
+    if not _BRIDGE_NAME.match(raw):
+        raise SettingsError(
+            f"VM_BRIDGE must be a bridge name (up to 15 letters, digits, '-', '_' or '.', "
+            f"e.g. vmbr0), got {raw!r}"
+        )
+    return raw
+
+
+def _prefix_len(env: Mapping[str, str]) -> int:
+    """VM_NETMASK as a prefix length: `24`, `/24` or `255.255.255.0`."""
+    raw = env.get("VM_NETMASK", "").strip()
+    if not raw:
+        return DEFAULT_PREFIX
+    text = raw.removeprefix("/")
+    value = int(text) if text.isdigit() else _dotted_prefix(text)
+    # Proxmox takes masks of 8 to 32 bits; a VM network needs room for hosts beside the gateway.
+    if not 8 <= value <= 30:
+        raise SettingsError(
+            "VM_NETMASK must be a prefix length from 8 to 30 (e.g. 24) or a dotted mask "
+            f"(e.g. 255.255.255.0), got {raw!r}"
+        )
+    return value
+
+
+def _dotted_prefix(text: str) -> int:
+    """The prefix length of a dotted netmask (255.255.255.0 -> 24); -1 if it is not one."""
+    try:
+        network = ipaddress.IPv4Network(f"0.0.0.0/{text}")
+    except ValueError:
+        return -1
+    return network.prefixlen if str(network.netmask) == text else -1
+
+
+def _check_vm_network(gateway: str, prefix_len: int, start: int, end: int) -> None:
+    """Every VM address (the gateway's first three parts, then the VMID) must be a host of the
+    gateway's network, and none may be the gateway itself."""
+    network = ipaddress.IPv4Network(f"{gateway}/{prefix_len}", strict=False)
+    base = gateway.rsplit(".", 1)[0]
+    hosts = f"{network} (hosts {network.network_address + 1} to {network.broadcast_address - 1})"
+    for name, vmid in (("ASSIGN_IP_START", start), ("ASSIGN_IP_END", end)):
+        address = ipaddress.IPv4Address(f"{base}.{vmid}")
+        if address not in network or address in (network.network_address,
+                                                  network.broadcast_address):  # fmt: skip
+            raise SettingsError(
+                f"{name}={vmid} gives VMs the address {address}, outside the VM network "
+                f"{hosts} that GATEWAY={gateway} and VM_NETMASK=/{prefix_len} make; change "
+                "the range or the mask"
+            )
+    last = int(gateway.rsplit(".", 1)[1])
+    if start <= last <= end:
+        raise SettingsError(
+            f"GATEWAY={gateway} lies in the VM range ASSIGN_IP_START..ASSIGN_IP_END "
+            f"({start}..{end}): VM {last} would get the gateway's address; move the range"
+        )
+
+
 def _node_variables(env: Mapping[str, str]) -> dict[str, str]:
     """{NODE_<name> variable: address} for every variable that names a cluster node.
 
@@ -234,6 +303,8 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     end = _int(env, "ASSIGN_IP_END", VMID_MIN, VMID_MAX) or VMID_MAX
     if start > end:
         raise SettingsError(f"ASSIGN_IP_START ({start}) must not exceed ASSIGN_IP_END ({end})")
+    prefix_len = _prefix_len(env)
+    _check_vm_network(gateway, prefix_len, start, end)
     allow = _csv(env.get("ALLOW_IPS", "")) or ("0.0.0.0",)
     _check_networks("ALLOW_IPS", allow)
     proxies = _csv(env.get("TRUSTED_PROXIES", ""))
@@ -246,6 +317,8 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         main_node=main,
         nodes=nodes,
         storage=env["ASSIGN_STORAGE"].strip(),
+        bridge=_bridge(env),
+        prefix_len=prefix_len,
         ip_start=start,
         ip_end=end,
         allow_ips=allow,

@@ -437,6 +437,15 @@ class SimCluster:
             name, storage_info(name, type_, content=content, shared=shared, total_kib=total_kib)
         )
 
+    def add_bridge(self, name: str, nodes: tuple[str, ...] | None = None) -> None:
+        """A Linux bridge (or SDN VNet) `name` on the given nodes, all by default: a VM whose
+        NIC names a bridge its node lacks fails at `qm start` (qm.start_refusal)."""
+        with self.store.locked() as txn:
+            for node, info in txn.cluster["nodes"].items():
+                if nodes is None or node in nodes:
+                    info["bridges"] = sorted({*info.get("bridges", ["vmbr0"]), name})
+            txn.save_cluster()
+
     def add_gui_vm(
         self, vmid: int, node: str, *, running: bool = False, name: str | None = None
     ) -> VmView:

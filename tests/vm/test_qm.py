@@ -10,13 +10,14 @@ CI = qm.CloudInit(
     sshkeys_file="/dev/stdin",
     ip="192.168.0.120",
     gateway="192.168.0.1",
+    prefix_len=24,
 )
 
 
 def test_create_has_the_cloud_image_hardware_profile() -> None:
     argv = qm.create(
         120, name="web", cores=2, cpu_type="x86-64-v2-AES", memory=2048, balloon=None,
-        os_tag="debian", description="created by cairn, install task 0f1e",
+        os_tag="debian", description="created by cairn, install task 0f1e", bridge="vmbr0",
     )  # fmt: skip
     assert argv == [
         "qm", "create", "120", "--name", "web", "--cores", "2", "--cpu", "x86-64-v2-AES",
@@ -43,7 +44,7 @@ def test_configure_attaches_disk_cloud_init_and_boot_order_at_once() -> None:
 def test_create_passes_the_balloon_minimum_when_given() -> None:
     argv = qm.create(
         120, name="120", cores=1, cpu_type="kvm64", memory=4096, balloon=1024, os_tag="ubuntu",
-        description="created by cairn, install task 0f1e",
+        description="created by cairn, install task 0f1e", bridge="vmbr0",
     )  # fmt: skip
     assert argv[argv.index("--balloon") + 1] == "1024"
     assert argv.index("--balloon") == argv.index("--memory") + 2
