@@ -2,12 +2,16 @@
 
     .venv/bin/python -m tests.upgrade.make_fixture [DIR]
 
-DIR defaults to ``tests/upgrade/fixture-<version>``. It starts the VM, functions and images
-services on an empty data directory (the simulated cluster under ``pvesim/``), installs two
-VMs, stores functions in Python (two versions) and JavaScript, uploads an image and a PDF,
-then stops everything and keeps the data directory without the nats-server's store and the
-simulator's logs. Run it once per release, with that release's code, and commit the result:
+DIR defaults to ``tests/upgrade/fixture-<version>``. It starts the VM, functions, search and
+images services on an empty data directory (the simulated cluster under ``pvesim/``), installs
+two VMs, stores functions in Python (two versions) and JavaScript, indexes two documents of a
+search database, uploads an image and a PDF, then stops everything and keeps the data
+directory without the nats-server's store and the simulator's log. Run it once per release,
+with that release's code (a checkout of its tag), and commit the result:
 tests/upgrade/test_upgrade.py opens every kept fixture with the current code.
+
+0.1.0 predates this script: its fixture was made by this script and serving.py placed in
+``git archive b3bd802`` (0.1.0's last commit), run with that tree first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -24,8 +29,8 @@ from typing import Any
 import aiohttp
 from PIL import Image
 
+from actors.search.registry import Registry
 from events.catalog import load_all
-from gateway.cli import version
 from tests.upgrade.serving import Served, serving
 
 HERE = Path(__file__).parent
@@ -45,6 +50,12 @@ def png(width: int, height: int) -> bytes:
     Image.new("RGB", (width, height), (200, 80, 40)).save(out, "PNG")
     return out.getvalue()
 
+
+# A search database and its documents (keyword search: the fixture is made without a model).
+NOTES = {
+    "granite.txt": "Granite cairns mark the ridge path above the tarn.",
+    "ferns.md": "# Ferns\n\nBracken and lady fern grow in the damp ravine below the cairn.",
+}
 
 PDF = (
     b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
@@ -80,6 +91,28 @@ async def _upload(http: aiohttp.ClientSession, url: str, name: str, data: bytes)
         assert resp.status == 201, await resp.text()
 
 
+def version() -> str:
+    """The version of the code tree this runs from (0.1.0 wrote it in pyproject.toml)."""
+    pyproject = (HERE.parents[1] / "pyproject.toml").read_text()
+    static = re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE)
+    if static:
+        return static.group(1)
+    from events.release import VERSION
+
+    return VERSION
+
+
+async def _indexed(served: Served, db: str, documents: int) -> None:
+    url = served.urls["search"] + "/api/status"
+    async with asyncio.timeout(120):
+        while True:
+            async with served.http.get(url, params={"db": db}) as resp:
+                body = await resp.json() if resp.status == 200 else {}
+            if body.get("documents") == documents and body.get("state") == "idle":
+                return
+            await asyncio.sleep(0.05)
+
+
 async def populate(served: Served) -> None:
     for body in VMS:
         await _install(served, body)
@@ -91,6 +124,7 @@ async def populate(served: Served) -> None:
     ):
         await _post_json(served.http, upload, {"path": path, "language": language, "code": code})
         await asyncio.sleep(0.002)  # versions are millisecond timestamps
+    await _indexed(served, "notes", len(NOTES))
     img = served.urls["images"]
     await _upload(served.http, img + "/upload/photos/2026", "tile.png", png(64, 48))
     await _upload(served.http, img + "/upload/docs", "note.pdf", PDF)
@@ -99,6 +133,10 @@ async def populate(served: Served) -> None:
 async def written(work: Path) -> Path:
     """The data directory, populated, its services stopped."""
     data = work / "data"
+    Registry(data / "config" / "cairn" / "search").add("notes")
+    for name, text in NOTES.items():
+        (data / "inbox" / "notes").mkdir(parents=True, exist_ok=True)
+        (data / "inbox" / "notes" / name).write_text(text)
     async with serving(data, work) as served:
         await populate(served)
     return data
@@ -108,7 +146,7 @@ def make(target: Path) -> None:
     load_all()
     with tempfile.TemporaryDirectory(prefix="cairn-fixture-") as tmp:
         data = asyncio.run(written(Path(tmp)))
-        for dropped in ("nats", "pvesim/commands.log"):
+        for dropped in ("nats", "pvesim/commands.log", "config/cairn/search/query_cache.sqlite"):
             path = data / dropped
             if path.is_dir():
                 shutil.rmtree(path)

@@ -1,7 +1,9 @@
-"""cairn's VM, functions and images services over real HTTP on one data directory, as
-``cairn serve vm functions images`` runs them: a real nats-server, the event store in
-``$CAIRN_DATA``, the simulated Proxmox cluster kept under ``$CAIRN_DATA/pvesim`` and a
-loopback image mirror. The fixture's generator and the upgrade test both start it."""
+"""cairn's VM, functions, search and images services over real HTTP on one data directory,
+as ``cairn serve vm functions search images`` runs them with the layout of the systemd unit
+(ops/systemd/cairn.service: the search registry, indexes and inbox under ``$CAIRN_DATA``): a
+real nats-server, the event store in ``$CAIRN_DATA``, the simulated Proxmox cluster kept under
+``$CAIRN_DATA/pvesim`` and a loopback image mirror. The fixture's generator and the upgrade
+test both start it."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from actors.vm.fakemirror import serve_mirror
 from events.nats_server import EmbeddedNats
 from gateway import services as catalogue
 
-SERVICES = ("vm", "functions", "images")
+SERVICES = ("vm", "functions", "search", "images")
 
 # Small, so the generated fixture stays small and a run ends fast.
 SETTINGS = {
@@ -57,7 +59,10 @@ async def serving(data: Path, work: Path) -> AsyncIterator[Served]:
             **SETTINGS,
             "CAIRN_DATA": str(data),
             "IMAGE_BASE_URL": mirror.base_url,
-            "XDG_CONFIG_HOME": str(work / "config"),
+            "XDG_CONFIG_HOME": str(data / "config"),
+            "XDG_CACHE_HOME": str(data / "cache"),
+            "SEARCH_INBOX": str(data / "inbox"),
+            "HOME": str(data),
         }
         runtime = await stack.enter_async_context(open_runtime(env, data))
         urls: dict[str, str] = {}

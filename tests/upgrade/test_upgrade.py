@@ -1,7 +1,8 @@
 """An upgrade keeps everything: a data directory written by an earlier cairn (each kept
 fixture, made by tests/upgrade/make_fixture.py with that release's code) is opened by this
-cairn and served over HTTP: its VMs listed and driven, its functions run (every version),
-its images served, and nothing in its event store unreadable."""
+cairn and served over HTTP: its VMs listed and driven, its functions run (every version), its
+search database answers from the kept index, its images are served, and nothing in its event
+store is unreadable."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from PIL import Image
 
 from events.store import EventStore, default_store_url
-from tests.upgrade.make_fixture import JAVASCRIPT, PDF, PYTHON_V1, PYTHON_V2, VMS, png
+from tests.upgrade.make_fixture import JAVASCRIPT, NOTES, PDF, PYTHON_V1, PYTHON_V2, VMS, png
 from tests.upgrade.serving import serving
 
 HERE = Path(__file__).parent
@@ -31,6 +32,10 @@ def old_data(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """A copy of the fixture (the test writes to it, as the upgraded cairn would)."""
     data = tmp_path / "data"
     shutil.copytree(request.param, data, symlinks=True)
+    # A search index records the absolute path of the inbox it was built from. The copy moves
+    # the data directory, which an upgrade in place does not: the record follows the copy.
+    for record in data.glob("config/cairn/search/databases/*/inbox-path"):
+        record.write_text(f"{data / 'inbox' / record.parent.name}\n")
     return data
 
 
@@ -89,6 +94,21 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
             200, {"data": "STILL HERE", "type": "string"},
         )  # fmt: skip
 
+        # The search database, answering from the index it had (nothing indexed again).
+        search = served.urls["search"]
+        status, listing = await _json(served, "GET", search + "/api/list")
+        assert status == 200 and listing["loaded"] == ["notes"]
+        assert [entry["db"] for entry in listing["registered"]] == ["notes"]
+        status, found = await _json(
+            served, "GET", search + "/api/search?db=notes&q=fern%20ravine&target=keyword"
+        )
+        assert status == 200
+        assert [group["source"] for group in found["keyword"]] == ["ferns.md"]
+        status, found = await _json(
+            served, "GET", search + "/api/search?db=notes&q=granite&target=keyword"
+        )
+        assert [group["source"] for group in found["keyword"]] == ["granite.txt"]
+
         # The images, as stored and resized, and the PDF.
         async with served.http.get(img + "/c/img/photos/2026/tile.png?o") as resp:
             assert resp.status == 200 and await resp.read() == png(64, 48)
@@ -100,13 +120,22 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
         async with served.http.get(img + "/c/img/docs/note.pdf") as resp:
             assert resp.status == 200 and await resp.read() == PDF
 
-    # Every event it had stored still reads back.
+    # Every event it had stored still reads back, and search indexed nothing again.
     store = await EventStore.open(default_store_url(old_data))
     try:
         count, damaged = await store.check()
     finally:
         await store.close()
     assert damaged == [] and count > 0
+    store = await EventStore.open(default_store_url(old_data))
+    try:
+        indexed = [
+            r for r in await store.read_stream("search:notes")
+            if r.event.type_name == "search.document_indexed"
+        ]  # fmt: skip
+    finally:
+        await store.close()
+    assert sorted(r.event.source for r in indexed) == sorted(NOTES)  # type: ignore[attr-defined]
 
 
 async def _install_id(served: Any, vm: str) -> int:
