@@ -24,7 +24,7 @@ from actors.vm.imagecache import ImageCache, ImageError
 from actors.vm.lifecycle import State
 from actors.vm.node import Cluster
 from actors.vm.osimages import find_image, script_name
-from actors.vm.ownership import Claim, mark_line, not_ours
+from actors.vm.ownership import Claim, being_created, mark_line, not_ours, unfinished_create
 from actors.vm.pve_output import (
     CommandResult,
     OutputError,
@@ -50,6 +50,8 @@ from actors.vm.settings import VmSettings
 from actors.vm.shacrypt import sha512_crypt
 
 Report = Callable[..., None]  # report(step, status, message, vm_id=None, ip=None)
+# How often a clean-up looks again at a VM whose create is still at work (`lock: create`).
+CREATE_POLL = 0.5
 
 
 @attrs.frozen
@@ -530,8 +532,17 @@ class Removal:
 async def remove_vm(
     svc: Services, vmid: int, node_hint: str | None, claim: Claim | None
 ) -> Removal:
-    """Stop and destroy VM `vmid` wherever it is, if it carries the mark `claim` expects."""
+    """Stop and destroy VM `vmid` wherever it is, if it carries the mark `claim` expects.
+    A create still at work is waited for (up to VM_COMMAND_TIMEOUT): its mark comes at its
+    end (ownership.being_created)."""
     found = await find_config(svc, vmid, node_hint)
+    began = time.monotonic()
+    while found is not None and being_created(found[1]):
+        waited = time.monotonic() - began
+        if waited >= svc.settings.command_timeout:
+            return Removal(foreign=unfinished_create(vmid, found[0], waited))
+        await asyncio.sleep(CREATE_POLL)
+        found = await find_config(svc, vmid, found[0])
     if found is None:
         return Removal()
     node, config = found

@@ -8,6 +8,11 @@ description line naming the install task; clean-up, destroy, the stop during cle
 migration first read the VM's config on its node and look for that line. A VM without it is
 reported and left alone.
 
+Proxmox's create is two writes: a config holding only `lock: create` at once, the full config
+(the mark with it) when the create's work is done. A VM seen in between carries no mark yet
+(`being_created`): cairn waits for its create to end before it decides (a kill -9 of cairn
+during `qm create` leaves the command running to its end, and the restart reads the config).
+
 VMs installed before cairn marked its VMs carry no line: their `vm.installed` event (stored
 without `marked`) is the proof, as long as the VM carries no other install's mark either.
 """
@@ -72,4 +77,20 @@ def not_ours(claim: Claim | None, vmid: int, node: str, config: Mapping[str, str
         f"VM {vmid} ({name}) on node {node} does not carry cairn's mark "
         f"('{mark_line(claim.task)}' in its description): it is not the VM cairn created, "
         "so cairn leaves it untouched"
+    )
+
+
+def being_created(config: Mapping[str, str]) -> bool:
+    """The config is Proxmox's placeholder of a create still at work (`lock: create`, no mark
+    yet): whose VM it is shows only once the create ends."""
+    return config.get("lock") == "create" and not marks(config)
+
+
+def unfinished_create(vmid: int, node: str, waited: float) -> str:
+    """Why cairn leaves a VM whose create never ended, as a sentence for the user."""
+    return (
+        f"VM {vmid} on node {node} is still locked by a create that has not ended after "
+        f"{waited:.0f} s ('lock: create', no description yet): cairn cannot tell whose it is "
+        f"and leaves it untouched; if it is this install's, remove it with `qm unlock {vmid} "
+        f"&& qm destroy {vmid} --purge`"
     )

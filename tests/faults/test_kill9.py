@@ -1,0 +1,158 @@
+"""kill -9 of the cairn process alone (not its process group, as the OOM killer or an operator's
+`kill -9 <pid>` does) at each install stage. Nothing cairn started outlives it (the embedded
+nats-server, warm function sandboxes, their bwrap, python3 and node processes: each is tied
+to its parent's death); the next start finds the VM the install created by the mark it wrote
+at create and removes it; the re-attached stream's last record says what happened, truly."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pvesim.cluster import SimCluster
+
+from tests.conftest import wait_for
+from tests.faults.conftest import StartCairn
+from tests.vm.conftest import read_sse
+
+# The stages around which Proxmox's state changes, in the install's order.
+STAGES = [
+    "preparation > checking storage pool",
+    "OS preparation > downloading OS image",
+    "VM creation > creating VM",
+    "VM creation > importing disk image",
+    "VM initialization > initializing configuration",
+    "VM initialization > waiting for ready",
+    "VM initialization > SSH initialization",
+    "VM initialization > rebooting VM",
+    "VM initialization > finalizing",
+]
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process; None once it is gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def descendants(root: int) -> dict[int, tuple[int, str]]:
+    """Every process under ``root``: pid -> (start time, command line)."""
+    parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)], starts[int(entry.name)] = found
+    tree: dict[int, tuple[int, str]] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                try:
+                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                tree[pid] = (starts[pid], raw.replace(b"\0", b" ").decode(errors="replace"))
+                frontier.append(pid)
+    return tree
+
+
+def still_alive(tree: dict[int, tuple[int, str]]) -> list[str]:
+    """The processes of ``tree`` still running (the same process: same start time)."""
+    return [
+        f"{pid}: {cmdline[:160]}"
+        for pid, (start, cmdline) in tree.items()
+        if (now := _stat(pid)) is not None and now[1] == start
+    ]
+
+
+def _locked(sim: SimCluster, vmid: int) -> bool:
+    vm = sim.vm(vmid)
+    return vm is not None and vm.lock == "create"
+
+
+def _proxmox_command(cmdline: str) -> bool:
+    """The simulator's qm/pvesh/pvesm (on a real node: qm itself, or ssh running it)."""
+    return (
+        "pvesim.cli qm " in cmdline
+        or "pvesim.cli pvesh " in cmdline
+        or "pvesim.cli pvesm " in cmdline
+    )
+
+
+def _end(tree: dict[int, tuple[int, str]]) -> None:
+    for line in still_alive(tree):
+        with_pid = int(line.split(":", 1)[0])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(with_pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("step", STAGES)
+async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
+    start_cairn: StartCairn, sim: SimCluster, step: str
+) -> None:
+    vmid = 180 + STAGES.index(step)
+    # Each stage takes a moment (the import 0.2 s, a boot 1.5 s), so the kill lands inside it,
+    # with its Proxmox command running. qm create takes 8 s: the restart comes while it still
+    # holds the new VM's config locked ('lock: create', no description yet).
+    sim.set_delay_scale(4 if step == "VM creation > creating VM" else 0.05)
+    cairn = await start_cairn("up")
+    # A warm sandbox (bwrap, python3) is ready for functions by now.
+    await cairn.wait_log(r"cairn: ready")
+    body = {"os": "debian", "version": "12", "id": vmid}
+    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
+        seen: list[dict[str, Any]] = []
+        while not any(r["step"] == step for r in seen):
+            got = await read_sse(resp, stop_after=1)
+            assert got.records, f"the stream ended before {step!r}: {seen[-2:]}"
+            seen += got.records
+        tree = descendants(cairn.proc.pid)
+        os.kill(cairn.proc.pid, signal.SIGKILL)  # the process alone, not its group
+        await cairn.proc.wait()
+    creating = step == "VM creation > creating VM"
+    if creating:
+        # qm create may still be starting: once it holds the new VM's config locked, the rest
+        # may go fast (a running qm keeps the pace it started with).
+        await wait_for(lambda: _locked(sim, vmid), timeout=10, what="qm create's placeholder")
+    sim.set_delay_scale(0.05)
+    ours = {pid: p for pid, p in tree.items() if not _proxmox_command(p[1])}
+    proxmox = {pid: p for pid, p in tree.items() if _proxmox_command(p[1])}
+    try:
+        await wait_for(lambda: not still_alive(ours), timeout=10, what="children to end")
+    except AssertionError:
+        _end(tree)
+        pytest.fail("outlived cairn's kill -9:\n" + "\n".join(still_alive(ours)))
+
+    if creating:
+        assert _locked(sim, vmid), "the create ended before the restart: nothing was tested"
+    again = await start_cairn("up")
+    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
+        settled = await read_sse(task)
+    assert settled.closed, "the re-attached stream did not end"
+    last = settled.records[-1]
+    assert last["status"] == "error", last
+    assert "interrupted by a restart" in last["message"], last
+    assert "VM left absent" in last["message"], last
+    assert "does not carry cairn's mark" not in last["message"], last
+    assert sim.vm(vmid) is None, f"cairn's VM {vmid} is still there: {last['message']}"
+    built = STAGES.index(step) >= STAGES.index("VM creation > importing disk image")
+    if built:
+        assert f"VM {vmid} removed from node pve1" in last["message"], last
+    assert await again.request("GET", again.api + f"/vm/{vmid}/status") == (
+        404,
+        f"VM {vmid} not found",
+    )
+    assert all(vm["vmid"] != vmid for vm in (await again.vm_list())["list"])
+    assert await again.stop() == 0
+    # A Proxmox command runs to its end, as it would on a remote node (docs/vm.md).
+    assert not still_alive(proxmox)
