@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import attrs
 from aiohttp import web
 
-from . import pvesh
+from . import cloudinit, pvesh
 from . import qm as fake_qm
 from . import resources as res
 from . import vmconfig as vc
@@ -1062,6 +1062,24 @@ def get_config(proxy: PveProxy, call: Call) -> Any:
         out["description"] = str(out["description"]).rstrip("\n")
     out["digest"] = hashlib.sha1(json.dumps(conf, sort_keys=True).encode()).hexdigest()
     return out
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/cloudinit/dump")
+def get_cloudinit_dump(proxy: PveProxy, call: Call) -> Any:
+    """The cloud-init data PVE generates for the VM (QS cloudinit_generated_config_dump, which
+    needs VM.Audit): the user-data holds the hashed cipassword as it is."""
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call, {"node": "string", "vmid": "integer", "type": "string"}, required=("type",)
+    )
+    kind = call.params["type"]
+    if kind not in cloudinit.TYPES:
+        raise HttpError(
+            400, "Parameter verification failed.", {"type": enum_error(kind, cloudinit.TYPES)}
+        )
+    proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    proxy.store.log_command(node, ["qm", "cloudinit", "dump", str(vmid), kind])
+    return cloudinit.dump(proxy.vm_rec(node, vmid)["config"], vmid, kind)
 
 
 def _update(proxy: PveProxy, call: Call, sync: bool) -> Any:

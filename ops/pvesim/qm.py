@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cloudinit
 from . import vmconfig as vc
 from .args import (
     NET_MODELS,
@@ -170,6 +171,10 @@ _SPEC_BUILDERS: dict[str, Callable[[], CommandSpec]] = {
     ),
     "list": lambda: CommandSpec("qm list  [OPTIONS]", (), {"full": BOOL}),
     "unlock": lambda: CommandSpec("qm unlock <vmid>", (("vmid", VMID),), {}),
+    "cloudinit dump": lambda: CommandSpec(
+        "qm cloudinit dump <vmid> <type>",
+        (("vmid", VMID), ("type", Opt(enum=cloudinit.TYPES))), {},
+    ),
 }  # fmt: skip
 
 
@@ -183,7 +188,7 @@ class _Specs(dict[str, CommandSpec]):
 
 
 SPECS = _Specs()
-COMMAND_NAMES = sorted([*_SPEC_BUILDERS, "disk"])
+COMMAND_NAMES = sorted([*(n for n in _SPEC_BUILDERS if " " not in n), "cloudinit", "disk"])
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -260,8 +265,10 @@ def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]
         "ip": vc.static_ip(conf) if has_ci else None,
         "user": vc.cloud_user(conf, os.path.basename(image) if image else None) if has_ci else None,
         "keys": vc.decode_sshkeys(conf) if has_ci else [],
-        # cloud-init's `password:` for that user: the stored (hashed) cipassword (ref §6.2).
-        "password_hash": str(conf["cipassword"]) if has_ci and conf.get("cipassword") else None,
+        # What cloud-init sets as that user's password: the user-data's `password:` (ref §6.2).
+        "password_hash": cloudinit.login(cloudinit.userdata(conf, rec["vmid"]))[1]
+        if has_ci
+        else None,
         "name": str(conf.get("name", f"VM{rec['vmid']}")),
     }
 
@@ -1304,6 +1311,19 @@ def cmd_unlock(ctx: Ctx, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_cloudinit_dump(ctx: Ctx, argv: Sequence[str]) -> int:
+    """The generated cloud-init data of a VM on this node, from its current config (QS
+    API2/Qemu.pm cloudinit_generated_config_dump; the CLI prints it and a newline)."""
+    p = parse(SPECS["cloudinit dump"], argv)
+    vmid: int = p.args["vmid"]
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, vmid)
+    if rec is None:
+        raise not_found(ctx.node, vmid)
+    ctx.out(cloudinit.dump(rec["config"], vmid, p.args["type"]) + "\n")
+    return 0
+
+
 def usage_short() -> str:
     lines = ["USAGE: qm <COMMAND> [ARGS] [OPTIONS]"]
     for name in sorted(_SPEC_BUILDERS):
@@ -1357,6 +1377,11 @@ def run(ctx: Ctx, argv: Sequence[str]) -> int:
             if sub == "resize":
                 return cmd_resize(ctx, rest[1:], "qm disk resize <vmid> <disk> <size> [OPTIONS]")
             raise CliError(f"ERROR: unknown command 'qm disk {sub}'\n" + usage_short())
+        if cmd == "cloudinit":
+            sub = rest[0] if rest else ""
+            if sub == "dump":
+                return cmd_cloudinit_dump(ctx, rest[1:])
+            raise CliError(f"ERROR: unknown command 'qm cloudinit {sub}'\n" + usage_short())
         handler = HANDLERS.get(cmd)
         if handler is None:
             raise CliError(f"ERROR: unknown command 'qm {cmd}'\n" + usage_short())
