@@ -202,7 +202,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cairn {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="embedded NATS and every service")
+    sub.add_parser("up", help="embedded NATS and every service (or those of CAIRN_SERVICES)")
     serve_p = sub.add_parser("serve", help="one service (or several) in the foreground")
     serve_p.add_argument(
         "service", nargs="+", choices=[n for n in catalogue.KNOWN if n != "status"]
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: Any) -> int:
     env = load_env()
     if args.command == "up":
-        names = [s.name for s in catalogue.available()]
+        names = [s.name for s in catalogue.chosen(env)]
         return asyncio.run(serve(names, env, frozenset()))
     if args.command == "serve":
         flags = frozenset({"sim"}) if args.sim else frozenset()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import attrs
 from aiohttp import web
 
+from actors.config import ConfigError
 from actors.platform import Runtime
 from gateway.console.login import LOGIN
 from gateway.console.sessions import SESSIONS
@@ -60,6 +61,22 @@ def available() -> list[ServiceDef]:
     """Every service whose module exists (an existing module that fails to import is an
     error worth seeing, not a service to skip)."""
     return [load(name) for name in KNOWN if importlib.util.find_spec(module_name(name))]
+
+
+def chosen(env: Mapping[str, str]) -> list[ServiceDef]:
+    """What ``cairn up`` starts: every available service, or only those ``CAIRN_SERVICES``
+    names (comma-separated, e.g. ``vm,functions``), in start-up order. "status" (health, the
+    console) always runs. A service left out is never imported, so a host without search
+    loads no embedding model and needs none installed."""
+    raw = (env.get("CAIRN_SERVICES") or "").strip()
+    if not raw:
+        return available()
+    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in names if name not in KNOWN[1:]]
+    if unknown or not names:
+        rule = f"a comma-separated list of {', '.join(KNOWN[1:])}"
+        raise ConfigError("CAIRN_SERVICES", rule, raw)
+    return [load(name) for name in KNOWN if name == "status" or name in names]
 
 
 async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
