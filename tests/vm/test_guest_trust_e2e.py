@@ -4,13 +4,17 @@ VM Proxmox made (docs/vm.md, "What is verified"). Real SSH over loopback, both d
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncssh
 import attrs
+import pytest
 
+from actors.vm.guest import GuestError, ensure_key, run_init
 from tests.vm import drivers
 from tests.vm.conftest import Service
 from tests.vm.test_failures_e2e import assert_clean
@@ -120,3 +124,21 @@ async def test_the_root_password_goes_only_to_the_guest_that_proved_it_is_the_vm
     assert runs[first_proof].exit_status == 0 and CHALLENGE.match(runs[first_proof].stdin)
     assert ROOT_PASSWORD not in "".join(r.stdin + r.command for r in runs[:first_init])
     assert "VM_ROOT_PASSWORD=" in runs[first_init].stdin and "r00t pw" in runs[first_init].stdin
+
+
+async def test_the_init_script_is_never_sent_to_another_host_key(tmp_path: Path) -> None:
+    """After the proof the key is pinned: if another machine holds the address by the time the
+    script goes, the connection fails at key exchange, before any login or command."""
+    key = tmp_path / "id_ed25519"
+    ensure_key(key)
+    proved = asyncssh.generate_private_key("ssh-ed25519")  # the key the real guest showed
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.77", 0))
+        port = int(probe.getsockname()[1])
+    async with impostor("127.0.0.77", port) as seen:
+        with pytest.raises(GuestError, match="the host key is not the one it showed first"):
+            await run_init(
+                "127.0.0.77", user="debian", key=key, port=port, host_key=proved,
+                script="echo hi\n", root_password=ROOT_PASSWORD,
+            )  # fmt: skip
+    assert seen == []
