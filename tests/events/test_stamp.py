@@ -98,3 +98,12 @@ async def test_a_store_stamped_by_a_newer_cairn_is_refused_untouched(store_url: 
     finally:
         await engine.dispose()
     assert count == 1
+
+
+async def test_another_release_of_the_same_format_opens_it_both_ways(store_url: str) -> None:
+    await _stamp(store_url, "9.0.0", STORE_FORMAT)
+    store = await EventStore.open(store_url)
+    await store.append("counter:1", 0, [Incremented(by=1)])
+    await store.close()
+    # Opened, and the stamp still names the cairn that set the format.
+    assert await _meta(store_url) == {"format": str(STORE_FORMAT), "written_by": "9.0.0"}
