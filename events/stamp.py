@@ -35,7 +35,9 @@ meta_table = sa.Table(
 class StoreTooNew(Exception):
     """The store was stamped by a newer cairn, with a format this one cannot read."""
 
-    def __init__(self, where: str, written_by: str, stored: int, ours: str, our_format: int):
+    def __init__(
+        self, where: str, written_by: str, stored: int, ours: str, our_format: int
+    ) -> None:
         super().__init__(
             f"the event store {where} was written by cairn {written_by} (store format "
             f"{stored}); this is cairn {ours}, which reads store formats up to {our_format}. "
