@@ -12,7 +12,14 @@ import pytest
 ROOT = Path(__file__).parents[2]
 DOCS = ROOT / "docs"
 
-STANDALONE = ["functions.md", "images.md", "events.md", "console.md", "upgrading.md"]
+STANDALONE = [
+    "functions.md",
+    "images.md",
+    "events.md",
+    "console.md",
+    "upgrading.md",
+    "simulator.md",
+]
 
 OUTSIDE = re.compile(
     r"\bspec(?:'s|s)?\b|\bcontract\b|\bthe issue\b|\bissue \d+|\boriginal (?:answers|says|does)"
