@@ -4,12 +4,18 @@ A lease is one key of the bucket ``CAIRN_LEASES``; its value names the holder. T
 TTL is the lease's: an entry not rewritten within it expires, and the key is free. So:
 
 * **acquire** is ``create`` (it fails while another holder's entry lives);
-* **renew** is ``update`` with the revision we wrote last, every ``ttl / 8`` seconds; it fails
+* **renew** is ``update`` with the revision we wrote last, every ``ttl / 24`` seconds; it fails
   if anybody else wrote the key since (we lost it while we were away). A failed renewal is
   tried again every ``RETRY_EVERY`` seconds; one whose answer was lost but which landed is
   recognised by this process's token in the value, and its revision taken;
 * **release** is ``delete`` with that revision, at a graceful stop, so a successor takes over
   at once instead of after the TTL.
+
+A host that does not hold a lease **watches** its key: the bucket asks the server for a marker
+when an entry expires (``limit_marker_ttl``, nats-server 2.11+), so a release or an expiry
+reaches every waiting host the moment it happens and one of them takes the lease at once,
+instead of at its next poll. The poll (every ``ttl / 8``) stays, for a watch that died with
+its server.
 
 The holder trusts its lease only for ``trust`` seconds (less than the TTL) after the last
 renewal it *sent*; the server's clock starts later, so the holder stops believing in its lease
@@ -38,8 +44,8 @@ from pathlib import Path
 import attrs
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +75,27 @@ class LeaseSettings:
     """``ttl``: seconds a holder that stopped renewing keeps the lease (``CAIRN_LEASE_TTL``);
     ``replicas``: copies of the bucket in a NATS cluster (like the events stream's)."""
 
-    ttl: float = 15.0
+    ttl: float = 12.0
     replicas: int = 1
 
     # The outage a holder rides out, at worst, is trust - renew_every: the bus can fail just
     # after a renewal landed, and the next is due a period later. It must exceed
-    # LEADERLESS_AT_WORST. At the former default TTL of 8 s it was 6.2 s, and one kill of the
-    # lease bucket's leader in three or four took longer to elect a successor (a follower
-    # drew a timeout past ~6 s): the holder stopped its actors and another host took them
-    # over, interrupting nothing but moving everything. At 15 s it is 11.6 s; the price is a
-    # dead host's actors moving after 15 s instead of 8 (a graceful stop hands them on at once).
+    # LEADERLESS_AT_WORST. At the former default TTL of 8 s (renewing every ttl / 8) it was
+    # 6.2 s, and one kill of the lease bucket's leader in three or four took longer to elect a
+    # successor (a follower drew a timeout past ~6 s): the holder stopped its actors and
+    # another host took them over, interrupting nothing but moving everything. Renewing every
+    # ttl / 24, a TTL of 12 s rides out 10.3 s; a dead host's actors move 12 s after its last
+    # renewal (the watch sees the expiry as it happens), and a graceful stop hands them on at
+    # once. The price: a holder writes its key twice a second (0.5 s) instead of every 1.9 s.
 
     @property
     def renew_every(self) -> float:
+        return self.ttl / 24
+
+    @property
+    def poll_every(self) -> float:
+        """How often a host that does not hold the lease tries it without being told (its
+        watch tells it at once; this is for a watch that died with its server)."""
         return self.ttl / 8
 
     @property
@@ -101,7 +115,38 @@ class LeaseSettings:
             ttl=self.ttl,
             storage=StorageType.FILE,
             replicas=self.replicas,
+            # An expired entry leaves a marker behind for this long, which the watchers of
+            # its key receive: the moment a dead holder's lease is free.
+            limit_marker_ttl=max(1.0, self.ttl),
         )
+
+
+# JetStream's answer to creating a stream that exists with another configuration.
+STREAM_CONFIG_DIFFERS = 10058
+
+
+async def open_bucket(nc: Client, settings: LeaseSettings) -> KeyValue:
+    """The lease bucket, created if missing; one made by an older cairn or with another TTL is
+    brought to ``settings`` (its TTL, duplicate window and expiry markers), its leases kept."""
+    js = nc.jetstream()
+    wanted = settings.bucket()
+    try:
+        return await js.create_key_value(wanted)
+    except BadRequestError as exc:
+        if exc.err_code != STREAM_CONFIG_DIFFERS:
+            raise
+    stream = f"KV_{BUCKET}"
+    config = (await js.stream_info(stream)).config
+    ttl = float(wanted.ttl or settings.ttl)
+    updated = config.evolve(
+        max_age=ttl,
+        duplicate_window=min(ttl, 120.0),
+        allow_msg_ttl=True,
+        subject_delete_marker_ttl=wanted.limit_marker_ttl,
+    )
+    await js.update_stream(updated)
+    log.info("lease bucket %s: brought to a TTL of %g s with expiry markers", BUCKET, ttl)
+    return await js.key_value(BUCKET)
 
 
 def holder_name(data_dir: Path, name: str | None = None) -> str:
@@ -145,6 +190,9 @@ class Lease:
         self._revision = 0
         self._sent_at = 0.0  # monotonic time of the last renewal the server accepted (sent)
         self._task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        # Set by the watch when the key was deleted or expired: try to take it now.
+        self._free = asyncio.Event()
         self._reaction: asyncio.Task[None] | None = None
         self._pause_until = 0.0
         # This process's own mark in the value: a write of ours whose answer was lost (a
@@ -155,6 +203,7 @@ class Lease:
 
     async def start(self) -> Lease:
         self._task = asyncio.create_task(self._keep(), name=f"lease-{self.name}")
+        self._watcher = asyncio.create_task(self._watch(), name=f"lease-{self.name}-watch")
         return self
 
     def fence(self) -> str | None:
@@ -176,15 +225,16 @@ class Lease:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            js = self.nc.jetstream()
-            self._kv = await js.create_key_value(self.settings.bucket())
+            self._kv = await open_bucket(self.nc, self.settings)
         return self._kv
 
     async def _keep(self) -> None:
         while self.state is not LeaseState.STOPPED:
-            pause = self.settings.renew_every
+            waiting = self.state is LeaseState.WAITING
+            pause = self.settings.poll_every if waiting else self.settings.renew_every
             try:
-                if self.state is LeaseState.WAITING:
+                if waiting:
+                    self._free.clear()
                     await self._try_acquire()
                 elif not await self._renew():
                     pause = min(pause, RETRY_EVERY)
@@ -197,7 +247,45 @@ class Lease:
                         self._lose(f"could not renew it: {exc or type(exc).__name__}")
                     # Soon again: the trust left must not be spent waiting.
                     pause = min(pause, RETRY_EVERY)
-            await asyncio.sleep(pause)
+            if self.state is LeaseState.WAITING:
+                # Woken early by the watch when the key is deleted or expires.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._free.wait(), pause)
+            else:
+                await asyncio.sleep(pause)
+
+    async def _watch(self) -> None:
+        """Follow the key: who holds it (for /health), and the moment it is free. A watch
+        that hears nothing for a TTL (renewals come every ``renew_every`` while anybody holds
+        it, a marker when it expires) is made again: its server may have died."""
+        while self.state is not LeaseState.STOPPED:
+            watcher: KeyValue.KeyWatcher | None = None
+            try:
+                kv = await self._bucket()
+                watcher = await kv.watch(self.name)
+                while self.state is not LeaseState.STOPPED:
+                    entry = await watcher.updates(timeout=self.settings.ttl)
+                    if entry is not None:
+                        self._seen(entry)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a time-out, the bus away: make the watch again
+                log.debug("lease %s: watch: %s", self.name, exc or type(exc).__name__)
+                await asyncio.sleep(RETRY_EVERY)
+            finally:
+                if watcher is not None:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+
+    def _seen(self, entry: KeyValue.Entry) -> None:
+        if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+            if self.state is LeaseState.WAITING:
+                log.debug("lease %s: free (%s)", self.name, entry.operation or "expired")
+            self._free.set()
+            return
+        holder = _field(entry.value, "holder")
+        if self.state is LeaseState.WAITING and holder is not None and holder != self.holder:
+            self.other = holder
 
     async def _try_acquire(self) -> None:
         if time.monotonic() < self._pause_until:
@@ -247,14 +335,22 @@ class Lease:
             entry = await kv.get(self.name)
         except KeyNotFoundError:
             return None  # expired in between: the next round creates it
+        assert entry.revision is not None
+        if not entry.value:
+            # The marker an expiry left (nats-py's create does not recognise one as a
+            # deletion): the key is free. Of several hosts trying, one writes first.
+            try:
+                revision: int = await kv.update(self.name, self._value(), last=entry.revision)
+            except KeyWrongLastSequenceError:
+                return None
+            return revision
         holder = _field(entry.value, "holder")
         if holder != self.holder:
             if holder != self.other:
                 log.info("lease %s: held by %s", self.name, holder)
             self.other = holder
             return None
-        assert entry.revision is not None
-        revision: int = await kv.update(self.name, self._value(), last=entry.revision)
+        revision = await kv.update(self.name, self._value(), last=entry.revision)
         log.info("lease %s: taken back from this host's previous process", self.name)
         return revision
 
@@ -306,7 +402,7 @@ class Lease:
         caller stops its actors first, then the lease."""
         held = self.state is LeaseState.HELD
         self.state = LeaseState.STOPPED
-        for task in (self._task, self._reaction):
+        for task in (self._task, self._watcher, self._reaction):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

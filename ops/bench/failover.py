@@ -42,6 +42,8 @@ from events.nats_server import free_port
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 CUT = "VM creation > importing disk image"
+# Issue 30: kill -9 of the lease holder to the install settled, median, at the defaults.
+TARGET = 15.0
 
 
 class Host:
@@ -208,6 +210,13 @@ async def bench(rounds: int, ttl: float, store: str | None) -> None:
             base = statistics.median(s for _, s in figures["SIGTERM"])
             kill = statistics.median(s for _, s in figures["kill -9"])
             print(f"kill -9 / graceful stop, settled: {kill / base:.1f}x")
+            # A survivor cannot take the lease before the TTL ends (counted from the dead
+            # holder's last renewal, up to ttl/24 before the kill); the rest is what cairn adds.
+            take = statistics.median(t for t, _ in figures["kill -9"])
+            print(f"kill -9: takeover {take - ttl:+.2f} s after the TTL, "
+                  f"settled {kill - ttl:+.2f} s; issue 30's target "
+                  f"(settled median <= {TARGET:g} s): "
+                  f"{'met' if kill <= TARGET else 'NOT met'}")  # fmt: skip
 
 
 def main() -> None:

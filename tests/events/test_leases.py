@@ -4,15 +4,25 @@ take-over after the TTL when the holder goes silent, and the silent holder's fen
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
 
-from events.leases import LEADERLESS_AT_WORST, Lease, LeaseSettings, LeaseState
+from events.leases import BUCKET, LEADERLESS_AT_WORST, Lease, LeaseSettings, LeaseState
 from tests.conftest import wait_for
 
 FAST = LeaseSettings(ttl=1.0)
+
+
+class UnpolledSettings(LeaseSettings):
+    """A waiting host that never polls: only its watch of the key can tell it the lease is
+    free."""
+
+    @property
+    def poll_every(self) -> float:
+        return 600.0
 
 
 class Host:
@@ -141,3 +151,60 @@ def test_the_default_lease_outlives_a_nats_leader_election() -> None:
     assert default.trust < default.ttl
     # At the former default of 8 s a holder gave up after 6.2 s of election.
     assert LeaseSettings(ttl=8.0).rides_out < LEADERLESS_AT_WORST
+
+
+async def test_a_waiting_host_takes_an_expired_lease_the_moment_it_expires(nc: Client) -> None:
+    """The watch hears the expiry (the server's marker): the waiting host takes the lease then,
+    not at a poll, and not before the silent holder's trust ran out."""
+    settings = UnpolledSettings(ttl=2.0)
+    a, b = Host(nc, "a", settings), Host(nc, "b", settings)
+    try:
+        await a.lease.start()
+        await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+        await b.lease.start()
+        await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+        assert a.lease._task is not None
+        a.lease._task.cancel()  # a goes silent: its last renewal was just sent
+        silent_at = a.lease._sent_at
+        await wait_for(lambda: b.held, timeout=settings.ttl + 3, what="b takes the lease")
+        took = time.monotonic() - silent_at
+        # Never before the TTL (the server's clock starts at the renewal's arrival) ...
+        assert took >= settings.ttl, took
+        assert a.lease.fence() is not None  # ... so a had stopped trusting it first
+        # ... and at once after it, although b never polls.
+        assert took < settings.ttl + 1.0, took
+    finally:
+        await a.lease.stop()
+        await b.lease.stop()
+
+
+async def test_a_released_lease_is_taken_at_once_by_a_watching_host(nc: Client) -> None:
+    settings = UnpolledSettings(ttl=30.0)
+    a, b = Host(nc, "a", settings), Host(nc, "b", settings)
+    try:
+        await a.lease.start()
+        await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+        await b.lease.start()
+        await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+        await a.lease.stop()
+        released = time.monotonic()
+        await wait_for(lambda: b.held, timeout=5, what="b takes the released lease")
+        assert time.monotonic() - released < 1.0
+    finally:
+        await b.lease.stop()
+
+
+async def test_a_bucket_made_with_another_ttl_is_brought_to_the_settings(nc: Client) -> None:
+    """A bucket an older cairn made (another TTL, no expiry markers) is updated, not refused:
+    changing CAIRN_LEASE_TTL, or upgrading, must not stop cairn from starting."""
+    js = nc.jetstream()
+    await js.create_key_value(bucket=BUCKET, ttl=15.0, history=1)
+    host = Host(nc, "a", LeaseSettings(ttl=2.0))
+    try:
+        await host.lease.start()
+        await wait_for(lambda: host.held, timeout=5, what="a holds the lease")
+        config = (await js.stream_info(f"KV_{BUCKET}")).config
+        assert config.max_age == 2.0
+        assert config.subject_delete_marker_ttl == 2.0
+    finally:
+        await host.lease.stop()
