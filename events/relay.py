@@ -6,10 +6,21 @@ appends are handed over in memory so the usual path costs no extra read; after a
 whenever the in-memory hand-over has a gap, the relay reads from the store from its cursor. It
 publishes only while connected, a batch at a time with every acknowledgement in flight at once,
 and advances the cursor only after JetStream acknowledged the whole batch, so a NATS outage
-delays events and loses none. Each message carries ``Nats-Msg-Id: <stream>:<version>``:
-whatever a relay publishes again (after a crash between a publish and its cursor write, or
-because a second relay on the same store publishes the same events) JetStream drops within its
-duplicate window (``events.jetstream``), so the stream holds every event once.
+delays events and loses none.
+
+Every host of a cluster runs a relay on the one store, and each publishes every event, in
+position order. The stream must still hold each event once, in order, however long a relay was
+away (a host paused for minutes wakes up with an old cursor). So a relay publishes nothing the
+stream already holds, and nothing out of turn: it knows the stream's last message (its
+sequence, and the store position it carries: read with one request whenever it publishes what
+it read from the store, or when another relay got in first), skips every event at or before
+that position, and publishes each message with ``Nats-Expected-Last-Sequence`` (the sequence
+it must follow), a window of them in flight at once. When another relay published meanwhile,
+JetStream refuses the message (wrong last sequence) and every one after it in the window; the
+relay looks at the stream again and goes on from there. The order of positions in the stream
+is then the store's, and an event stands in it once whatever the pause, not only within
+JetStream's duplicate window. Each message still carries ``Nats-Msg-Id: <stream>:<version>``
+(``events.jetstream``): a subscriber's de-duplication key.
 A stored row that cannot be decoded is stepped over with a log line naming it (its stream is
 quarantined by the actor host; ``cairn store check`` lists it), so one bad row never stalls
 every event after it.
@@ -19,20 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
 from collections import deque
 
+import attrs
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import PubAck
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from events.codec import to_dict
-from events.jetstream import MSG_ID_HEADER, StreamSettings, ensure_stream, msg_id
+from events.jetstream import MSG_ID_HEADER, STREAM, StreamSettings, ensure_stream, msg_id
 from events.signing import SIG_HEADER, EventSigner
 from events.store import EventStore, Recorded
-from events.subjects import subject_for
+from events.subjects import EVENT_SUBJECT_PREFIX, subject_for
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +72,26 @@ def wire_payload(record: Recorded) -> bytes:
 # grow with it).
 BATCH_SIZE = 200
 WINDOW = 50
+
+EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
+# JetStream's answer to a message whose expected last sequence is not the stream's.
+WRONG_LAST_SEQUENCE = 10071
+# A turn of the relay's loop this much later than due means the process was stopped (SIGSTOP,
+# a frozen VM) or starved: the catch-up that follows is logged.
+PAUSE_NOTICED = 5.0
+
+
+@attrs.frozen
+class StreamEnd:
+    """The events stream's last message: its sequence, and the store position it carries
+    (None when unknown: the stream's messages all aged out)."""
+
+    seq: int
+    position: int | None
+
+
+class _Conflict(Exception):
+    """Another relay published into the stream since this one last looked."""
 
 
 class OutboxRelay:
@@ -93,12 +128,25 @@ class OutboxRelay:
         self.cursor = 0
         self._saved_cursor = 0
         self._last_save = 0.0
+        # The stream's end as this relay last knew it; None: look it up before publishing.
+        self._end: StreamEnd | None = None
+        # Acknowledgements of this relay's publishes, by reply subject (its own inbox: nats-py's
+        # publish_async never resolves a refused publish, it raises inside its callback).
+        self._inbox = ""
+        self._acks: dict[str, asyncio.Future[PubAck]] = {}
+        self._ack_sub: Subscription | None = None
+        self._reply_ids = itertools.count()
+        # Events found in the stream already and so not published again (since start).
+        self.skipped = 0
+        self._last_turn = 0.0
 
     async def start(self) -> None:
         # Created before anything is published, so subscribers can bind to it at once.
         await ensure_stream(self._js, self._stream)
         self._stream_ready = True
         self.cursor = self._saved_cursor = await self._store.load_cursor(self._name)
+        self._inbox = self._nc.new_inbox()
+        self._ack_sub = await self._nc.subscribe(self._inbox + ".*", cb=self._on_ack)
         self._store.add_listener(self._on_append)
         self._wake.set()  # catch up with whatever was stored while nobody published
         self._task = asyncio.create_task(self._run(), name=f"relay:{self._name}")
@@ -121,22 +169,31 @@ class OutboxRelay:
         if self.cursor != self._saved_cursor:
             await self._store.save_cursor(self._name, self.cursor)
             self._saved_cursor = self.cursor
+        if self._ack_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._ack_sub.unsubscribe()
+            self._ack_sub = None
 
     def _on_append(self, records: list[Recorded]) -> None:
         self._fresh.extend(records)
         self._wake.set()
 
     async def _run(self) -> None:
+        self._last_turn = time.monotonic()
         while not self._stopping:
             # Woken by this process's appends; otherwise it looks at the store now and then,
             # for appends made by another process on the same store (another host), which it
-            # publishes too (JetStream drops what that host's relay already did) so its
-            # cursor stays current.
+            # publishes unless that host's relay already did, so its cursor stays current.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._idle_poll)
             self._wake.clear()
+            now = time.monotonic()
+            away, self._last_turn = now - self._last_turn, now
             try:
-                await self._drain()
+                if away > self._idle_poll + PAUSE_NOTICED:
+                    await self._catch_up(away)
+                else:
+                    await self._drain()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -144,6 +201,18 @@ class OutboxRelay:
                 self._fresh.clear()  # the store has them; read from the cursor next time
                 await asyncio.sleep(self._retry_interval)
                 self._wake.set()
+
+    async def _catch_up(self, away: float) -> None:
+        """Drain after a pause, saying so: where it resumed, and what it did not publish
+        again because another host's relay had."""
+        start, skipped = self.cursor, self.skipped
+        log.info("relay: resumed after %.1f s away, from position %d", away, start)
+        await self._drain()
+        log.info(
+            "relay: caught up from position %d to %d after %.1f s away; %d events were in "
+            "the events stream already and were not published again",
+            start, self.cursor, away, self.skipped - skipped,
+        )  # fmt: skip
 
     def _take_fresh(self) -> list[Recorded]:
         while self._fresh and self._fresh[0].position <= self.cursor:
@@ -180,6 +249,9 @@ class OutboxRelay:
             if last == self.cursor:
                 return
             if batch:
+                if not from_memory:
+                    # Read from the store: another host's relay may have published it.
+                    self._end = None
                 await self._publish(batch)
             self.cursor = last
             await self._maybe_save_cursor()
@@ -189,33 +261,108 @@ class OutboxRelay:
                 return
 
     async def _publish(self, batch: list[Recorded]) -> None:
-        """Publish ``batch`` and return once JetStream acknowledged every message of it."""
+        """Publish what of ``batch`` the stream does not hold yet, in order, after its last
+        message; return once JetStream acknowledged every message of it."""
         if not self._stream_ready:
             await ensure_stream(self._js, self._stream)
             self._stream_ready = True
-        acks: list[asyncio.Future[PubAck]] = []
+        pending = batch
+        while pending:
+            end = self._end if self._end is not None else await self._look_up_end()
+            self._end = end
+            if end.position is not None:
+                held = sum(1 for r in pending if r.position <= end.position)
+                self.skipped += held
+                pending = [r for r in pending if r.position > end.position]
+            window = pending[:WINDOW]
+            if not window:
+                return
+            try:
+                await self._publish_window(window, end)
+            except _Conflict:
+                self._end = None  # another relay got in first: look at the stream again
+                continue
+            pending = pending[len(window) :]
+
+    async def _look_up_end(self) -> StreamEnd:
         try:
-            for start in range(0, len(batch), WINDOW):
-                # publish_async does not suspend, and nats-py resolves every acknowledgement
-                # that has arrived in one step of the loop: a window at a time bounds both
-                # (500 events at once held the loop 30-44 ms, and a burst of 200 acks
-                # ~10 ms, each seen in the p99 of the queries served meanwhile).
-                window = []
-                for record in batch[start : start + WINDOW]:
-                    subject, payload, headers = self._message(record)
-                    window.append(await self._js.publish_async(subject, payload, headers=headers))
-                acks.extend(window)
-                async with asyncio.timeout(self._ack_timeout):
-                    answers = await asyncio.gather(*window, return_exceptions=True)
-                for answer in answers:
-                    if isinstance(answer, BaseException):
-                        raise answer
+            last = await self._js.get_last_msg(STREAM, f"{EVENT_SUBJECT_PREFIX}.>")
+        except NotFoundError:
+            info = await self._js.stream_info(STREAM)
+            seq = info.state.last_seq
+            # An empty stream holds nothing (0); one whose messages all aged out holds
+            # nothing we can place: publish from the cursor.
+            return StreamEnd(seq, 0 if seq == 0 else None)
         except NoStreamResponseError:
-            self._stream_ready = False  # the stream is gone (a wiped server): create it again
+            self._stream_ready = False
             raise
+        position = None
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            found = json.loads(last.data or b"{}").get("position")
+            position = found if isinstance(found, int) else None
+        return StreamEnd(int(last.seq or 0), position)
+
+    async def _publish_window(self, window: list[Recorded], end: StreamEnd) -> None:
+        """Publish ``window`` after ``end``, every acknowledgement in flight at once (a window
+        bounds the loop step that sends them and the one that resolves their acks). Raises
+        _Conflict when the stream's end was not ``end`` (or moved meanwhile); ``self._end``
+        then covers what was accepted before the refusal."""
+        acks: list[asyncio.Future[PubAck]] = []
+        replies: list[str] = []
+        try:
+            for i, record in enumerate(window):
+                subject, payload, headers = self._message(record)
+                headers[EXPECTED_LAST_SEQUENCE] = str(end.seq + i)
+                reply = f"{self._inbox}.{next(self._reply_ids)}"
+                future: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
+                self._acks[reply] = future
+                replies.append(reply)
+                acks.append(future)
+                await self._nc.publish(subject, payload, reply=reply, headers=headers)
+            async with asyncio.timeout(self._ack_timeout):
+                answers = await asyncio.gather(*acks, return_exceptions=True)
         finally:
-            for ack in acks:
-                ack.cancel()  # frees its slot in nats-py's pending window; no-op when done
+            for reply in replies:
+                self._acks.pop(reply, None)
+        accepted = 0
+        for i, answer in enumerate(answers):
+            if (
+                isinstance(answer, PubAck)
+                and not answer.duplicate
+                and answer.seq == end.seq + i + 1
+            ):
+                accepted += 1
+                continue
+            if accepted:
+                self._end = StreamEnd(end.seq + accepted, window[accepted - 1].position)
+            if isinstance(answer, APIError) and answer.err_code == WRONG_LAST_SEQUENCE:
+                raise _Conflict()
+            if isinstance(answer, PubAck):
+                raise _Conflict()  # a duplicate: the stream holds it already
+            if isinstance(answer, NoStreamResponseError):
+                self._stream_ready = False  # the stream is gone (a wiped server)
+            if isinstance(answer, BaseException):
+                raise answer
+            raise _Conflict()
+        self._end = StreamEnd(end.seq + accepted, window[-1].position)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        future = self._acks.get(msg.subject)
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get("Status") == "503":
+            future.set_exception(NoStreamResponseError())
+            return
+        try:
+            answer = json.loads(msg.data)
+            if "error" in answer:
+                APIError.from_error(answer["error"])  # always raises, the error's own class
+            else:
+                future.set_result(PubAck.from_response(answer))
+        except APIError as exc:
+            future.set_exception(exc)
+        except (ValueError, TypeError, KeyError) as exc:
+            future.set_exception(exc)
 
     def _message(self, record: Recorded) -> tuple[str, bytes, dict[str, str]]:
         """Subject, payload and headers of one event: its de-duplication id and, with a
