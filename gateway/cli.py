@@ -25,7 +25,7 @@ from actors.platform import Runtime, open_runtime
 from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
 from events.stamp import StoreTooNew
-from gateway import cluster_cli, events_cli, pve_cli, store_cli, tokens_cli
+from gateway import cluster_cli, events_cli, pve_cli, sse, store_cli, tokens_cli
 from gateway import services as catalogue
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
@@ -124,7 +124,15 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         await stop.wait()
         print("cairn: stopping", flush=True)
         await _wind_down(runtime, listening, settings.stop_grace)
+    print("cairn: stopped", flush=True)
     return 0
+
+
+STOPPING = "cairn is stopping: this stream ends here; follow it again once cairn is back"
+STOPPING_LATE = (
+    "cairn is stopping and its grace period ({grace:g} s) is over: this stream ends here; an "
+    "interrupted task is settled at the next start, where it can be followed again"
+)
 
 
 def settle_heap() -> None:
@@ -141,9 +149,15 @@ def settle_heap() -> None:
 async def _wind_down(runtime: Runtime, listening: list[Listening], grace: float) -> None:
     """Stop taking connections, give running jobs and open requests the grace period, then
     interrupt what is left: its tasks are settled at the next start, as after a crash."""
-    deadline = asyncio.get_running_loop().time() + grace
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
     for one in listening:
         await one.site.stop()
+    # Streams that follow nothing that could end (the console feed) end now; those of a task
+    # or a run may still end with their outcome within the grace (gateway/sse.py).
+    ended = await sse.end_streams(STOPPING, working_too=False)
+    if ended:
+        log.info("stopping: ended %d event stream(s)", ended)
     left = await runtime.actors.drain(grace)
     if left:
         log.warning(
@@ -151,7 +165,11 @@ async def _wind_down(runtime: Runtime, listening: list[Listening], grace: float)
             "tasks will be settled at the next start",
             grace, ", ".join(left),
         )  # fmt: skip
-    remaining = max(0.5, deadline - asyncio.get_running_loop().time())
+    await sse.streams_done(max(0.0, deadline - loop.time()))
+    ended = await sse.end_streams(STOPPING_LATE.format(grace=grace), working_too=True)
+    if ended:
+        log.info("stopping: the grace period is over; ended %d event stream(s)", ended)
+    remaining = max(0.5, deadline - loop.time())
     servers = [one.runner.server for one in listening if one.runner.server is not None]
     for server in servers:
         server.pre_shutdown()  # idle keep-alive connections close now

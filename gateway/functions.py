@@ -355,7 +355,9 @@ class FunctionsGateway:
             return web.StreamResponse(status=200, headers=SSE_HEADERS)
         # No ids (a run cannot be re-attached) and no close event (the contract's every data
         # line is a stream event); heartbeats keep a proxy from cutting a long quiet run.
-        async with EventStream(request, close_event=False, numbered=False) as sse:
+        async with EventStream(
+            request, close_event=False, numbered=False, follows_work=True, stopping=_stopping
+        ) as sse:
             message: dict[str, Any] | None = first
             try:
                 while message is not None:
@@ -370,6 +372,13 @@ class FunctionsGateway:
             except StopAsyncIteration:
                 pass  # the runner went away
         return sse.response
+
+
+def _stopping(reason: str) -> tuple[str | None, dict[str, Any]]:
+    """A run's last event when a stop of cairn ends its stream: the run is cancelled (a run
+    cannot be followed again), said as the contract's error event."""
+    said = f"{FAILED_TO_RUN}cairn is stopping: the run was cancelled ({reason.split(':')[0]})"
+    return None, {"event": "error", "data": said, "type": "text"}
 
 
 async def _next(

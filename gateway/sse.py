@@ -5,6 +5,12 @@ encoder, so a message can never break the framing), every event carries an ``id:
 ``Last-Event-ID`` re-attach, a comment line goes out after a long silence so proxies keep the
 connection, and the stream ends with ``event: close`` / ``data: {}``. A client that goes away
 ends nothing but the stream: ``send`` returns ``False`` and the producer decides what to do.
+
+A graceful stop ends every open stream itself (:func:`end_streams`): the stream's last event
+says cairn is stopping (``event: stopping``, or a record of the stream's own shape), the
+response ends, and the handler that fed it is cancelled, so no stream holds the stop. A stream
+that follows work which may end within the stop's grace (``follows_work``: an install, a run)
+is left to end by itself until the grace is over.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -46,6 +53,46 @@ def last_event_id(request: web.Request) -> str | None:
     return value.strip() if value and value.strip() else None
 
 
+# The event a stream ends with at a stop: (event name or None, data), from the reason.
+StoppingEvent = Callable[[str], tuple[str | None, Any]]
+
+
+def stopping_event(reason: str) -> tuple[str | None, Any]:
+    return "stopping", {"message": reason}
+
+
+# Every stream open in this process (the loop's thread only), for end_streams.
+_OPEN: set[EventStream] = set()
+_ALL_ENDED = asyncio.Event()
+
+
+def open_streams() -> int:
+    return len(_OPEN)
+
+
+async def end_streams(reason: str, *, working_too: bool) -> int:
+    """End open streams with their stopping event (``reason``): those that follow no work, or
+    every one with ``working_too``. Returns how many were ended."""
+    chosen = [s for s in list(_OPEN) if working_too or not s.follows_work]
+    await asyncio.gather(*(s.stop(reason) for s in chosen))
+    return len(chosen)
+
+
+async def streams_done(timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the open streams to end by themselves."""
+    if not _OPEN:
+        return
+    _ALL_ENDED.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_ALL_ENDED.wait(), timeout)
+
+
+def _forget(stream: EventStream) -> None:
+    _OPEN.discard(stream)
+    if not _OPEN:
+        _ALL_ENDED.set()
+
+
 class EventStream:
     """``async with EventStream(request) as sse: await sse.send({...})``."""
 
@@ -58,10 +105,17 @@ class EventStream:
         headers: dict[str, str] | None = None,
         close_event: bool = True,
         numbered: bool = True,
+        follows_work: bool = False,
+        stopping: StoppingEvent = stopping_event,
     ) -> None:
         """``close_event=False`` for contracts whose every ``data:`` line must be one of their
         own records (the functions stream); the response still ends cleanly. ``numbered=False``
-        leaves out the automatic ``id:`` lines where nothing can be re-attached to."""
+        leaves out the automatic ``id:`` lines where nothing can be re-attached to.
+        ``follows_work``: the stream ends by itself when work that may finish within a stop's
+        grace does (module doc); ``stopping`` makes the event it ends with at a stop."""
+        self.follows_work = follows_work
+        self._stopping = stopping
+        self._handler: asyncio.Task[Any] | None = None
         self._request = request
         self._close_event = close_event
         self._numbered = numbered
@@ -84,6 +138,8 @@ class EventStream:
             self.closed = True
             return self
         self._pinger = asyncio.create_task(self._ping())
+        self._handler = asyncio.current_task()
+        _OPEN.add(self)
         return self
 
     async def __aexit__(
@@ -93,11 +149,12 @@ class EventStream:
         tb: TracebackType | None,
     ) -> None:
         self._ending = True
+        _forget(self)
         if self._pinger is not None:
             self._pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pinger
-        if exc_type is asyncio.CancelledError:
+        if exc_type is asyncio.CancelledError or self.closed:
             return
         if self._close_event:
             await self.send({}, event="close")
@@ -118,6 +175,20 @@ class EventStream:
             id = self._next_id
             self._next_id += 1
         return await self._write(format_event(data, event=event, id=id))
+
+    async def stop(self, reason: str) -> None:
+        """End the stream now with its stopping event and cancel the handler feeding it."""
+        if self.closed or self._ending:
+            return
+        self._ending = True
+        _forget(self)
+        event, data = self._stopping(reason)
+        await self._write(format_event(data, event=event))
+        self.closed = True
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.response.write_eof()
+        if self._handler is not None and self._handler is not asyncio.current_task():
+            self._handler.cancel()
 
     async def _write(self, frame: bytes) -> bool:
         if self.closed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import secrets
@@ -223,6 +224,16 @@ def waiting_record(refusal: str) -> dict[str, Any]:
     }
 
 
+def stopping_record(vmid: int, reason: str) -> tuple[str, dict[str, Any]]:
+    """The last event of a task's stream that a stop of cairn ends (gateway/sse.py)."""
+    where = f"GET /api/vm/{vmid}/task, with Last-Event-ID"
+    return "stopping", {
+        "step": "stopping",
+        "status": "processing",
+        "message": f"[*] {reason} ({where})",
+    }
+
+
 def parse_event_id(value: str | None, vmid: int) -> int | None:
     """`<vmid>:<version>` (what we send) or a bare version."""
     if value is None:
@@ -409,7 +420,10 @@ class VmGateway:
         """The task's records as SSE; `password` (one cairn generated) is shown once, just
         before the install's final record, and never stored."""
         headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
-        async with EventStream(request, headers=headers) as sse:
+        stopping = functools.partial(stopping_record, vmid)
+        async with EventStream(
+            request, headers=headers, follows_work=True, stopping=stopping
+        ) as sse:
             last_id = None
             async for item in follow_task(self.runtime, vmid, task, after):
                 if item.type == WAITING:
