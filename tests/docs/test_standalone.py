@@ -19,6 +19,7 @@ STANDALONE = [
     "console.md",
     "upgrading.md",
     "simulator.md",
+    "vm.md",
 ]
 
 OUTSIDE = re.compile(
@@ -73,6 +74,12 @@ CHECKS = "ALLOW_IPS|TRUSTED_PROXIES"
             ["events/*.py", "actors/platform.py", "gateway/events_cli.py"],
             "CAIRN_EVENT|CAIRN_STORE|CAIRN_DATA|NATS_",
             None,
+        ),
+        (
+            "vm.md",
+            ["actors/vm/**/*.py", "gateway/vm.py", "gateway/pve_cli.py", CLIENTS],
+            f"VM_|PVE_|ASSIGN_|GATEWAY|MAIN_NODE|IMAGE_BASE_URL|{CHECKS}",
+            "VM_HOST",
         ),
         (
             "console.md",
