@@ -1,7 +1,8 @@
 """Talking to a guest over SSH with the key the service manages.
 
 Guests are fresh cloud VMs whose host keys are generated at first boot, so cairn cannot know
-the key before the first answer. It verifies it instead (docs/vm.md, "What is verified"):
+the key before the first answer. It verifies it instead (docs/vm.md, "Guests: what is
+verified"):
 1. `wait_ready` polls `echo ready` and takes the host key the guest shows (nothing secret goes
    to it: only cairn's public key and a signature bound to that one session);
 2. `verify` asks the machine behind that key to prove it holds the secret Proxmox handed the
