@@ -173,12 +173,14 @@ class MiniLM:
         if runtime == "onnx":
             from actors.search import minilm_onnx
 
-            run = minilm_onnx.session_runner(minilm_onnx.model_file(directory, cache_dir))
+            # The weights stay in model.safetensors: no 87 MB copy in the cache.
+            path = minilm_onnx.referencing_model_file(directory, cache_dir)
+            run = minilm_onnx.session_runner(path, weights=directory)
         elif runtime == "onnx-int8":
             from actors.search import minilm_onnx
 
             path = minilm_onnx.model_file(directory, cache_dir, int8=True)
-            run = minilm_onnx.session_runner(path)
+            run = minilm_onnx.session_runner(path, weights=directory)
         elif runtime == "openvino":
             from actors.search import minilm_onnx, minilm_openvino
 

@@ -23,11 +23,19 @@ the same ten best chunks (see docs/search.md and `ops/bench/search.py --agreemen
 Both model files are derived data, built on first use (~2 s, int8 ~4 s) into a cache directory
 (`$XDG_CACHE_HOME/cairn/models`) keyed by the weights' size and mtime, this builder's version
 and the runtime's version, and written atomically.
+
+The ONNX Runtime files do not copy the weights (87 MB) into the cache: `referencing_model_file`
+keeps the same graph with every weight that is a checkpoint tensor (or its transpose) stored as
+ONNX external data pointing into the bundled `model.safetensors` (raw little-endian float32 at
+known offsets), a transpose becoming a node that ONNX Runtime folds at load. The file is ~1 MB
+(the int8 one ~7 MB: its int8 matrices); `session_runner(..., weights=directory)` loads either
+with the weights read from there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -36,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file
 
 from actors.search.minilm_weights import DIMENSION, Weights, load_weights
 
@@ -174,8 +183,11 @@ def default_cache_dir() -> Path:
 
 def model_file(directory: Path, cache_dir: Path | None = None, *, int8: bool = False) -> Path:
     """The float32 (or int8) model file for the weights in `directory`, built into `cache_dir`
-    if missing. Loading a file costs a fraction of the memory of building in memory (peak RSS
-    196 MB against 426 MB, measured), and only the first start of a machine builds."""
+    if missing. The float32 file holds every weight (OpenVINO reads it); the int8 one points
+    into `directory` for the weights it keeps in float32 (`externalize`): run it with
+    `session_runner(path, weights=directory)`. Loading a file costs a fraction of the memory
+    of building in memory (peak RSS 196 MB against 426 MB, measured), and only the first start
+    of a machine builds."""
     cache_dir = cache_dir or default_cache_dir()
     kind = "int8" if int8 else "float32"
     target = cache_dir / f"all-minilm-l6-v2.{cache_key(directory)}.{kind}.onnx"
@@ -205,6 +217,93 @@ def model_file(directory: Path, cache_dir: Path | None = None, *, int8: bool = F
                 op_types_to_quantize=["MatMul"],
                 nodes_to_quantize=quantized_products(model),
             )
+            # The products left in float32 (the word table, attention output, feed-forward
+            # output) stay in model.safetensors: 72 MB -> 7 MB.
+            quantized = externalize(onnx.load(str(built)), directory)
+            built.write_bytes(quantized.SerializeToString())
+        built.replace(target)
+    return target
+
+
+def safetensors_index(path: Path) -> dict[str, tuple[str, list[int], int, int]]:
+    """name -> (dtype, shape, offset, length) of every tensor in a safetensors file, offsets
+    from the start of the file (an 8-byte little-endian header size, the JSON header, then the
+    data)."""
+    with path.open("rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    start = 8 + size
+    return {
+        name: (entry["dtype"], list(entry["shape"]), start + entry["data_offsets"][0],
+               entry["data_offsets"][1] - entry["data_offsets"][0])
+        for name, entry in header.items()
+        if name != "__metadata__"
+    }  # fmt: skip
+
+
+def externalize(model: Any, directory: Path) -> Any:
+    """`model` with each initializer that is a float32 tensor of `directory/model.safetensors`
+    (or its transpose) replaced by external data pointing into that file (a transpose through
+    a Transpose node). The others (the position table with the token type folded in, small
+    constants) stay inside."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = directory / "model.safetensors"
+    index = safetensors_index(weights)
+    raw = load_file(str(weights))
+    # The bytes of every float32 tensor and of its transpose -> (name, transposed).
+    found: dict[bytes, tuple[str, bool]] = {}
+    for name, array in raw.items():
+        if index[name][0] != "F32" or array.size < 1024:
+            continue
+        found[hashlib.sha256(np.ascontiguousarray(array).tobytes()).digest()] = (name, False)
+        if array.ndim == 2:
+            digest = hashlib.sha256(np.ascontiguousarray(array.T).tobytes()).digest()
+            found.setdefault(digest, (name, True))
+    kept, transposes = [], []
+    for init in model.graph.initializer:
+        value = numpy_helper.to_array(init)
+        hit = None
+        if value.dtype == np.float32 and value.size >= 1024:
+            hit = found.get(hashlib.sha256(np.ascontiguousarray(value).tobytes()).digest())
+        if hit is None:
+            kept.append(init)
+            continue
+        source, transposed = hit
+        _, shape, offset, length = index[source]
+        ref = TensorProto()
+        ref.name = f"{init.name}.stored" if transposed else init.name
+        ref.data_type = TensorProto.FLOAT
+        ref.dims.extend(shape)
+        ref.data_location = TensorProto.EXTERNAL
+        for key, text in (("location", weights.name), ("offset", offset), ("length", length)):
+            entry = ref.external_data.add()
+            entry.key, entry.value = key, str(text)
+        kept.append(ref)
+        if transposed:
+            transposes.append(helper.make_node("Transpose", [ref.name], [init.name], perm=[1, 0]))
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    nodes = transposes + list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def referencing_model_file(directory: Path, cache_dir: Path | None = None) -> Path:
+    """The float32 model of `directory` with its weights left in `model.safetensors`
+    (`externalize`), built into `cache_dir` if missing; run it with
+    `session_runner(path, weights=directory)`."""
+    cache_dir = cache_dir or default_cache_dir()
+    target = cache_dir / f"all-minilm-l6-v2.{cache_key(directory)}.float32-ref.onnx"
+    if target.is_file():
+        return target
+    log.info("building the float32 ONNX graph of all-MiniLM-L6-v2 into %s", cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    model = externalize(build_graph(load_weights(directory)), directory)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        built = Path(tmp) / "float32-ref.onnx"
+        built.write_bytes(model.SerializeToString())
         built.replace(target)
     return target
 
@@ -214,13 +313,23 @@ def float32_model(directory: Path) -> bytes:
     return bytes(build_graph(load_weights(directory)).SerializeToString())  # type: ignore[attr-defined]
 
 
-def session_runner(model: bytes | Path) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def session_runner(
+    model: bytes | Path, *, weights: Path | None = None
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """A forward pass over `path`: (ids, mask) -> unit vectors. One session serves any number
     of threads; each call runs on its caller's thread alone (intra-op threads 1), so callers
-    decide the parallelism and a query never waits for a thread pool busy with a batch."""
+    decide the parallelism and a query never waits for a thread pool busy with a batch.
+    `weights`: the folder the model's external data is in (`referencing_model_file`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if weights is not None:
+        # Loaded as bytes, with the external data read from `weights`: ONNX Runtime refuses a
+        # path outside the model file's own folder.
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(weights)
+        )
+        model = Path(model).read_bytes() if not isinstance(model, bytes) else model
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
