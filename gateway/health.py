@@ -13,16 +13,79 @@ cause. What else a service reports about itself
 The process-wide problems (NATS unreachable, the event store refusing writes) are every
 service's problems: none of them can work without both. ``/status`` on ``CAIRN_PORT`` gathers
 the reports of every service in the process.
+
+In cluster mode a host that does not run the actors writes little or nothing, so it would not
+learn that the shared store refuses writes: its ``/health`` then looks at the store itself (one
+small write, bounded in time, at most every ``STORE_CHECK_EVERY`` seconds), so every host says
+so, not only the lease holder, and a load balancer stops sending it work that would get 503.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from actors.platform import Runtime
+from events.store import EventStore, StoreWriteFailed
+
+# How often, at most, /health writes to the store to see whether it takes writes, and how long
+# that write may take before the store is said not to answer.
+STORE_CHECK_EVERY = 2.0
+STORE_CHECK_TIMEOUT = 3.0
+# How long /health waits for a look under way before answering with the previous one.
+STORE_CHECK_WAIT = 0.5
+
+
+class StoreCheck:
+    """The last look at whether the store takes writes (cluster mode)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.problem: str | None = None
+        self._at = float("-inf")
+        self._running: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> None:
+        if self._running is None or self._running.done():
+            if time.monotonic() - self._at < STORE_CHECK_EVERY:
+                return
+            self._at = time.monotonic()
+            self._running = asyncio.create_task(self._probe(), name="health-store-check")
+        # A store that hangs must not hold /health up: answer with the last look meanwhile.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._running), STORE_CHECK_WAIT)
+
+    async def _probe(self) -> None:
+        try:
+            async with asyncio.timeout(STORE_CHECK_TIMEOUT):
+                await self.store.probe_writable()
+        except StoreWriteFailed as exc:
+            self.problem = exc.message
+        except TimeoutError:
+            self.problem = f"the event store did not take a write within {STORE_CHECK_TIMEOUT:g} s"
+        else:
+            self.problem = None
+
+
+_checks: weakref.WeakKeyDictionary[EventStore, StoreCheck] = weakref.WeakKeyDictionary()
+
+
+def store_check(runtime: Runtime) -> StoreCheck | None:
+    """The store check of a cluster-mode runtime (None on a single host, whose actors see
+    every write)."""
+    if runtime.cluster is None:
+        return None
+    check = _checks.get(runtime.store)
+    if check is None:
+        check = _checks[runtime.store] = StoreCheck(runtime.store)
+    return check
+
 
 # What a service adds: what stops it (problems), what it works around (warnings), and facts
 # about itself.
@@ -37,8 +100,12 @@ def runtime_problems(runtime: Runtime) -> list[str]:
         # Which of this process's connections, when not all of them (events/permissions.py).
         which = f" ({', '.join(lost)})" if len(lost) < len(runtime.connections) else ""
         found.append(f"nats: not connected to {runtime.shown_nats_url}{which}; reconnecting")
-    if runtime.actors.store_refusal is not None:
-        found.append(f"event store: {runtime.actors.store_refusal}")
+    refusal = runtime.actors.store_refusal
+    check = store_check(runtime)
+    if refusal is None and check is not None:
+        refusal = check.problem
+    if refusal is not None:
+        found.append(f"event store: {refusal}")
     return found
 
 
@@ -91,6 +158,9 @@ def add_health(
         return report(name, runtime, problems, warnings, details)
 
     async def health(_: web.Request) -> web.Response:
+        check = store_check(runtime)
+        if check is not None:
+            await check.refresh()
         body = current()
         return web.json_response(body, status=503 if body["status"] == "down" else 200)
 

@@ -94,6 +94,9 @@ _SYNC_ACTIONS = {
 _TASK_EVENTS = {"vm.progress", "vm.task_ended"}
 # Not an event: the follow's word that the store refuses writes, so the task is silent.
 WAITING = "waiting"
+# Not an event either: this host cannot read the store (its connection to PostgreSQL is down,
+# the database is stopped), so the stream cannot tell what the task did meanwhile.
+UNREADABLE = "unreadable"
 # A follow that hears nothing this long reads the store itself (a stalled publisher, the bus
 # down) and tries again to join JetStream.
 STORE_POLL = 5.0
@@ -140,10 +143,32 @@ async def follow_task(
     runtime.store.add_listener(on_append)
     last = after
     told: str | None = None  # the store's refusal the stream last said it waits out
+    unread: str | None = None  # why the store could not be read, as last said
+
+    async def read() -> list[TaskEvent]:
+        """The stream's records after ``last`` from the store; none while it cannot be read
+        (said once per cause, the follow then waits and tries again)."""
+        nonlocal unread
+        try:
+            found = await _from_store(runtime.store, stream, last)
+        except Exception as exc:  # PostgreSQL down or unreachable: wait, do not end
+            why = _store_failure(exc)
+            if why != unread:
+                unread = why
+                log.warning("vm %s: following task %s: the event store cannot be read: %s",
+                            vmid, task, why)  # fmt: skip
+                return [TaskEvent(last, UNREADABLE, {"message": why})]
+            return []
+        unread = None
+        return found
+
     try:
-        pending = await _from_store(runtime.store, stream, last)
+        pending = await read()
         while True:
             for item in pending:
+                if item.type == UNREADABLE:
+                    yield item
+                    continue
                 if item.version <= last:
                     continue
                 last = item.version
@@ -159,7 +184,7 @@ async def follow_task(
                 if refusal is not None and refusal != told:
                     told = refusal
                     yield TaskEvent(last, WAITING, {"message": refusal})
-                pending = await _from_store(runtime.store, stream, last)  # publisher stalled
+                pending = await read()  # publisher stalled
                 if follower is None:
                     follower = await _follow(runtime, subject_for(stream), on_event)
                 continue
@@ -169,7 +194,7 @@ async def follow_task(
             elif version == last + 1:
                 pending = [TaskEvent(version, payload["type"], payload["data"])]
             else:
-                pending = await _from_store(runtime.store, stream, last)
+                pending = await read()
     finally:
         with contextlib.suppress(ValueError):
             runtime.store.remove_listener(on_append)
@@ -189,6 +214,12 @@ async def _follow(runtime: Runtime, subject: str, on_event: EventCallback) -> Fo
         return None
 
 
+def _store_failure(exc: BaseException) -> str:
+    """A store read's failure in a sentence (the driver's own text, its first line)."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 async def _from_store(store: EventStore, stream: str, after: int) -> list[TaskEvent]:
     return [
         TaskEvent(r.version, r.event.type_name, to_dict(r.event))
@@ -203,6 +234,34 @@ def sse_record(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("ip") is not None:
         record["ip"] = data["ip"]
     return record
+
+
+def unreadable_record(vmid: int, why: str) -> dict[str, Any]:
+    """What a task's stream says while this host cannot read the event store: the task goes
+    on where it runs; the stream waits for the store and carries on, or the client re-attaches
+    (through another host, if this one alone lost the store)."""
+    return {
+        "step": WAITING,
+        "status": "processing",
+        "message": (
+            f"[*] waiting for the event store: this host cannot read it ({why}). The task "
+            "goes on; this stream resumes once the store answers, or re-attach: "
+            f"GET /api/vm/{vmid}/task with Last-Event-ID"
+        ),
+    }
+
+
+def broken_off_record(vmid: int, why: str) -> dict[str, Any]:
+    """The last record of a task's stream this host could not carry on: never a bare close
+    while the task may go on."""
+    return {
+        "step": "interrupted",
+        "status": "processing",
+        "message": (
+            f"[*] this stream broke off ({why}); the task goes on: re-attach with "
+            f"GET /api/vm/{vmid}/task and Last-Event-ID for the rest and its outcome"
+        ),
+    }
 
 
 def waiting_record(refusal: str) -> dict[str, Any]:
@@ -425,20 +484,30 @@ class VmGateway:
             request, headers=headers, follows_work=True, stopping=stopping
         ) as sse:
             last_id = None
-            async for item in follow_task(self.runtime, vmid, task, after):
-                if item.type == WAITING:
-                    # Stored nowhere, so no id: a client re-attaching misses nothing.
-                    if not await sse.send(waiting_record(item.data["message"])):
-                        break
-                    continue
-                if item.type != "vm.progress":
-                    continue
-                record = sse_record(item.data)
-                if password is not None and _is_final(record):
-                    await sse.send(_password_record(record, password), id=last_id)
-                last_id = f"{vmid}:{item.version}"
-                if not await sse.send(record, id=last_id):
-                    break  # the client left; the task goes on and can be re-attached
+            try:
+                async for item in follow_task(self.runtime, vmid, task, after):
+                    if item.type in (WAITING, UNREADABLE):
+                        # Stored nowhere, so no id: a client re-attaching misses nothing.
+                        message = item.data["message"]
+                        said = (
+                            waiting_record(message)
+                            if item.type == WAITING
+                            else unreadable_record(vmid, message)
+                        )
+                        if not await sse.send(said):
+                            break
+                        continue
+                    if item.type != "vm.progress":
+                        continue
+                    record = sse_record(item.data)
+                    if password is not None and _is_final(record):
+                        await sse.send(_password_record(record, password), id=last_id)
+                    last_id = f"{vmid}:{item.version}"
+                    if not await sse.send(record, id=last_id):
+                        break  # the client left; the task goes on and can be re-attached
+            except Exception as exc:  # the follow failed: say how to get the rest
+                log.exception("vm %s: the stream of task %s broke off", vmid, task)
+                await sse.send(broken_off_record(vmid, _store_failure(exc)))
         return sse.response
 
     # -- lifecycle --------------------------------------------------------------------------

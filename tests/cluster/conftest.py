@@ -176,10 +176,12 @@ async def _start_sim(
 
 
 @pytest.fixture
-def pve_driver() -> str:
-    """How the hosts drive Proxmox: PVE_DRIVER from the environment (cli when unset); a module
-    runs with both through `pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)`."""
-    return os.environ.get("PVE_DRIVER", "").strip() or "cli"
+def pve_driver(request: pytest.FixtureRequest) -> str:
+    """How the hosts drive Proxmox: the test's parameter when a module runs with both
+    (`pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)`), else PVE_DRIVER from
+    the environment (cli when unset)."""
+    param = getattr(request, "param", None)
+    return str(param) if param else os.environ.get("PVE_DRIVER", "").strip() or "cli"
 
 
 @pytest.fixture
@@ -255,6 +257,14 @@ async def cluster(
         await nats.stop()
     left = await end_strays(str(tmp_path))
     assert not left, "processes outlived the test:\n" + "\n".join(left)
+
+
+def outcome(sse: Sse) -> dict[str, Any]:
+    """How an install's stream ended: its last record when it closed after one; else what the
+    client got instead (a refusal's status and text, or a stream cut off)."""
+    if sse.records and sse.closed:
+        return sse.last
+    return {"http": sse.status, "text": sse.text, "closed": sse.closed, "last": sse.records[-1:]}
 
 
 def versions(sse: Sse) -> list[int]:
