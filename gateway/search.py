@@ -27,9 +27,12 @@ from actors.search.query_cache import QueryCache
 from actors.search.registry import (
     Registry,
     RegistryError,
+    adopt_legacy,
     bind_inbox,
     config_dir,
     inbox_root,
+    model_cache,
+    state_root,
 )
 from actors.search.stemming import language_for
 from gateway.health import add_health
@@ -241,10 +244,13 @@ def remove_endpoint(env: Mapping[str, str], base_url: str) -> None:
 
 async def build(runtime: Runtime) -> web.Application:
     env = runtime.env
-    root = config_dir(env)
+    root = state_root(env)
     registry = Registry(root)
+    moved_from = await asyncio.to_thread(adopt_legacy, env)
+    if moved_from is not None:
+        log.warning("search: moved the registry and indexes of %s to %s", moved_from, root)
     # Loading the local model takes a second or more: not on the event loop.
-    provider = await asyncio.to_thread(make_provider, env)
+    provider = await asyncio.to_thread(make_provider, env, model_cache(env))
     cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
     root.mkdir(parents=True, exist_ok=True)
     cache = QueryCache(root / "query_cache.sqlite", cache_size)

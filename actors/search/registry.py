@@ -1,22 +1,27 @@
-"""The durable registry of search databases, and where their files live.
+"""The durable registry of search databases, and where search keeps its files.
 
 Only `cairn search add|remove` change it (HTTP never does). It is a small JSON file written
-atomically (temp file, then rename) under an exclusive lock, under the user config directory
-(`$XDG_CONFIG_HOME/cairn/search/`, default `~/.config/cairn/search/`), beside the `endpoint`
-file and one folder per database: `rm -rf` of that folder resets search. Each database's folder
-records the inbox it indexes (`bind_inbox`), so two checkouts never share an index by accident.
+atomically (temp file, then rename) under an exclusive lock, in search's state root
+(`state_root`: `$CAIRN_DATA/search/` unless `SEARCH_DATA` moves it), beside the query cache, the
+model files (`model_cache`, unless `SEARCH_MODEL_CACHE` moves them) and one folder per
+database: `rm -rf` of that folder resets search. Each database's folder records the inbox it
+indexes (`bind_inbox`), so two checkouts never share an index by accident. Only the `endpoint`
+file is elsewhere: in the user config directory (`config_dir`), where local clients look for it.
 """
 
 import fcntl
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
+
+from actors.config import data_dir
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
@@ -45,8 +50,52 @@ class Entry:
 
 
 def config_dir(env: Mapping[str, str]) -> Path:
+    """The user config directory's `cairn/search/`, where the `endpoint` file is written
+    (`$XDG_CONFIG_HOME`, default `~/.config`); search keeps nothing else there."""
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
     return (Path(base) / "cairn" / "search").absolute()
+
+
+def state_root(env: Mapping[str, str]) -> Path:
+    """Where search keeps its state (registry, query cache, indexes, model files): `SEARCH_DATA`,
+    else `search/` under the data directory (`CAIRN_DATA`, default `./data`); absolute."""
+    explicit = (env.get("SEARCH_DATA") or "").strip()
+    return Path(explicit).absolute() if explicit else data_dir(env) / "search"
+
+
+def model_cache(env: Mapping[str, str]) -> Path:
+    """Where the local model's runtime files are built: `SEARCH_MODEL_CACHE`, else `models/`
+    under the state root; absolute."""
+    explicit = (env.get("SEARCH_MODEL_CACHE") or "").strip()
+    return Path(explicit).absolute() if explicit else state_root(env) / "models"
+
+
+# What versions before 0.2 kept in the config directory, the registry last (see adopt_legacy).
+LEGACY_ITEMS = (
+    "databases",
+    "query_cache.sqlite",
+    "query_cache.sqlite-wal",
+    "query_cache.sqlite-shm",
+    "registry.json",
+)
+
+
+def adopt_legacy(env: Mapping[str, str]) -> Path | None:
+    """Move the state an earlier version kept in the config directory (registry, indexes, query
+    cache) into the state root, once: when the config directory holds a registry and the root
+    does not. Returns the directory it was moved from, or None. The registry moves last, so a
+    move cut short is finished at the next call; the `endpoint` file stays."""
+    old, new = config_dir(env), state_root(env)
+    if old == new or not (old / "registry.json").is_file():
+        return None
+    registry = Registry(new)
+    with registry._locked():
+        if registry.file.exists():
+            return None
+        for name in LEGACY_ITEMS:
+            if (old / name).exists() and not (new / name).exists():
+                shutil.move(old / name, new / name)
+    return old
 
 
 def inbox_root(env: Mapping[str, str]) -> Path:
@@ -67,13 +116,13 @@ def recorded_inbox(index_dir: Path) -> Path | None:
 def bind_inbox(index_dir: Path, inbox: Path) -> None:
     """Tie a database's index to the inbox it is built from, or refuse another inbox.
 
-    The registry and the indexes are per user, the inbox is per checkout (``./inbox`` by
-    default): without this a second checkout's service would take over the first one's index
-    and re-index it from its own files. The first start records the inbox's absolute path in
-    ``<index>/inbox-path``, symlinks resolved (an index from before this file adopts the inbox
-    it is opened with, so nothing is lost); a later start whose inbox resolves elsewhere (another
-    checkout, or a symlink pointed at another folder) raises `RegistryError` saying how to
-    choose.
+    The indexes are per data directory, the inbox is given apart (``./inbox`` by default, or
+    ``SEARCH_INBOX``): without this a service given another inbox with the same data directory
+    would take over the index and re-index it from its own files. The first start records the
+    inbox's absolute path in ``<index>/inbox-path``, symlinks resolved (an index from before
+    this file adopts the inbox it is opened with, so nothing is lost); a later start whose
+    inbox resolves elsewhere (another checkout, or a symlink pointed at another folder) raises
+    `RegistryError` saying how to choose.
     """
     recorded = recorded_inbox(index_dir)
     if recorded is None:
@@ -87,7 +136,7 @@ def bind_inbox(index_dir: Path, inbox: Path) -> None:
         raise RegistryError(
             f"the index {index_dir} was built from the inbox {recorded}, not {inbox.absolute()}:"
             f" another checkout's? Run this one with SEARCH_INBOX={Path(recorded).parent}, give it"
-            f" its own XDG_CONFIG_HOME, or remove {index_dir} to index {inbox.absolute()} afresh"
+            f" its own CAIRN_DATA, or remove {index_dir} to index {inbox.absolute()} afresh"
         )
 
 

@@ -37,7 +37,7 @@ from aiohttp.test_utils import TestServer
 
 from actors.platform import open_runtime
 from actors.search.keyword_pipeline import PREPARER, WRITER
-from actors.search.registry import Registry, config_dir
+from actors.search.registry import Registry, state_root
 from events.nats_server import free_port
 from gateway import search
 from gateway.cli import settle_heap
@@ -90,7 +90,7 @@ async def scenario(
             "SEARCH_INBOX": str(root / "inbox"),
             **extra,
         }
-        Registry(config_dir(env)).add("bench")
+        Registry(state_root(env)).add("bench")
         inbox = root / "inbox" / "bench"
         if kind == "backlog":
             files = write_files(inbox, texts)

@@ -46,7 +46,7 @@ import numpy as np
 
 from actors.search import fusion
 from actors.search.chunker import chunk_text
-from actors.search.embedding import LocalProvider
+from actors.search.embedding import RUNTIMES, LocalProvider
 from actors.search.engine import Engine
 from actors.search.store import ChunkRow, DocumentState, Replace
 
@@ -319,6 +319,11 @@ async def measure(collection: Collection, provider: LocalProvider, tmp: Path) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("collections", nargs="+", help="NAME=DIR (cranfield, cisi, beir:NAME)")
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        help="the local model's runtime (EMBEDDING_RUNTIME); default: the service's default",
+    )
     args = parser.parse_args()
     loaded = []
     for spec in args.collections:
@@ -331,10 +336,11 @@ def main() -> None:
             loaded.append(load_beir(name[5:], Path(folder)))
         else:
             raise SystemExit(f"unknown collection {name!r}")
-    provider = LocalProvider()
+    provider = LocalProvider(runtime=args.runtime)
     print(
         "search relevance: every mode asked for 100 chunks through the engine, documents by "
-        f"their best chunk; local model all-MiniLM-L6-v2 ({provider.model.runtime})"
+        f"their best chunk; local model all-MiniLM-L6-v2 ({provider.model.runtime}, vector "
+        f"space {provider.fingerprint})"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for collection in loaded:

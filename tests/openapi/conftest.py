@@ -15,7 +15,7 @@ from aiohttp import web
 from pvesim.cluster import SimCluster
 
 from actors.platform import open_runtime
-from actors.search.registry import Registry, config_dir
+from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
 from gateway import functions, images, logs, search, status, vm
 from tests.functions.conftest import SERVICE_ENV as FUNCTIONS_ENV
@@ -78,7 +78,7 @@ async def start(
                 SEARCH_INBOX=str(tmp_path / "inbox"),
                 SEARCH_REMOTE="1",  # /mcp mounted: every route there is
             )
-            Registry(config_dir(env)).add("notes")
+            Registry(state_root(env)).add("notes")
             notes = tmp_path / "inbox" / "notes"
             notes.mkdir(parents=True)
             (notes / "invoices.md").write_text("Invoices must be paid within thirty days.\n")

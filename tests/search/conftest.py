@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from actors.platform import open_runtime
 from actors.search import minilm
 from actors.search.embedding import LocalProvider
-from actors.search.registry import Registry, config_dir
+from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats, free_port
 from events.store import EventStore, Recorded, default_store_url
 from gateway import search
@@ -31,7 +31,7 @@ class SearchHarness:
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             "SEARCH_INBOX": str(tmp_path / "inbox"),
         }
-        self.registry = Registry(config_dir(self.env))
+        self.registry = Registry(state_root(self.env))
         self.inbox = tmp_path / "inbox"
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.base = ""

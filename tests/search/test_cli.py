@@ -14,6 +14,7 @@ from actors.search.registry import INBOX_FILE, bind_inbox
 def cairn(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        "CAIRN_DATA": str(tmp_path / "data"),
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "SEARCH_INBOX": str(tmp_path / "inbox"),
     }
@@ -48,7 +49,7 @@ def test_registry_name_attacks_are_refused(tmp_path: Path, name: str) -> None:
     assert result.returncode != 0
     assert "invalid database name" in result.stderr or "error" in result.stderr
     assert not (tmp_path / "etc").exists()
-    registry = tmp_path / "config" / "cairn" / "search" / "registry.json"
+    registry = tmp_path / "data" / "search" / "registry.json"
     assert not registry.exists() or json.loads(registry.read_text())["databases"] == []
 
 

@@ -132,7 +132,7 @@ def test_batches_group_similar_lengths_within_the_limits() -> None:
 
 def test_make_provider_choices() -> None:
     default = make_provider({})
-    expected = "openvino" if minilm_openvino.bf16_capable() else "onnx"
+    expected = "openvino" if minilm_openvino.bf16_capable() else "onnx-int8"
     assert isinstance(default, LocalProvider) and default.model.runtime == expected
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": " Local "}), LocalProvider)
     numpy_path = make_provider({"EMBEDDING_RUNTIME": "numpy"})

@@ -44,13 +44,15 @@ def test_the_float32_graph_is_the_numpy_forward_pass(reference: minilm.MiniLM) -
     assert np.allclose(got, want, atol=2e-5)
 
 
-def test_the_default_runtime_shares_the_numpy_vector_space(
+def test_onnx_float32_shares_the_numpy_vector_space(
     reference: minilm.MiniLM, onnx_model: minilm.MiniLM
 ) -> None:
     texts = CALIBRATION + [item["text"] for item in GOLDEN["items"]]
     assert np.allclose(onnx_model.encode(texts, workers=2), reference.encode(texts), atol=2e-5)
     assert LocalProvider(runtime="onnx").fingerprint == LocalProvider(runtime="numpy").fingerprint
-    assert LocalProvider(runtime="onnx-int8").fingerprint != LocalProvider().fingerprint
+    assert (
+        LocalProvider(runtime="onnx-int8").fingerprint != LocalProvider(runtime="onnx").fingerprint
+    )
 
 
 def test_int8_vectors_agree_with_the_reference_in_any_batch(
@@ -77,7 +79,7 @@ def test_int8_vectors_agree_with_the_reference_in_any_batch(
         assert float(vector @ np.asarray(item["embedding"])) >= 0.99, item["text"][:40]
 
 
-def test_the_default_runtime_finds_the_same_top_ten(
+def test_onnx_float32_finds_the_same_top_ten(
     reference: minilm.MiniLM, onnx_model: minilm.MiniLM
 ) -> None:
     """Queries over the calibration corpus: the same ten best documents (as a set) in at least

@@ -2,7 +2,7 @@
 its vectors stay in the float32 space (cosine >= 0.999 with the numpy reference and with
 sentence-transformers' own vectors), its rankings are the reference's, its work runs on the
 calling thread (so the embedding threads' low priority applies), and it is the default only
-where the CPU multiplies in bfloat16."""
+where it is installed and the CPU multiplies in bfloat16 (ONNX Runtime int8 elsewhere)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from tests.search.references import CALIBRATION, GOLDEN
 
 @pytest.fixture(scope="module")
 def provider() -> LocalProvider:
+    # OpenVINO is an optional extra: without it only the choice of runtime is tested here.
+    pytest.importorskip("openvino")
     return LocalProvider(runtime="openvino")
 
 
@@ -117,31 +119,31 @@ def test_two_callers_run_at_once_and_get_the_same_vectors(provider: LocalProvide
     ("openvino_bf16", "onnxruntime", "chosen"),
     [
         (True, True, "openvino"),
-        (False, True, "onnx"),
+        (False, True, "onnx-int8"),
         (True, False, "numpy"),
         (False, False, "numpy"),
     ],
 )
-def test_the_default_is_the_fastest_runtime_that_keeps_the_rankings(
+def test_the_default_is_bfloat16_else_int8_else_numpy(
     openvino_bf16: bool, onnxruntime: bool, chosen: str
 ) -> None:
     assert default_runtime(openvino_bf16=openvino_bf16, onnxruntime=onnxruntime) == chosen
 
 
-def test_without_openvino_the_default_is_onnx_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_openvino_the_default_is_onnx_runtime_int8(monkeypatch: pytest.MonkeyPatch) -> None:
     real = embedding.importlib.util.find_spec
 
     def find_spec(name: str, *args: object) -> object:
         return None if name == "openvino" else real(name, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(embedding.importlib.util, "find_spec", find_spec)
-    assert LocalProvider().model.runtime == "onnx"
+    assert LocalProvider().model.runtime == "onnx-int8"
 
 
 def test_the_default_follows_the_cpu() -> None:
     """Where OpenVINO reports bfloat16 products the default is OpenVINO, elsewhere ONNX
-    Runtime: what this machine's CPU has decides, not a setting."""
-    expected = "openvino" if minilm_openvino.bf16_capable() else "onnx"
+    Runtime with int8 weights: what this machine's CPU has decides, not a setting."""
+    expected = "openvino" if minilm_openvino.bf16_capable() else "onnx-int8"
     assert LocalProvider().model.runtime == expected
 
 

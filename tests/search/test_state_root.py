@@ -1,15 +1,28 @@
-"""Search keeps its state under one root (the user config directory's `cairn/search/`): an
-index is tied to the inbox it was built from, so a second checkout (another inbox) is refused
-with the way out instead of taking the first one's index over; `rm -rf` of the root resets."""
+"""Search keeps its state under one root (`$CAIRN_DATA/search/` unless `SEARCH_DATA` moves it):
+registry, query cache, indexes and model files; only the `endpoint` file is in the user config
+directory. An index is tied to the inbox it was built from, so a second checkout (another inbox)
+is refused with the way out instead of taking the first one's index over; `rm -rf` of the root
+resets. A registry left by an earlier version in the config directory is named, with the move
+that keeps it."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from actors.search.registry import INBOX_FILE, RegistryError, bind_inbox, config_dir
+from actors.search.registry import (
+    INBOX_FILE,
+    RegistryError,
+    bind_inbox,
+    config_dir,
+    model_cache,
+    state_root,
+)
 from tests.conftest import wait_for
 from tests.search.conftest import SearchHarness
 from tests.search.test_http import start_with_notes
@@ -98,7 +111,7 @@ async def test_a_second_checkout_does_not_take_over_the_index(
 async def test_removing_the_root_resets_search(harness: SearchHarness) -> None:
     await start_with_notes(harness)
     await harness.stop()
-    root = config_dir(harness.env)
+    root = state_root(harness.env)
     assert {p.name for p in root.iterdir()} >= {"registry.json", "databases"}
     shutil.rmtree(root)
     await harness.start()
@@ -113,3 +126,103 @@ async def test_removing_the_root_resets_search(harness: SearchHarness) -> None:
     await harness.until_indexed("notes", 3)
     _, body = await harness.get("/api/search", db="notes", q="invoices", target="keyword")
     assert [g["source"] for g in body["keyword"]] == ["money.txt"]
+
+
+def test_the_root_is_under_the_data_directory_unless_a_setting_moves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # Nothing set: ./data/search, absolute, as CAIRN_DATA's own default.
+    assert state_root({}) == tmp_path / "data" / "search"
+    assert model_cache({}) == tmp_path / "data" / "search" / "models"
+    env = {"CAIRN_DATA": str(tmp_path / "var")}
+    assert state_root(env) == tmp_path / "var" / "search"
+    assert model_cache(env) == tmp_path / "var" / "search" / "models"
+    moved = {**env, "SEARCH_DATA": "elsewhere", "SEARCH_MODEL_CACHE": "models"}
+    assert state_root(moved) == tmp_path / "elsewhere"
+    assert model_cache(moved) == tmp_path / "models"
+    # The endpoint's directory does not follow: the user config directory's.
+    assert config_dir({"XDG_CONFIG_HOME": str(tmp_path / "cfg"), **moved}) == (
+        tmp_path / "cfg" / "cairn" / "search"
+    )
+
+
+async def test_the_state_is_under_cairn_data_and_only_the_endpoint_is_in_the_config_dir(
+    harness: SearchHarness, tmp_path: Path
+) -> None:
+    await start_with_notes(harness)
+    root = Path(harness.env["CAIRN_DATA"]) / "search"
+    assert {p.name for p in root.iterdir()} >= {"registry.json", "query_cache.sqlite", "databases"}
+    assert (root / "databases" / "notes" / "index.sqlite").is_file()
+    assert files_under(Path(harness.env["XDG_CONFIG_HOME"])) == ["cairn/search/endpoint"]
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_model_files_are_built_under_the_root(tmp_path: Path) -> None:
+    """A fresh process (no model loaded yet) builds the local model's runtime file under
+    `$CAIRN_DATA/search/models`, and `SEARCH_MODEL_CACHE` moves it."""
+    code = (
+        "import os; from actors.search.embedding import make_provider;"
+        "from actors.search.registry import model_cache;"
+        "make_provider(os.environ, model_cache(os.environ))"
+    )
+    for extra, where in (
+        ({}, tmp_path / "data" / "search" / "models"),
+        ({"SEARCH_MODEL_CACHE": str(tmp_path / "models")}, tmp_path / "models"),
+    ):
+        env = {
+            **os.environ,
+            "CAIRN_DATA": str(tmp_path / "data"),
+            "EMBEDDING_RUNTIME": "onnx",
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            **extra,
+        }
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, timeout=300, cwd=Path.cwd()
+        )
+        assert [p.suffix for p in where.iterdir()] == [".onnx"]
+    # Nothing of cairn's in the user cache directory (ONNX Runtime itself writes a device id
+    # under Microsoft/ there).
+    assert not (tmp_path / "cache" / "cairn").exists()
+
+
+def test_the_state_an_earlier_version_kept_in_the_config_dir_is_moved_once(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "config" / "cairn" / "search"
+    (old / "databases" / "notes").mkdir(parents=True)
+    (old / "databases" / "notes" / "index.sqlite").write_bytes(b"an index")
+    (old / "registry.json").write_text(
+        '{"databases": [{"db": "notes", "createAt": "2026-11-01T00:00:00Z"}]}'
+    )
+    (old / "endpoint").write_text("http://127.0.0.1:1\n")
+    env = {
+        **os.environ,
+        "CAIRN_DATA": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+
+    def listed() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "search", "list"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+
+    first = listed()
+    root = tmp_path / "data" / "search"
+    assert first.stderr == f"cairn: moved the search registry and indexes of {old} to {root}\n"
+    assert f"registry {root / 'registry.json'}" in first.stdout
+    assert f"index {root / 'databases' / 'notes'}" in first.stdout
+    assert (root / "databases" / "notes" / "index.sqlite").read_bytes() == b"an index"
+    assert files_under(old) == ["endpoint"]  # the endpoint stays where clients look for it
+    # Once: a registry put back there later (an older cairn run again) is left alone.
+    (old / "registry.json").write_text('{"databases": []}')
+    again = listed()
+    assert again.stderr == "" and "notes" in again.stdout

@@ -22,7 +22,7 @@ from actors.search import keyword_pipeline, priority
 from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.events import DocumentIndexed
-from actors.search.registry import config_dir
+from actors.search.registry import state_root
 from gateway import search_cli
 from tests.search.conftest import SearchHarness
 from tests.search.fake_openai import FakeOpenAI
@@ -43,7 +43,7 @@ def adds_up(status: dict[str, Any]) -> bool:
 def stored_counts(h: SearchHarness, db: str) -> tuple[int, int, int]:
     """(active chunks, active chunks with vectors, vectors of retired chunks), read from the
     database file itself."""
-    path = config_dir(h.env) / "databases" / db / "index.sqlite"
+    path = state_root(h.env) / "databases" / db / "index.sqlite"
     with contextlib.closing(sqlite3.connect(path)) as conn:
         return conn.execute(
             "SELECT (SELECT count(*) FROM chunks WHERE active = 1),"
