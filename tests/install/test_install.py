@@ -1,0 +1,146 @@
+"""cairn installed the documented way into fresh Debian 12 and 13 roots, then `cairn up`.
+
+docs/deploy.md section 2, as root on a fresh machine: the checkout at /opt/cairn, then
+`cd /opt/cairn && ops/setup`. The root is a debootstrapped minbase system with systemd
+(tests.debian_root): no Python venv module, no Node.js, no npm, no compiler; ops/setup must
+bring what it needs from Debian's mirror, PyPI and npm. The checkout is copied as it stands
+(tracked and untracked files that git does not ignore: no .venv, no node_modules, no data),
+which is what a `git clone` gives once committed.
+
+Then a smoke test of `cairn up` with the defaults (no Proxmox configured: the simulated
+cluster) in a network namespace of its own: `/health` answers ok, the VM service lists its VMs
+over loopback, and SIGTERM stops it with status 0. The times and the footprint are printed
+(run with `ops/test --install`, which shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.debian_root import DebianRoot, unpack
+from tests.debian_root import skip_reason as root_skip_reason
+
+pytestmark = [
+    pytest.mark.skipif(root_skip_reason() is not None, reason=str(root_skip_reason())),
+    pytest.mark.timeout(3600),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+HOME = "/opt/cairn"
+
+# Inside the root, in its own network namespace: start, wait for /health, list, stop.
+SMOKE = r"""
+set -u
+export CAIRN_DATA=/var/lib/cairn-smoke
+cd /opt/cairn
+.venv/bin/cairn up >/tmp/cairn-up.log 2>&1 &
+pid=$!
+.venv/bin/python - <<'PY'
+import json, sys, time, urllib.request
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+# The services start one after another: poll until the last one asked for answers too.
+deadline = time.monotonic() + 180
+while True:
+    try:
+        health = get("http://127.0.0.1:8000/health")
+        listing = get("http://127.0.0.1:8100/api/vm/list")
+        break
+    except OSError as exc:
+        if time.monotonic() > deadline:
+            sys.exit(f"cairn did not answer within 180 s: {exc}")
+        time.sleep(0.5)
+print(json.dumps({"health": health, "vm_list": listing}))
+PY
+checked=$?
+kill -TERM "$pid"
+wait "$pid"
+stopped=$?
+echo "checked=$checked stopped=$stopped"
+[ "$checked" = 0 ] || tail -n 40 /tmp/cairn-up.log >&2
+"""
+
+
+def copy_checkout(dest: Path) -> None:
+    """The working tree's files that git tracks or would track, as a clone would have them."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    present = [p for p in listed.split(b"\0") if p and (REPO / p.decode()).exists()]
+    dest.mkdir(parents=True)
+    pipe = 'tar -C "$1" --null -T - -cf - | tar -C "$2" -xf -'
+    subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pipe, "copy", str(REPO), str(dest)],
+        input=b"\0".join(present),
+        check=True,
+    )
+
+
+# Variables by which pip, Python and Node take extra trusted CAs.
+CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+CA_IN_ROOT = "/usr/local/share/cairn-tests/network-ca.crt"
+
+
+def network_trust(root: DebianRoot) -> dict[str, str]:
+    """The machine running the tests may reach PyPI and npm through a TLS-intercepting proxy
+    whose CA it names in SSL_CERT_FILE (and friends). A real host would not need this; the root
+    gets that CA file and the variables pointing at it, nothing else of the host."""
+    source = next((os.environ[v] for v in CA_VARIABLES if os.environ.get(v)), None)
+    if source is None or not Path(source).is_file():
+        return {}
+    target = root.path / CA_IN_ROOT.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return dict.fromkeys(CA_VARIABLES, CA_IN_ROOT)
+
+
+def timed(
+    root: DebianRoot, script: str, *, env: dict[str, str], isolated: bool = False
+) -> tuple[float, str, str]:
+    """Seconds taken, stdout and stderr of a script that must succeed."""
+    started = time.monotonic()
+    result = root.run(["bash", "-c", script], timeout=3000, env=env, isolated=isolated)
+    took = time.monotonic() - started
+    out, err = result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
+    assert result.returncode == 0, f"{script} exited {result.returncode}:\n{out}\n{err[-4000:]}"
+    return took, out, err
+
+
+@pytest.mark.parametrize("version", ["12", "13"], ids=["debian12", "debian13"])
+def test_the_documented_install_runs_cairn(version: str, tmp_path: Path) -> None:
+    started = time.monotonic()
+    root = unpack(version, tmp_path / "root")
+    copy_checkout(root.path / HOME.lstrip("/"))
+    for absent in ("python3-venv", "nodejs", "npm"):
+        assert root.run(["dpkg-query", "-W", absent]).returncode != 0, f"{absent} in a fresh root"
+    trust = network_trust(root)
+    prepared = time.monotonic() - started
+
+    setup, _, setup_said = timed(root, f"cd {HOME} && ops/setup", env=trust)
+    again, _, _ = timed(root, f"cd {HOME} && ops/setup", env=trust)
+    footprint = root.sh(
+        f"cd {HOME} && du -sm .venv ops/node_modules 2>/dev/null; "
+        "node --version; python3 --version; dpkg-query -W -f='${Version}' nodejs"
+    )
+
+    smoke, out, log = timed(root, SMOKE, env={}, isolated=True)
+    assert out.splitlines()[-1] == "checked=0 stopped=0", f"{out}\n{log[-4000:]}"
+    seen = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert seen["health"]["status"] == "ok", seen
+    assert isinstance(seen["vm_list"], list | dict), seen
+
+    print(
+        f"\ninstall debian{version}: unpack+copy {prepared:.0f} s, ops/setup {setup:.0f} s, "
+        f"ops/setup again {again:.1f} s, cairn up smoke {smoke:.0f} s\n"
+        f"footprint (MB, path):\n{footprint}\nops/setup said:\n{setup_said[-1500:]}"
+    )
