@@ -3,6 +3,7 @@ relay and the actor host, opened and closed in one place (``open_runtime``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -11,6 +12,7 @@ from typing import Any
 
 import attrs
 from nats.aio.client import Client
+from sqlalchemy.engine import make_url
 
 from actors.config import ConfigError, env_bool, env_float, env_int, env_str
 from actors.config import data_dir as resolve_data_dir
@@ -18,6 +20,7 @@ from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.access import NatsAccess
 from events.credentials import Keyring, KeyringError
+from events.integrity import quick_check
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
 from events.leases import LeaseSettings, holder_name
 from events.nats_server import EmbeddedNats
@@ -68,6 +71,9 @@ class Runtime:
     runner_nc: Client = attrs.field(kw_only=True)
     # Checks that an event was published by a cairn host (None: NATS_KEYS=none).
     signer: EventSigner | None = None
+    # The start-up check of the event store's SQLite file (events/integrity.py): None when it
+    # is whole, or not a SQLite file; else the sentence naming the damage and the way out.
+    store_damage: str | None = None
 
     @property
     def nats_url(self) -> str:
@@ -108,6 +114,7 @@ async def open_runtime(
         signer = access.signer()
         retry = RetryPolicy(budget=env_float(env, "CAIRN_STORE_RETRY", 10.0, min=0))
         url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root)
+        damage = await check_store_file(url, env_float(env, "CAIRN_STORE_CHECK", 10.0, min=0))
         store = await EventStore.open(url, retry)
         stack.push_async_callback(store.close)
         Journal().attach(store)
@@ -119,8 +126,27 @@ async def open_runtime(
         yield Runtime(
             root, env, nc, store, host, relay, embedded, flags,
             cluster=cluster_mode(env, root), bus=access, gateway_nc=connected[Role.GATEWAY],
-            runner_nc=connected[Role.RUNNER], signer=signer,
+            runner_nc=connected[Role.RUNNER], signer=signer, store_damage=damage,
         )  # fmt: skip
+
+
+async def check_store_file(url: str, timeout: float) -> str | None:
+    """The event store's SQLite file checked before it is opened (events/integrity.py): None
+    when whole (or not a SQLite file, or ``timeout`` 0); else the damage, logged once. cairn
+    starts anyway: a service whose data sits in the damaged pages is down, the others run."""
+    database = make_url(url).database
+    if make_url(url).get_backend_name() != "sqlite" or not database or timeout <= 0:
+        return None
+    if database == ":memory:":
+        return None
+    verdict = await asyncio.to_thread(quick_check, Path(database), timeout=timeout)
+    if verdict.unchecked is not None:
+        log.warning("event store file %s: %s", database, verdict.unchecked)
+    if verdict.ok:
+        return None
+    message = verdict.message()
+    log.error("%s; services that read the damaged pages stay down, the others start", message)
+    return message
 
 
 def external_nats(env: Mapping[str, str]) -> NatsAccess | None:

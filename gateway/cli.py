@@ -15,16 +15,20 @@ import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 from aiohttp import web
+from sqlalchemy.engine import make_url
 
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
 from actors.platform import Runtime, open_runtime
+from events.integrity import Verdict, damaged_file
 from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
 from events.stamp import StoreTooNew
+from events.store import default_store_url
 from gateway import cluster_cli, events_cli, pve_cli, sse, store_cli, tokens_cli
 from gateway import services as catalogue
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
@@ -118,7 +122,16 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         print(f"cairn: nats {runtime.shown_nats_url} ({where})", flush=True)
         for service in chosen:
             runtime.listen[service.name] = listen_address(env, service, single=single)
-        listening = [await _start_service(runtime, s, stack, settings) for s in chosen]
+        listening = []
+        for service in chosen:
+            try:
+                listening.append(await _start_service(runtime, service, stack, settings))
+            except Exception as exc:
+                # A damaged event store file stops the services that read its damaged pages
+                # (events/integrity.py); the others start, and /status says which and why.
+                if (words := damaged_file(exc)) is None:
+                    raise
+                _down(runtime, service.name, _damage_reason(runtime, words))
         settle_heap()
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
@@ -133,6 +146,26 @@ STOPPING_LATE = (
     "cairn is stopping and its grace period ({grace:g} s) is over: this stream ends here; an "
     "interrupted task is settled at the next start, where it can be followed again"
 )
+
+
+def _damage_reason(runtime: Runtime, words: str) -> str:
+    if runtime.store_damage is not None:
+        return f"it cannot read its stored events: {runtime.store_damage}"
+    url = make_url(runtime.env.get("CAIRN_EVENT_STORE") or default_store_url(runtime.data_dir))
+    path = Path(url.database or "events.sqlite3")
+    damage = Verdict(path, damage=words).message()
+    return f"it cannot read its stored events: {damage}"
+
+
+def _down(runtime: Runtime, name: str, reason: str) -> None:
+    """Say, and show in /status, that service ``name`` did not start and why."""
+    print(f"cairn: {name} is down: {reason}", flush=True)
+    log.error("%s is down: %s", name, reason)
+
+    def report() -> dict[str, Any]:
+        return {"service": name, "status": "down", "problems": [reason], "warnings": []}
+
+    runtime.health[name] = report
 
 
 def settle_heap() -> None:

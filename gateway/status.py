@@ -52,7 +52,10 @@ def status_of(runtime: Runtime) -> dict[str, Any]:
         "nats": runtime.shown_nats_url,
         "services": services,
         "bus": bus,
-        "store": {"refusing_writes": runtime.actors.store_refusal},
+        "store": {
+            "refusing_writes": runtime.actors.store_refusal,
+            "damaged": runtime.store_damage,  # the start-up check (events/integrity.py)
+        },
         "quarantined": runtime.actors.quarantined(),
     }
 

@@ -1,6 +1,8 @@
 """`cairn store check` and `cairn store backup FILE`.
 
-check reads every stored event back and lists the rows that cannot be decoded. Such a row's
+check first checks the SQLite file itself (PRAGMA quick_check: damaged pages, as a failing disk
+leaves them; then it says so, and what to do, and stops), then reads every stored event back and
+lists the rows that cannot be decoded. Such a row's
 stream is quarantined when cairn starts (its VM, function registry, search database or image
 store answers 503 naming the row); the others run. Exit status 1 when any row is damaged, so a
 script or a timer can alert on it.
@@ -26,6 +28,7 @@ from sqlalchemy.engine import make_url
 
 from actors.config import data_dir, env_str
 from events.catalog import load_all
+from events.integrity import quick_check
 from events.store import EventStore, default_store_url
 
 
@@ -50,7 +53,25 @@ async def check(env: Mapping[str, str]) -> tuple[int, list[dict[str, Any]]]:
     return count, rows
 
 
+def file_damage(env: Mapping[str, str]) -> str | None:
+    """The SQLite store file's damage (events/integrity.py: its pages, not its rows); None
+    when whole or not SQLite."""
+    url = make_url(env_str(env, "CAIRN_EVENT_STORE") or default_store_url(data_dir(env)))
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    verdict = quick_check(Path(url.database), timeout=3600)
+    return None if verdict.ok else verdict.message()
+
+
 def cmd_check(args: Any, env: Mapping[str, str]) -> int:
+    damage = file_damage(env)
+    if damage is not None:
+        # Rows cannot be read one by one past damaged pages: the file itself is the problem.
+        if args.json:
+            print(json.dumps({"file_damaged": damage}))
+        else:
+            print(damage)
+        return 1
     count, rows = asyncio.run(check(env))
     if args.json:
         print(json.dumps({"rows": count, "damaged": rows}))
