@@ -8,8 +8,14 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.conftest import Cluster, Host, dump
 from tests.conftest import wait_for
+from tests.vm.drivers import DRIVERS
+
+# With both drivers (issue 27): the hosts drive the simulated Proxmox through its CLI or its API.
+pytestmark = pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)
 
 MARK = "cairn-cluster"
 # Names its process (so the test can see which host runs it), then works for a while.

@@ -5,10 +5,15 @@ events it follows); the store actor runs on one host, the holder of the `images`
 from __future__ import annotations
 
 import aiohttp
+import pytest
 
 from tests.cluster.conftest import Cluster, Host
 from tests.conftest import wait_for
 from tests.images.imagedata import encoded
+from tests.vm.drivers import DRIVERS
+
+# With both drivers (issue 27): the hosts drive the simulated Proxmox through its CLI or its API.
+pytestmark = pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)
 
 PNG = encoded("PNG", (64, 48))
 
