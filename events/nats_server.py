@@ -9,12 +9,15 @@ nkey seed per role and the events signing key, files of mode 0600) and writes a 
 nothing needs configuring.
 
 Supervised: a server that exits is started again on the same port and store, with growing
-pauses between tries; one that stops answering (a hung process keeps its port) is killed and
-started again. Tied to its owner: the child is started through a tiny wrapper that asks the
-kernel to send it SIGTERM when its parent dies (``PR_SET_PDEATHSIG``; not ``preexec_fn``, which
-is unsafe once pykka's threads exist), so a ``kill -9`` of cairn takes it down too; and a start
-ends any nats-server still running on its own store directory (left by a crash before this
-existed, or by a wrapper that lost the race with its parent's death).
+pauses between tries; one that stops answering (a hung process keeps its port: it is alive, but
+neither its INFO line nor a reply to a PING comes within PROBE_INTERVAL, PROBE_FAILURES times in
+a row) is killed and started again.
+
+Tied to its owner: the child is started through a tiny wrapper that asks the kernel to send it
+SIGTERM when its parent dies (``PR_SET_PDEATHSIG``; not ``preexec_fn``, which is unsafe once
+pykka's threads exist), so a ``kill -9`` of cairn takes it down too; and a start ends any
+nats-server still running on its own store directory (left by a crash before this existed, or
+by a wrapper that lost the race with its parent's death).
 
 The death signal follows the *thread* that started the child: start it from the thread that
 runs the event loop for the life of the process (cairn's main thread), never from a worker.
@@ -294,20 +297,25 @@ class EmbeddedNats:
             await writer.wait_closed()
             return
 
-    async def _answers(self) -> bool:
-        """Whether the server sends its INFO line to a new connection within the interval."""
+    async def answers(self) -> bool:
+        """Whether the server answers a ping within the interval: its INFO line to a new
+        connection (its accept loop), then a reply to PING (its client loop: an anonymous
+        ping gets the authorization error, a reply all the same)."""
         try:
             async with asyncio.timeout(PROBE_INTERVAL):
                 reader, writer = await asyncio.open_connection(self.host, self.port)
                 try:
-                    line = await reader.readline()
+                    info = await reader.readline()
+                    writer.write(b"PING\r\n")
+                    await writer.drain()
+                    reply = await reader.readline()
                 finally:
                     writer.close()
                     with contextlib.suppress(OSError):
                         await writer.wait_closed()
         except (OSError, TimeoutError):
             return False
-        return line.startswith(b"INFO")
+        return info.startswith(b"INFO") and reply.startswith((b"PONG", b"-ERR"))
 
     async def _supervise(self, binary: Path) -> None:
         pause = FIRST_PAUSE
@@ -353,7 +361,7 @@ class EmbeddedNats:
                 return
             if self._stopping:
                 return
-            unanswered = 0 if await self._answers() else unanswered + 1
+            unanswered = 0 if await self.answers() else unanswered + 1
             if unanswered >= PROBE_FAILURES and proc.returncode is None:
                 log.error(
                     "nats-server (pid %d) has not answered for %.0f s; killing it",
