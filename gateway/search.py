@@ -75,7 +75,9 @@ def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.
         target = fixed if fixed is not None else query.get("target")
         try:
             options = Options(
-                rank=query.get("rank"), highlight=parse_flag("highlight", query.get("highlight"))
+                rank=query.get("rank"),
+                highlight=parse_flag("highlight", query.get("highlight")),
+                typo=parse_flag("typo", query.get("typo")),
             )
             body = await request.app[SEARCH].search(
                 query.get("db"), query.get("q"), target, parse_limit(query.get("limit")), options

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -63,6 +64,7 @@ class Options:
 
     rank: str | None = None
     highlight: bool = False
+    typo: bool = False  # one typo per word of 5+ letters forgiven: BM25 only
 
 
 def group_by_source(rows: list[ChunkRow], terms: Terms | None = None) -> list[dict[str, Any]]:
@@ -146,10 +148,16 @@ class SearchService:
                 "use bm25, or omit it for the spec's ranking"
             )
         branches = [target] if target else list(TARGETS)
+        if options.typo and options.rank != "bm25" and target != HYBRID:
+            raise BadRequest("invalid argument: typo=1 needs rank=bm25 or target=hybrid")
         runners = {
-            "keyword": engine.bm25 if options.rank == "bm25" else engine.keyword,
+            "keyword": (
+                functools.partial(engine.bm25, typo=options.typo)
+                if options.rank == "bm25"
+                else engine.keyword
+            ),
             "semantic": engine.semantic,
-            HYBRID: engine.hybrid,
+            HYBRID: functools.partial(engine.hybrid, typo=options.typo),
         }
         tasks = [asyncio.ensure_future(runners[name](q, limit)) for name in branches]
         try:

@@ -16,6 +16,7 @@ either stage.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -253,22 +254,27 @@ class Engine:
         vector = await self.query_vector(query)
         return await asyncio.to_thread(self._semantic_rows, vector, limit)
 
-    async def bm25(self, query: str, limit: int) -> list[ChunkRow]:
-        """The keyword branch ranked by BM25 (`rank=bm25`)."""
-        return [row for row, _ in await self.bm25_scored(query, limit)]
+    async def bm25(self, query: str, limit: int, *, typo: bool = False) -> list[ChunkRow]:
+        """The keyword branch ranked by BM25 (`rank=bm25`), with one typo per long word
+        forgiven if `typo` (`typo=1`)."""
+        return [row for row, _ in await self.bm25_scored(query, limit, typo=typo)]
 
-    async def bm25_scored(self, query: str, limit: int) -> list[tuple[ChunkRow, float]]:
-        return await asyncio.to_thread(self.db.bm25_search, query, limit)
+    async def bm25_scored(
+        self, query: str, limit: int, *, typo: bool = False
+    ) -> list[tuple[ChunkRow, float]]:
+        return await asyncio.to_thread(
+            functools.partial(self.db.bm25_search, query, limit, typo=typo)
+        )
 
-    async def hybrid(self, query: str, limit: int) -> list[ChunkRow]:
+    async def hybrid(self, query: str, limit: int, *, typo: bool = False) -> list[ChunkRow]:
         """BM25 and semantic fused (`fusion.convex`): each branch's best `HYBRID_DEPTH`
         chunks (or `limit`, if more), fused, the best `limit` kept. Without an embedding
-        provider it is BM25 alone."""
+        provider it is BM25 alone. `typo` as in `bm25`."""
         depth = max(limit, HYBRID_DEPTH)
         if self.provider is None:
-            return await self.bm25(query, limit)
+            return await self.bm25(query, limit, typo=typo)
         keyword, semantic = await asyncio.gather(
-            self.bm25_scored(query, depth), self.semantic_scored(query, depth)
+            self.bm25_scored(query, depth, typo=typo), self.semantic_scored(query, depth)
         )
         rows = {row.id: row for row, _ in [*keyword, *semantic]}
         fused = fusion.convex(

@@ -292,6 +292,15 @@ class Bm25Inputs:
     total_length: int
 
 
+def known_stems(conn: sqlite3.Connection, stems: Sequence[str]) -> set[str]:
+    """Those of `stems` that some indexed word has (one indexed lookup each)."""
+    rows = conn.execute(
+        "SELECT DISTINCT stem FROM kw_vocab WHERE stem IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(stems)),),
+    )
+    return {stem for (stem,) in rows}
+
+
 def bm25_inputs(conn: sqlite3.Connection, stems: Sequence[str]) -> Bm25Inputs:
     """Read, in the caller's snapshot, every piece of every word whose stem is in `stems`."""
     number = {stem: i for i, stem in enumerate(stems)}

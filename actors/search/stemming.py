@@ -79,3 +79,24 @@ def query_terms(tokens: Sequence[str], language: str) -> dict[str, int]:
 def query_stems(tokens: Sequence[str], language: str) -> list[str]:
     """The distinct stems of `query_terms`."""
     return list(query_terms(tokens, language))
+
+
+# Query words this long or longer may be matched with one typo (`typo=1`): shorter ones have
+# too many neighbours one edit away ("cat": bat, car, cut, at ...).
+TYPO_MIN_LENGTH = 5
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def one_edit(word: str) -> set[str]:
+    """Every word one edit from `word` (optimal string alignment: a deletion, an insertion, a
+    replacement or two neighbours swapped), `word` itself excluded. Inserted and replacing
+    letters are a-z and the word's own letters, so an accented word reaches its accented
+    neighbours."""
+    letters = sorted(set(_LETTERS) | set(word))
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    found = {left + right[1:] for left, right in splits if right}
+    found |= {left + right[1] + right[0] + right[2:] for left, right in splits if len(right) > 1}
+    found |= {left + c + right[1:] for left, right in splits if right for c in letters}
+    found |= {left + c + right for left, right in splits for c in letters}
+    found.discard(word)
+    return found

@@ -499,14 +499,19 @@ class Database:
             return self._fetch_active(conn, ids)
 
     def bm25_search(
-        self, query: str, limit: int, params: bm25.Params = bm25.DEFAULT
+        self, query: str, limit: int, params: bm25.Params = bm25.DEFAULT, *, typo: bool = False
     ) -> list[tuple[ChunkRow, float]]:
         """Active chunks by BM25 score (desc), ties by their place in their file, then id: at
-        most `limit` (chunk, score)."""
-        terms = stemming.query_terms(query_token_stream(query), self.language)
+        most `limit` (chunk, score). With `typo`, a query word of `TYPO_MIN_LENGTH` letters or
+        more that no indexed word shares a stem with is searched as the indexed words one edit
+        away from it (`typo_terms`)."""
+        tokens = query_token_stream(query)
+        terms = stemming.query_terms(tokens, self.language)
         if not terms:
             return []
         with self.snapshot() as conn:
+            if typo:
+                terms = self._typo_terms(conn, tokens, terms)
             found = keyword.bm25_inputs(conn, list(terms))
             scored = bm25.rank(
                 found.pieces,
@@ -521,6 +526,28 @@ class Database:
         score = dict(scored)
         ranked = sorted(rows, key=lambda row: (-score[row.id], row.chunk, row.id))
         return [(row, score[row.id]) for row in ranked[:limit]]
+
+    def _typo_terms(
+        self, conn: sqlite3.Connection, tokens: list[str], terms: dict[str, int]
+    ) -> dict[str, int]:
+        """`terms` with each stem no indexed word has, of a query word long enough, replaced by
+        the stems of the indexed words one edit from that word ("backpus" -> "backup"), each
+        with the word's weight. Words that match as they are never look further."""
+        language = self.language
+        missing = set(terms) - keyword.known_stems(conn, list(terms))
+        words = {
+            stem: token
+            for token, stem in zip(tokens, stemming.stems(tokens, language), strict=True)
+            if stem in missing and len(token) >= stemming.TYPO_MIN_LENGTH
+        }
+        if not words:
+            return terms
+        out = {stem: weight for stem, weight in terms.items() if stem not in words}
+        for stem, token in words.items():
+            nearby = sorted(stemming.one_edit(token))
+            for found in sorted(keyword.known_stems(conn, stemming.stems(nearby, language))):
+                out[found] = out.get(found, 0) + terms[stem]
+        return out
 
     def stats(self) -> tuple[int, int]:
         """(documents, active chunks)."""

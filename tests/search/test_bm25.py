@@ -213,3 +213,13 @@ def test_a_database_language_comes_from_the_environment(
     env: dict[str, str], db: str, expected: str
 ) -> None:
     assert stemming.language_for(env, db) == expected
+
+
+def test_one_edit_reaches_every_kind_of_single_typo() -> None:
+    near = stemming.one_edit("backups")
+    assert {"backpus", "bakups", "backupss", "backuqs", "xbackups"} <= near  # swap, -, +, ~
+    assert "backups" not in near and "bakcpus" not in near  # itself; two edits
+    # Accented letters are reachable from an accented word.
+    assert "cafe" in stemming.one_edit("café") and "cafés" in stemming.one_edit("café")
+    # At most: deletions, swaps, replacements and insertions (a-z) of a 5-letter word.
+    assert len(stemming.one_edit("abcde")) <= 5 + 4 + 5 * 26 + 6 * 26

@@ -1,4 +1,4 @@
-"""The opt-in search modes over HTTP: `rank=bm25`, `target=hybrid`, `highlight=1`."""
+"""The opt-in search modes over HTTP: `rank=bm25`, `target=hybrid`, `highlight=1`, `typo=1`."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ FILES = {
 }
 
 
-async def started(h: SearchHarness) -> None:
+async def started(h: SearchHarness, **env: str) -> None:
     h.registry.add("notes")
     for name, text in FILES.items():
         h.write(f"notes/{name}", text)
-    await h.start()
+    await h.start(**env)
     for name in FILES:
         await h.event("search.document_indexed", name)
     await h.settled()
@@ -128,3 +128,37 @@ async def test_queries_that_stem_to_nothing_or_to_hundreds_of_words(
     assert sources(body["hybrid"])[0] == "c-billing.txt"
     match = body["hybrid"][0]["matches"][0]
     assert [match["snippet"][a:b] for a, b in match["highlights"]] == ["Invoices"]
+
+
+async def test_typo_tolerance_is_opt_in_and_forgives_one_edit_in_long_words(
+    harness: SearchHarness,
+) -> None:
+    await started(harness, EMBEDDING_PROVIDER="none")
+    # Two letters swapped: nothing without typo=1, the backups with it.
+    assert (await search(harness, q="backpus", target="keyword", rank="bm25"))["keyword"] == []
+    assert (await search(harness, q="backpus", target="keyword"))["keyword"] == []
+    typo = await search(harness, q="backpus", target="keyword", rank="bm25", typo="1")
+    assert sources(typo["keyword"]) == ["d-backup.md"]
+    # A letter missing, one too many, one wrong; in hybrid too (BM25 alone here: no model).
+    for q in ("invoces", "invoicess", "invoiced", "firewal rules"):
+        body = await search(harness, q=q, target="hybrid", typo="1")
+        assert sources(body["hybrid"])[0] in {"c-billing.txt", "e-long.md"}, q
+    # Two edits are too many; a word shorter than five letters is never stretched.
+    assert (await search(harness, q="bakcpus", target="keyword", rank="bm25", typo="1"))[
+        "keyword"
+    ] == []
+    assert (await search(harness, q="tema", target="keyword", rank="bm25", typo="1"))[
+        "keyword"
+    ] == []
+    # The default ranking has no typo tolerance: asking for it is an error, not a silent no.
+    status, body = await harness.get(
+        "/api/search", db="notes", q="backpus", target="keyword", typo="1"
+    )
+    assert (status, body) == (
+        400,
+        {"error": "invalid argument: typo=1 needs rank=bm25 or target=hybrid"},
+    )
+    status, body = await harness.get(
+        "/api/search", db="notes", q="backpus", target="hybrid", typo="yes"
+    )
+    assert (status, body) == (400, {"error": 'invalid argument: typo must be 1 or 0, not "yes"'})
