@@ -29,7 +29,17 @@ from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
 from events.stamp import StoreTooNew
 from events.store import default_store_url
-from gateway import cluster_cli, events_cli, pve_cli, sse, store_cli, tokens_cli
+from gateway import (
+    cli_fn,
+    cli_images,
+    cli_vm,
+    cluster_cli,
+    events_cli,
+    pve_cli,
+    sse,
+    store_cli,
+    tokens_cli,
+)
 from gateway import services as catalogue
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
@@ -267,6 +277,8 @@ def _build_parser() -> argparse.ArgumentParser:
     cluster_cli.register(sub)
     tokens_cli.register(sub)
     pve_cli.register(sub)
+    for client in (cli_vm, cli_fn, cli_images):  # clients of the running services (HTTP)
+        client.register(sub)
     return parser
 
 

@@ -1,0 +1,123 @@
+"""One `cairn up` for the command-line tests, as a user starts it (a separate process, the
+simulated cluster, the vm, functions and images services on ports of their own), and ways to
+run `cairn vm|fn|images` against it: in this process (fast, for most tests) or as the real
+`cairn` program (its exit code and its output as they arrive)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from events.nats_server import free_ports
+from gateway import cli_common, cli_fn, cli_images, cli_vm
+
+CAIRN = str(Path(sys.executable).parent / "cairn")
+GROUPS = {"vm": cli_vm, "fn": cli_fn, "images": cli_images}
+
+
+@attrs.frozen
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.out)
+
+
+@attrs.frozen
+class Cairn:
+    env: dict[str, str]
+    data: Path
+
+    def url(self, service: str) -> str:
+        port = self.env[{"vm": "VM_PORT", "fn": "FUNCTIONS_PORT", "images": "IMAGES_PORT"}[service]]
+        return f"http://127.0.0.1:{port}"
+
+    def run(self, *argv: str, env: Mapping[str, str] | None = None) -> Result:
+        """`cairn ARGV` in this process (the same parser and handlers as the program)."""
+        out, err = io.StringIO(), io.StringIO()
+        module = GROUPS[argv[0]]
+        code = cli_common.main(module.register, argv, {**self.env, **(env or {})}, out, err)
+        return Result(code, out.getvalue(), err.getvalue())
+
+    def program(self, *argv: str, env: Mapping[str, str] | None = None) -> Result:
+        """`cairn ARGV` as its own process."""
+        done = subprocess.run(
+            [CAIRN, *argv], env={**self.env, **(env or {})}, cwd=self.data.parent,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        return Result(done.returncode, done.stdout, done.stderr)
+
+    def start(self, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [CAIRN, *argv], env={**self.env, **(env or {})}, cwd=self.data.parent,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+
+def cairn_env(root: Path, extra: Sequence[str] = ()) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NATS_URL", "MAIN_NODE", "CAIRN_TOKEN", "CAIRN_TOKEN_FILE")
+        and not k.startswith(("CAIRN_VM_", "CAIRN_FUNCTIONS_", "CAIRN_IMAGES_"))
+    }
+    cairn, vm, functions, images = free_ports(4)
+    env.update(
+        CAIRN_DATA=str(root / "data"),
+        XDG_CONFIG_HOME=str(root / "config"),
+        CAIRN_PORT=str(cairn),
+        VM_PORT=str(vm),
+        FUNCTIONS_PORT=str(functions),
+        IMAGES_PORT=str(images),
+        CAIRN_SERVICES="vm,functions,images",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def cairn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cairn]:
+    root = tmp_path_factory.mktemp("cli")
+    env = cairn_env(root)
+    log = (root / "cairn.log").open("w+")
+    proc = subprocess.Popen(
+        [CAIRN, "up"], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_ready(proc, root / "cairn.log")
+        yield Cairn(env, root / "data")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        if "cairn: ready" in text:
+            return
+        if proc.poll() is not None:
+            raise AssertionError("cairn up exited before it was ready:\n" + text)
+        time.sleep(0.2)  # polling a log file for a line: no event to wait on
+    raise AssertionError("cairn up was not ready in 150 s:\n" + log.read_text())

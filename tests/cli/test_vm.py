@@ -1,0 +1,212 @@
+"""`cairn vm` against a running cairn (the simulated cluster): each command's output and exit
+code, --json parsed, an install's stages printed while it runs, refusals and failures."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.cli.conftest import Cairn
+
+INSTALL_STEPS = [
+    "preparation > checking VMID",
+    "preparation > assigning IP",
+    "preparation > validating CPU and RAM",
+    "preparation > validating disk size",
+    "preparation > setting default config values",
+    "preparation > checking storage pool",
+    "OS preparation > getting OS image",
+    "OS preparation > validating OS image URL",
+    "OS preparation > downloading OS image",
+    "SSH preparation > checking SSH key",
+    "VM creation > creating VM",
+    "VM creation > importing disk image",
+    "VM initialization > initializing configuration",
+    "VM initialization > waiting for ready",
+    "VM initialization > SSH initialization",
+    "VM initialization > rebooting VM",
+    "VM initialization > finalizing",
+]
+
+
+def vm_row(cairn: Cairn, vmid: int) -> dict[str, Any] | None:
+    with urllib.request.urlopen(cairn.url("vm") + "/api/vm/list", timeout=30) as resp:
+        body = json.load(resp)
+    return next((vm for vm in body["list"] if vm["vmid"] == vmid), None)
+
+
+def installed(cairn: Cairn, *more: str) -> int:
+    result = cairn.run("vm", "install", "--os", "debian", "--version", "12", "--json", *more)
+    assert result.code == 0, result
+    vmid: int = result.json()["vm_id"]
+    return vmid
+
+
+def test_an_install_prints_each_stage_while_it_runs_and_exits_0(cairn: Cairn) -> None:
+    proc = cairn.start("vm", "install", "--os", "debian", "--version", "12", "--name", "web-1")
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    assert first.startswith("install: VM "), first
+    vmid = int(first.split()[2].rstrip(","))
+    assert proc.stdout.readline() == "preparation > checking VMID\n"
+    # The first stage is on the terminal while the install still runs.
+    row = vm_row(cairn, vmid)
+    assert row is not None and row["state"] == "installing", row
+    rest = proc.stdout.read()
+    assert proc.wait(120) == 0, proc.stderr.read()
+    assert proc.stderr.read() == ""
+    lines = rest.splitlines()
+    steps = ["preparation > checking VMID"] + [ln for ln in lines if not ln.startswith("  ")]
+    assert steps == INSTALL_STEPS
+    assert f"  [*] VMID: {vmid} " in rest
+    assert f"  [*] IP: 127.0.0.{vmid} " in rest
+    assert "  [*] Password: " in rest  # generated, shown once
+    assert lines[-1].startswith("  [*] User: debian")
+    row = vm_row(cairn, vmid)
+    assert row is not None and row["state"] == "running" and row["name"] == "web-1"
+
+
+def test_install_with_json_prints_one_document(cairn: Cairn, tmp_path: Any) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("correct horse battery\n")
+    result = cairn.program(
+        "vm", "install", "--os", "debian", "--version", "12", "--cpu", "1", "--ram", "1024",
+        "--password-file", str(secret), "--json",
+    )  # fmt: skip
+    assert result.code == 0, result
+    doc = result.json()  # the whole of stdout is one document
+    assert doc["ok"] is True and isinstance(doc["vm_id"], int) and doc["ip"].startswith("127.0.0.")
+    assert doc["task"] and doc["records"][-1]["message"].startswith("[*] User: debian")
+    assert doc["records"][0]["step"] == INSTALL_STEPS[0]
+    assert not any("Password" in r["message"] for r in doc["records"])  # given, not generated
+    assert result.err == ""  # not a terminal: no progress on stderr
+    shown = cairn.run("vm", "show", str(doc["vm_id"]), "--json").json()
+    assert (shown["cpu"], shown["memory"]) == (1, 1024)
+
+
+def test_list_and_show_as_text_and_json(cairn: Cairn) -> None:
+    vmid = installed(cairn, "--name", "listed")
+    text = cairn.run("vm", "list")
+    assert text.code == 0 and text.err == ""
+    header, *rows = text.out.splitlines()
+    assert header.split() == [
+        "VMID", "NAME", "STATE", "NODE", "IP", "OS", "CPU", "MEMORY", "DISK", "CAIRN",
+    ]  # fmt: skip
+    mine = next(r for r in rows if r.startswith(f"{vmid} "))
+    assert mine.split() == [
+        str(vmid), "listed", "running", "pve1", f"127.0.0.{vmid}", "debian", "2", "2", "GiB",
+        "16", "GB", "yes",
+    ]  # fmt: skip
+    assert rows[-1].endswith("VMs (simulated cluster)")
+    as_json = cairn.run("vm", "list", "--json").json()
+    assert as_json["simulated"] is True
+    assert any(vm["vmid"] == vmid and vm["name"] == "listed" for vm in as_json["list"])
+
+    show = cairn.run("vm", "show", str(vmid))
+    assert show.code == 0
+    fields = dict(line.split(None, 1) for line in show.out.splitlines())
+    assert fields["vmid"] == str(vmid) and fields["name"] == "listed"
+    assert fields["state"] == "running" and fields["created_by_cairn"] == "yes"
+    assert fields["version"] == "12" and fields["last_task"].startswith("install ok")
+    assert cairn.run("vm", "show", str(vmid), "--json").json()["vmid"] == vmid
+
+
+def test_the_lifecycle_of_a_vm(cairn: Cairn) -> None:
+    vmid = installed(cairn)
+    stop = cairn.run("vm", "stop", str(vmid))
+    assert (stop.code, stop.out, stop.err) == (0, f"VM {vmid} stopped (ok)\n", "")
+
+    again = cairn.run("vm", "stop", str(vmid), "--json")
+    assert again.code == 1
+    assert again.err == "cairn: VM is not running\n"
+    assert again.json() == {"error": "VM is not running", "status": 409, "exit": 1}
+
+    resized = cairn.run("vm", "set", str(vmid), "--cpu", "3", "--memory", "4096", "--disk", "2G")
+    assert resized.code == 0, resized
+    assert resized.out.splitlines() == [
+        f"VM {vmid}: cpu set to 3",
+        f"VM {vmid}: memory set to 4096",
+        f"VM {vmid}: disk set to 2G",
+    ]
+    shown = cairn.run("vm", "show", str(vmid), "--json").json()
+    assert (shown["cpu"], shown["memory"], shown["disk"]) == (3, 4096, 18)
+
+    moved = cairn.run("vm", "set", str(vmid), "--node", "pve2", "--json")
+    assert moved.code == 0, moved
+    doc = moved.json()
+    assert doc["set"] == {"node": "pve2"} and doc["migration"]["ok"] is True
+    assert doc["migration"]["records"][0]["step"] == "migrate > migrating VM"
+    assert cairn.run("vm", "show", str(vmid), "--json").json()["node"] == "pve2"
+
+    start = cairn.run("vm", "start", str(vmid))
+    assert start.code == 0, start
+    assert "start > starting VM\n" in start.out and "start > waiting for ready\n" in start.out
+
+    reboot = cairn.run("vm", "reboot", str(vmid), "--json")
+    assert reboot.code == 0 and reboot.json()["ok"] is True and reboot.json()["vm_id"] == vmid
+
+    busy_destroy = cairn.run("vm", "destroy", str(vmid))
+    assert busy_destroy.code == 1 and busy_destroy.err == "cairn: VM is running\n"
+
+    shutdown = cairn.run("vm", "shutdown", str(vmid))
+    assert (shutdown.code, shutdown.out) == (0, f"VM {vmid} shut down (ok)\n")
+    destroy = cairn.run("vm", "destroy", str(vmid), "--json")
+    assert destroy.code == 0
+    assert destroy.json() == {"ok": True, "vm_id": vmid, "action": "destroy"}
+    gone = cairn.run("vm", "show", str(vmid))
+    assert (gone.code, gone.out, gone.err) == (1, "", f"cairn: VM {vmid} not found\n")
+
+
+def test_a_refused_install_says_why_before_any_stage(cairn: Cairn) -> None:
+    result = cairn.program("vm", "install", "--os", "debian", "--version", "99")
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err == "cairn: version: debian supports 11, 12, 13\n"
+
+
+def test_an_install_that_fails_exits_1_with_the_failure(cairn: Cairn) -> None:
+    taken = installed(cairn)
+    result = cairn.run("vm", "install", "--os", "debian", "--version", "12", "--id", str(taken))
+    assert result.code == 1
+    assert result.out.splitlines() == [
+        "preparation > checking VMID",
+        "  [*] start VM installation (0.00s)",
+        f"  [-] VM {taken} already exists (0.00s)",
+    ]
+    assert result.err == f"cairn: install failed: [-] VM {taken} already exists (0.00s)\n"
+
+
+def test_set_without_a_change_and_bad_ids_are_usage_errors(cairn: Cairn) -> None:
+    nothing = cairn.run("vm", "set", "101")
+    assert nothing.code == 2 and "give at least one of --cpu" in nothing.err
+    for argv in (["show", "abc"], ["stop", "-1"], ["start", "1e3"]):
+        bad = cairn.program("vm", *argv)
+        assert bad.code == 2, argv
+        assert "invalid VM id value" in bad.err
+    unknown = cairn.run("vm", "stop", "99999")
+    assert (unknown.code, unknown.err) == (1, "cairn: VM 99999 not found\n")
+
+
+def test_a_service_that_is_not_there_is_exit_3(cairn: Cairn) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # a port nobody listens on
+        port = sock.getsockname()[1]
+        result = cairn.program("vm", "list", "--json", env={"VM_PORT": str(port)})
+    assert result.code == 3
+    doc = result.json()
+    assert doc["exit"] == 3 and doc["status"] is None
+    assert f"cannot reach the vm service at http://127.0.0.1:{port}/api: connection refused" in (
+        result.err
+    )
+
+
+@pytest.mark.parametrize("group", ["vm", "fn", "images"])
+def test_every_command_documents_its_options(cairn: Cairn, group: str) -> None:
+    result = cairn.program(group, "--help")
+    assert result.code == 0 and result.err == ""
+    assert "usage: cairn " + group in result.out
