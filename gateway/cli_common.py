@@ -18,9 +18,7 @@ from typing import Any, TextIO
 import attrs
 
 from actors.config import ConfigError
-from gateway.cli_http import USAGE, CliError, Target, target
-
-INTERRUPTED = 130
+from gateway.cli_http import INTERRUPTED, USAGE, CliError, Target, target
 
 
 @attrs.frozen

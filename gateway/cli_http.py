@@ -14,7 +14,8 @@ environment (``http_proxy``) and never along a redirect; it is never printed.
 Exit codes (:data:`EXIT`): 0 done, 1 the service refused or the task failed (its message on
 stderr), 2 a usage error (a bad option, an unreadable file), 3 the service could not be reached
 or is unavailable (connection refused, a time-out, 503: try again), 4 not allowed (401/403: no
-token, an unknown or revoked one, a role too low, an address outside ALLOW_IPS).
+token, an unknown or revoked one, a role too low, an address outside ALLOW_IPS), 130
+interrupted (Ctrl-C; a VM task goes on in cairn, ``cairn vm task ID`` follows it again).
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ import attrs
 
 from actors.config import ConfigError, env_int, env_str
 
-OK, REFUSED, USAGE, UNREACHABLE, DENIED = 0, 1, 2, 3, 4
+OK, REFUSED, USAGE, UNREACHABLE, DENIED, INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT = {
     OK: "done",
     REFUSED: "the service refused, or the task failed (its message on stderr)",
     USAGE: "usage error: a bad option or argument, an unreadable file",
     UNREACHABLE: "the service could not be reached or is unavailable (try again later)",
     DENIED: "not allowed: no token, an unknown or revoked one, or a role or address refused",
+    INTERRUPTED: "interrupted (Ctrl-C); a VM task goes on in cairn",
 }
 
 # name: (variable prefix, default port, path prefix of its routes). The ports are those of

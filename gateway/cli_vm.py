@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli_common import Io, add_command, clean, size_mb, table
-from gateway.cli_http import REFUSED, UNREACHABLE, USAGE, CliError, Event, Target, call, stream
+from gateway.cli_http import (
+    INTERRUPTED,
+    REFUSED,
+    UNREACHABLE,
+    USAGE,
+    CliError,
+    Event,
+    Target,
+    call,
+    stream,
+)
 
 SERVICE = "vm"
 
@@ -165,6 +175,11 @@ def run_task(t: Target, io: Io, path: str, body: Any, what: str) -> dict[str, An
             if exc.code == UNREACHABLE and vm and "cairn vm task" not in exc.message:
                 exc.message += f": follow it with `cairn vm task {vm}`"
             raise
+        except KeyboardInterrupt:
+            again = f": follow it with `cairn vm task {vm}`" if vm else ""
+            raise CliError(
+                INTERRUPTED, f"interrupted; the {what} goes on in cairn{again}"
+            ) from None
     outcome["task"] = task
     if vm and "vm_id" not in outcome:
         outcome["vm_id"] = int(vm) if vm.isdigit() else vm

@@ -3,12 +3,15 @@ code, --json parsed, an install's stages printed while it runs, refusals and fai
 
 from __future__ import annotations
 
+import io
 import json
+import signal
 import urllib.request
 from typing import Any
 
 import pytest
 
+from gateway import cli_common, cli_vm
 from tests.cli.conftest import Cairn
 
 INSTALL_STEPS = [
@@ -210,3 +213,42 @@ def test_every_command_documents_its_options(cairn: Cairn, group: str) -> None:
     result = cairn.program(group, "--help")
     assert result.code == 0 and result.err == ""
     assert "usage: cairn " + group in result.out
+
+
+def test_ctrl_c_leaves_the_install_running_and_vm_task_follows_it_again(cairn: Cairn) -> None:
+    proc = cairn.start("vm", "install", "--os", "debian", "--version", "12")
+    assert proc.stdout is not None and proc.stderr is not None
+    vmid = int(proc.stdout.readline().split()[2].rstrip(","))
+    assert proc.stdout.readline() == "preparation > checking VMID\n"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    assert proc.stderr.read() == (
+        f"cairn: interrupted; the install goes on in cairn: follow it with `cairn vm task {vmid}`\n"
+    )
+    again = cairn.run("vm", "task", str(vmid))
+    assert again.code == 0, again
+    lines = again.out.splitlines()
+    assert lines[0].startswith(f"task: VM {vmid}, task ")
+    assert [ln for ln in lines[1:] if not ln.startswith("  ")] == INSTALL_STEPS
+    assert lines[-1].startswith("  [*] User: debian")
+    assert "Password" not in again.out  # shown once, to the stream that asked for it
+    assert vm_row(cairn, vmid) is not None
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_with_json_a_terminal_still_sees_the_stages_on_stderr(cairn: Cairn) -> None:
+    out, err = io.StringIO(), Terminal()
+    argv = ["vm", "install", "--os", "debian", "--version", "12", "--json"]
+    code = cli_common.main(cli_vm.register, argv, cairn.env, out, err)
+    assert code == 0, err.getvalue()
+    doc = json.loads(out.getvalue())
+    shown = err.getvalue().splitlines()
+    assert shown[0] == f"install: VM {doc['vm_id']}, task {doc['task']}"
+    assert [ln for ln in shown[1:] if not ln.startswith("  ")] == INSTALL_STEPS
+    assert [f"  {r['message']}" for r in doc["records"]] == [
+        ln for ln in shown if ln.startswith("  ")
+    ]
