@@ -20,6 +20,7 @@ STANDALONE = [
     "upgrading.md",
     "simulator.md",
     "vm.md",
+    "cli.md",
 ]
 
 OUTSIDE = re.compile(
