@@ -4,7 +4,8 @@ Every change in cairn is an event, so the journal needs no call in any actor: it
 store's appends in this process (where the actors run) and turns the events an operator cares
 about into one line each on the ``cairn.journal`` logger (a VM installed, failed, destroyed or
 migrated; a function version stored; a document indexed or dismissed; an image stored or
-deleted). Progress records, observations and allocator bookkeeping stay out: they are in the
+deleted), naming who asked for it when the event knows (``, asked by ada``: the audit
+trail's ``by``). Progress records, observations and allocator bookkeeping stay out: they are in the
 task streams for whoever follows them.
 """
 
@@ -151,15 +152,20 @@ def _disowned(record: Recorded, event: Disowned) -> str:
     return f"{_vm(record)}: not cairn's VM, left untouched: {event.reason}"
 
 
+def _asked(by: str | None) -> str:
+    """Who asked for the change (the audit trail), when the event knows."""
+    return f", asked by {by}" if by else ""
+
+
 def _function_stored(_: Recorded, event: FunctionVersionStored) -> str:
     return (
         f"function {event.path}: version {event.version} stored "
-        f"({event.language}, {event.size} bytes)"
+        f"({event.language}, {event.size} bytes){_asked(event.by)}"
     )
 
 
 def _function_deleted(_: Recorded, event: FunctionDeleted) -> str:
-    return f"function {event.path}: deleted ({event.versions} versions)"
+    return f"function {event.path}: deleted ({event.versions} versions){_asked(event.by)}"
 
 
 def _document_indexed(_: Recorded, event: DocumentIndexed) -> str:
@@ -186,8 +192,8 @@ def _document_dismissed(_: Recorded, event: DocumentDismissed) -> str:
 
 
 def _image_stored(_: Recorded, event: ImageStored) -> str:
-    return f"images: stored {event.path} ({event.type}, {event.size} bytes)"
+    return f"images: stored {event.path} ({event.type}, {event.size} bytes){_asked(event.by)}"
 
 
 def _image_deleted(_: Recorded, event: ImageDeleted) -> str:
-    return f"images: deleted {event.path}"
+    return f"images: deleted {event.path}{_asked(event.by)}"

@@ -48,6 +48,7 @@ from events.bus import (
 from events.permissions import RUN_REPLIES
 from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
+from gateway.identity import asked_by
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
@@ -190,10 +191,18 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 class FunctionsGateway:
-    def __init__(self, runtime: Runtime, settings: FunctionsSettings, client: RunClient) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: FunctionsSettings,
+        client: RunClient,
+        clients: ClientFilter,
+    ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.client = client
+        # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
+        self.clients = clients
 
     async def _registry(
         self, subject: str, payload: dict[str, Any], unavailable: str, status: int = 500
@@ -215,6 +224,7 @@ class FunctionsGateway:
             "path": upload.path,
             "language": str(upload.language),
             "code": upload.code,
+            "by": asked_by(request, self.clients),  # recorded in the event (audit trail)
         }
         try:
             stored = await self._registry(protocol.UPLOAD_SUBJECT, upload_command, SAVE_FAILED)
@@ -293,7 +303,10 @@ class FunctionsGateway:
         path = normalize_path(request.match_info["target"])
         try:
             done = await self._registry(
-                protocol.DELETE_SUBJECT, {"path": path}, REGISTRY_SILENT, 503
+                protocol.DELETE_SUBJECT,
+                {"path": path, "by": asked_by(request, self.clients)},
+                REGISTRY_SILENT,
+                503,
             )
         except CommandFailed as exc:
             return text_error(exc.status, exc.message)
@@ -431,13 +444,14 @@ async def build(runtime: Runtime) -> web.Application:
     host = await FunctionsHost.start(runtime, settings, cluster=cluster)
     client = RunClient(runtime.gateway_nc, settings)
     await client.start()
-    service = FunctionsGateway(runtime, settings, client)
+    clients = ClientFilter.from_env(runtime.env)
+    service = FunctionsGateway(runtime, settings, client, clients)
 
     app = web.Application()
     app[FUNCTIONS] = service
     app[FUNCTIONS_HOST] = host
     # ALLOW_IPS, as on the VM service: whatever stores, deletes, runs or shows code.
-    allowed = ClientFilter.from_env(runtime.env).gate
+    allowed = clients.gate
     app.router.add_post("/upload", allowed(service.upload))
     app.router.add_post("/run-now", allowed(service.run_now))
     # The rest of the path, every character: "." would stop at an encoded newline (%0A), and

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from actors.audit import BY_MAX
+from gateway.clients import ClientFilter
 from gateway.roles import RouteRoles
 from gateway.tokens import Identity, Role, TokenError, TokenStore
 
@@ -40,6 +42,17 @@ def bearer(request: web.BaseRequest) -> str | None:
 
 def identity_of(request: web.BaseRequest) -> Identity | None:
     return request.get(IDENTITY)
+
+
+def asked_by(request: web.Request, clients: ClientFilter) -> str:
+    """Who asks, for the audit trail's ``by``: the token's name, or ``ip:<client address>``
+    (the address ALLOW_IPS checks) when this cairn has no tokens. Always a short printable
+    text, as the actors demand (``actors/audit.py``): a forwarded hop that is not an address
+    is quoted and cut short."""
+    identity = identity_of(request)
+    if identity is not None:
+        return identity.name
+    return f"ip:{clients.shown_client(request)}"[:BY_MAX]
 
 
 def needs(role: Role) -> str:

@@ -49,6 +49,7 @@ from events.errors import disk_full, reason
 from events.follow import Follower
 from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
+from gateway.identity import asked_by
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 
@@ -105,9 +106,16 @@ def _fail(request: web.Request, action: str, status: int, message: str) -> web.R
 
 class ImageService:
     def __init__(
-        self, runtime: Runtime, settings: ImageSettings, layout: StoreLayout, reader: ImageReader
+        self,
+        runtime: Runtime,
+        settings: ImageSettings,
+        layout: StoreLayout,
+        reader: ImageReader,
+        clients: ClientFilter,
     ) -> None:
         self.runtime = runtime
+        # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
+        self.clients = clients
         self.settings = settings
         self.layout = layout
         self.reader = reader
@@ -285,6 +293,7 @@ class ImageService:
                     "tmp_name": tmp.name,
                     "type": kind.mime,
                     "size": size,
+                    "by": asked_by(request, self.clients),  # recorded in the event
                 },
             )
             stored = reply
@@ -390,7 +399,9 @@ class ImageService:
                 rel = clean_relpath(request.match_info["path"])
             except UnsafePath:
                 raise Failure(400, "invalid path") from None
-            await self._command(DELETE_SUBJECT, {"path": rel})
+            await self._command(
+                DELETE_SUBJECT, {"path": rel, "by": asked_by(request, self.clients)}
+            )
             return web.json_response({"success": True, "message": f"{rel} deleted"})
         except Failure as exc:
             return _fail(request, "delete", exc.status, exc.message)
@@ -479,7 +490,8 @@ async def build(runtime: Runtime) -> web.Application:
         hot=HotCache(settings.hot_cache, HOT_ITEM_MAX),
         disk_bytes=settings.disk_cache,
     )
-    service = ImageService(runtime, settings, layout, reader)
+    clients = ClientFilter.from_env(runtime.env)
+    service = ImageService(runtime, settings, layout, reader, clients)
     leased = None
     if runtime.cluster is not None:
         leased = leased_store(runtime.nc, runtime.actors, layout, runtime.cluster)
@@ -495,7 +507,7 @@ async def build(runtime: Runtime) -> web.Application:
     app[IMAGES] = service
     app.router.add_get(READ_PREFIX + REST, service.timed(service.read))
     # ALLOW_IPS, as on the VM service: whatever stores or deletes.
-    allowed = ClientFilter.from_env(runtime.env).gate
+    allowed = clients.gate
     app.router.add_post("/upload/" + REST, allowed(service.timed(service.upload)))
     app.router.add_post("/upload", allowed(service.timed(service.upload)))  # no path: the same 400
     app.router.add_delete("/del/" + REST, allowed(service.timed(service.delete)))

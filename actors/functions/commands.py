@@ -12,6 +12,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from actors.audit import BadBy, parse_by
 from actors.functions import protocol
 from actors.functions.codestore import Code
 from actors.functions.registry import (
@@ -49,13 +50,16 @@ async def serve_registry(
         # checks them by the same rules (the same messages).
         try:
             upload = parse_upload_fields(payload, code_max_size)
+            by = parse_by(payload.get("by"))  # who asked, for the audit trail
         except BadRequest as exc:
             raise CommandFailed(exc.status, exc.message) from None
+        except BadBy as exc:
+            raise CommandFailed(400, exc.message) from None
         path, language, source = upload.path, str(upload.language), upload.code
         try:
             sha = await code.put(source)
             stored = await handle.ask(
-                StoreVersion(path, language, sha, len(source.encode("utf-8")))
+                StoreVersion(path, language, sha, len(source.encode("utf-8")), by)
             )
         except DamagedEvent:
             raise  # the registry is quarantined: 503 naming the damaged row
@@ -100,7 +104,11 @@ async def serve_registry(
         path = payload.get("path") if isinstance(payload, dict) else None
         if not isinstance(path, str) or not path:
             raise CommandFailed(400, INVALID_PAYLOAD)
-        deleted: Deleted = await handle.ask(Delete(path))  # Rejected 404 when unknown
+        try:
+            by = parse_by(payload.get("by"))
+        except BadBy as exc:
+            raise CommandFailed(400, exc.message) from None
+        deleted: Deleted = await handle.ask(Delete(path, by))  # Rejected 404 when unknown
         for sha in deleted.unused_code:
             try:
                 await code.remove(sha)

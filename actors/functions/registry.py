@@ -47,6 +47,7 @@ class StoreVersion:
     language: str
     sha256: str
     size: int
+    by: str | None = None  # who asked, recorded in the event (the audit trail)
 
 
 @attrs.frozen
@@ -58,6 +59,7 @@ class Resolve:
 @attrs.frozen
 class Delete:
     path: str
+    by: str | None = None  # who asked, recorded in the event
 
 
 @attrs.frozen
@@ -110,7 +112,12 @@ class FunctionRegistry(AggregateActor):
             version = max(self.clock(), last + 1)
             self.record(
                 version_stored(
-                    message.path, version, message.language, message.sha256, message.size
+                    message.path,
+                    version,
+                    message.language,
+                    message.sha256,
+                    message.size,
+                    message.by,
                 )
             )
             return self.latest[message.path]
@@ -129,7 +136,7 @@ class FunctionRegistry(AggregateActor):
             if versions is None:
                 raise Rejected(404, SCRIPT_NOT_FOUND)
             gone = tuple(versions[v] for v in sorted(versions))
-            self.record(FunctionDeleted(path=message.path, versions=len(gone)))
+            self.record(FunctionDeleted(path=message.path, versions=len(gone), by=message.by))
             used = {v.sha256 for kept in self.versions.values() for v in kept.values()}
             return Deleted(gone, frozenset(v.sha256 for v in gone) - used)
         if isinstance(message, ListFunctions):

@@ -13,6 +13,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from actors.audit import BadBy, parse_by
 from actors.images.layout import StoreLayout
 from actors.images.store import SINGLETON, DeleteFile, ImageStoreActor, Reconcile, StoreFile
 from actors.leased import Leased, Stop
@@ -44,6 +45,7 @@ async def serve_commands(
                 str(payload["tmp_name"]),
                 str(payload["type"]),
                 int(payload["size"]),
+                _by(payload),
             )
         except (KeyError, TypeError, ValueError):
             raise Rejected(400, "malformed command") from None
@@ -51,7 +53,7 @@ async def serve_commands(
 
     async def on_delete(payload: Any) -> Any:
         try:
-            command = DeleteFile(str(payload["path"]))
+            command = DeleteFile(str(payload["path"]), _by(payload))
         except (KeyError, TypeError):
             raise Rejected(400, "malformed command") from None
         return await handle.ask(command)
@@ -64,6 +66,16 @@ async def serve_commands(
     with contextlib.suppress(Exception):  # the bus is away: they reach it when back
         await flush_all(nc)
     return handle, subs
+
+
+def _by(payload: Any) -> str | None:
+    """Who asked (the audit trail), checked as any field of the command."""
+    try:
+        return parse_by(payload.get("by"))
+    except BadBy as exc:
+        raise Rejected(400, exc.message) from None
+    except AttributeError:  # not an object
+        raise TypeError("a command is an object") from None
 
 
 async def serve_store(nc: Client, actors: ActorHost, layout: StoreLayout) -> Stop:

@@ -3,6 +3,11 @@
 Stream ``images:store``: one singleton actor owns the catalogue of stored files. Each event is
 published on NATS (``cairn.evt.images.store``) after it is stored, which is how every gateway
 host learns to purge its cached variants of a path.
+
+``by`` is who asked (the audit trail): a token's name, or ``ip:<address>`` when this cairn has
+no tokens (``gateway/identity.py``); None for a change the store found on disk by itself and in
+events stored before cairn kept it. A field with a default, so it keeps the schema version
+(``events/upcast.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ class ImageStored(Event):
     path: str
     type: str  # MIME type sniffed from the bytes
     size: int
+    by: str | None = None  # who asked: a token's name or "ip:<address>"
 
 
 @domain_event("images.deleted")
@@ -25,11 +31,12 @@ class ImageDeleted(Event):
 
     path: str
     trashed_as: str
+    by: str | None = None  # who asked
 
 
-def stored(path: str, type: str, size: int) -> ImageStored:
-    return ImageStored(path=path, type=type, size=size)
+def stored(path: str, type: str, size: int, by: str | None = None) -> ImageStored:
+    return ImageStored(path=path, type=type, size=size, by=by)
 
 
-def deleted(path: str, trashed_as: str) -> ImageDeleted:
-    return ImageDeleted(path=path, trashed_as=trashed_as)
+def deleted(path: str, trashed_as: str, by: str | None = None) -> ImageDeleted:
+    return ImageDeleted(path=path, trashed_as=trashed_as, by=by)

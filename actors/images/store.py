@@ -41,11 +41,13 @@ class StoreFile:
     tmp_name: str
     type: str
     size: int
+    by: str | None = None  # who asked, recorded in the event (the audit trail)
 
 
 @attrs.frozen
 class DeleteFile:
     path: str
+    by: str | None = None  # who asked, recorded in the event
 
 
 @attrs.frozen
@@ -170,7 +172,7 @@ class ImageStoreActor(AggregateActor):
             raise Rejected(409, self._file_in_the_way(rel)) from exc
         except OSError as exc:
             raise _write_failed("store the upload", exc) from exc
-        self.record(stored(rel, cmd.type, cmd.size))
+        self.record(stored(rel, cmd.type, cmd.size, cmd.by))
         return {"path": rel, "type": cmd.type, "size": cmd.size}
 
     def _file_in_the_way(self, rel: str) -> str:
@@ -198,7 +200,7 @@ class ImageStoreActor(AggregateActor):
             os.replace(target, dest)
         except OSError as exc:
             raise _write_failed("move the file to the trash", exc) from exc
-        self.record(deleted(rel, trashed_as))
+        self.record(deleted(rel, trashed_as, cmd.by))
         return {"path": rel}
 
 

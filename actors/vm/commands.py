@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from actors.audit import BadBy, parse_by
 from actors.vm.lifecycle import Command
 from actors.vm.requests import (
     BadRequest,
@@ -81,12 +82,10 @@ def _task(payload: dict[str, Any]) -> str:
 
 
 def _by(payload: dict[str, Any]) -> str | None:
-    by = payload.get("by")
-    if by is None:
-        return None
-    if not isinstance(by, str) or not 0 < len(by) <= 100 or not by.isprintable():
-        raise BadRequest("by: must be a token's name or ip:<address>")
-    return by
+    try:
+        return parse_by(payload.get("by"))
+    except BadBy as exc:
+        raise BadRequest(exc.message) from None
 
 
 def parse_vmid(payload: Any) -> int:

@@ -8,18 +8,26 @@ import { TimeAgo } from "../ui.js";
 const KEEP = 200;
 const AGGREGATES = ["vm", "vmalloc", "functions", "search", "images"];
 
-// One line that says what happened, from the event's own fields.
+// One line that says what happened, from the event's own fields, and who asked for it when
+// the event records that (`by`, the audit trail: a token's name or ip:<address>).
 export function summary(event) {
+  const by = event.data?.by;
+  const what = happened(event);
+  return by ? `${what} by ${by}` : what;
+}
+
+function happened(event) {
   const d = event.data || {};
   switch (event.type) {
     case "vm.progress": return `${d.step}: ${d.message}`;
-    case "vm.task_started": return `${event.stream}: ${d.command} started${d.by ? ` by ${d.by}` : ""}`;
+    case "vm.task_started": return `${event.stream}: ${d.command} started`;
     case "vm.task_ended": return `${event.stream}: ${d.ok ? "done" : `failed: ${d.error}`} (now ${d.state})`;
     case "vm.installed": return `${event.stream}: ${d.name} (${d.os} ${d.version}) at ${d.ip}`;
     case "vm.observed": return `${event.stream} is ${d.state}`;
     case "functions.version_stored": return `${d.path} version ${d.version} (${d.language})`;
+    case "functions.deleted": return `${d.path} deleted (${d.versions} versions)`;
     case "images.stored": return `${d.path} (${d.type}, ${bytes(d.size)})`;
-    case "images.deleted": return `${d.path}`;
+    case "images.deleted": return `${d.path} deleted`;
     case "search.document_indexed": return `${d.db}: ${d.source} (${d.chunks} chunks)`;
     case "search.document_removed": return `${d.db}: ${d.source} removed`;
     case "search.document_dismissed": return `${d.db}: ${d.source}: ${d.reason}`;
