@@ -168,6 +168,7 @@ async def _query(
     target: str | None,
     limit: int | None,
     rank: str | None = None,
+    typo: bool = False,
 ) -> dict[str, Any]:
     import aiohttp
 
@@ -178,6 +179,8 @@ async def _query(
         params["target"] = target
     if rank:
         params["rank"] = rank
+    if typo:
+        params["typo"] = "1"
     if limit is not None:
         params["limit"] = str(limit)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -204,7 +207,9 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
     from gateway.search_client import ServiceError
 
     try:
-        body = asyncio.run(_query(env, args.name, args.text, args.target, args.limit, args.rank))
+        body = asyncio.run(
+            _query(env, args.name, args.text, args.target, args.limit, args.rank, args.typo)
+        )
     except ServiceError as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
@@ -246,6 +251,11 @@ def register(subparsers: Any) -> None:
     query.add_argument("--target", choices=("keyword", "semantic", "both", "hybrid"), default=None)
     query.add_argument(
         "--rank", choices=("bm25",), default=None, help="rank the keyword branch by BM25"
+    )
+    query.add_argument(
+        "--typo",
+        action="store_true",
+        help="forgive one typo in words of 5+ letters (with --rank bm25 or --target hybrid)",
     )
     query.add_argument("--limit", type=int, default=None, help="rows per branch (1-100)")
     query.add_argument("--json", action="store_true", help="the HTTP answer as it is")

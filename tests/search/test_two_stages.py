@@ -204,6 +204,11 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
     hybrid = ["search", "query", "papers", "rocks", "--target", "hybrid", "--rank", "bm25"]
     code, out, _ = await asyncio.to_thread(run_cli, hybrid, harness.env)
     assert (code, out.splitlines()[0]) == (0, "hybrid: 1 matches")
+    typo = ["search", "query", "papers", "volcanci", "--target", "hybrid", "--typo"]
+    code, out, _ = await asyncio.to_thread(run_cli, typo, harness.env)
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 matches")
+    code, out, _ = await asyncio.to_thread(run_cli, typo[:-1], harness.env)
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 0 matches")
     code, out, err = await asyncio.to_thread(run_cli, ["search", "query", "nope", "x"], harness.env)
     assert (code, err) == (1, 'cairn: "nope" not exist\n')
     code, out, _ = await asyncio.to_thread(run_cli, ["search", "list"], harness.env)
