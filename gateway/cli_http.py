@@ -8,8 +8,8 @@ same settings (``VM_HOST``/``VM_PORT``, ``FUNCTIONS_HOST``/``FUNCTIONS_PORT``,
 
 The token: ``--token-file FILE``, else ``CAIRN_TOKEN``, else ``CAIRN_TOKEN_FILE``; never an
 argument of its own (a command line is visible to every local user). It goes along as
-``Authorization: Bearer``, only to loopback or over https, never through a proxy of the
-environment (``http_proxy``) and never along a redirect; it is never printed.
+``Authorization: Bearer``, only to an address of this machine or over https, never through a
+proxy of the environment (``http_proxy``) and never along a redirect; it is never printed.
 
 Exit codes (:data:`EXIT`): 0 done, 1 the service refused or the task failed (its message on
 stderr), 2 a usage error (a bad option, an unreadable file), 3 the service could not be reached
@@ -153,6 +153,8 @@ def target(env: Mapping[str, str], service: str, token_file: str | None = None) 
 
 
 def _safe_for_token(base: str) -> bool:
+    """https, or an address of this machine (loopback, or one of its own interfaces: a
+    service listening on the LAN address of this host): plain http never leaves it."""
     parts = urlsplit(base)
     if parts.scheme == "https":
         return True
@@ -160,9 +162,21 @@ def _safe_for_token(base: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
+        return False  # a name: DNS may send it anywhere
+    return ip.is_loopback or is_own_address(ip)
+
+
+def is_own_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is an address of this machine: only those can be bound to."""
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((str(ip), 0))
+    except OSError:
         return False
+    return not ip.is_unspecified
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -112,3 +112,16 @@ def test_hostile_text_from_a_service_reaches_the_terminal_escaped(
     assert "\x1b" not in result.out + result.err and "\x07" not in result.out + result.err
     assert "x\\x1b]0;pwned\\x07\n  [-] \\x1b[2Jgone\n" in result.out
     assert result.err == "cairn: start failed: [-] \\x1b[2Jgone\n"
+
+
+def test_cairn_stopping_mid_task_is_exit_3(cairn: Cairn, answering: Answering) -> None:
+    body = (
+        b'event: stopping\ndata: {"step":"stopping","status":"processing","message":"[*] cairn '
+        b'is stopping: this stream ends here (GET /api/vm/150/task, with Last-Event-ID)"}\n\n'
+    )
+    result = run_against(cairn, answering, (200, "text/event-stream", body), "vm", "start", "150")
+    assert result.code == 3
+    assert result.err == (
+        "cairn: [*] cairn is stopping: this stream ends here (GET /api/vm/150/task, with "
+        "Last-Event-ID): follow it with `cairn vm task 150`\n"
+    )

@@ -4,6 +4,7 @@ parser, where each service is, which token goes, the paths and bodies sent."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,12 @@ from gateway.cli_http import (
     Event,
     Upload,
     error_text,
+    is_own_address,
     parse_sse,
     quote_path,
     read_token,
     service_base,
+    target,
 )
 from gateway.cli_vm import install_body, list_table
 
@@ -173,3 +176,17 @@ def test_results_as_stdout_shows_them() -> None:
     assert streamed_value("3.5", "number") == 3.5
     assert streamed_value("{not", "json") == "{not"
     assert streamed_value("text", "string") == "text"
+
+
+def test_plain_http_carries_a_token_only_to_this_machine() -> None:
+    assert is_own_address(ipaddress.ip_address("127.0.0.2"))
+    assert not is_own_address(ipaddress.ip_address("192.0.2.10"))  # TEST-NET-1: nobody's
+    assert not is_own_address(ipaddress.ip_address("0.0.0.0"))
+    with pytest.raises(CliError, match=r"plain http to 192\.0\.2\.10"):
+        target({"CAIRN_TOKEN": "cairn_x", "CAIRN_VM_URL": "http://192.0.2.10/api"}, "vm")
+    with pytest.raises(CliError, match=r"plain http to cairn\.example\.org"):
+        target({"CAIRN_TOKEN": "cairn_x", "CAIRN_VM_URL": "http://cairn.example.org/api"}, "vm")
+    https = target({"CAIRN_TOKEN": "cairn_x", "CAIRN_VM_URL": "https://192.0.2.10/api"}, "vm")
+    assert https.token == "cairn_x"
+    local = target({"CAIRN_TOKEN": "cairn_x", "VM_HOST": "127.0.0.5"}, "vm")
+    assert local.base == "http://127.0.0.5:8100/api" and local.token == "cairn_x"
