@@ -1,7 +1,7 @@
-"""One `cairn up` for the command-line tests, as a user starts it (a separate process, the
-simulated cluster, the vm, functions and images services on ports of their own), and ways to
-run `cairn vm|fn|images` against it: in this process (fast, for most tests) or as the real
-`cairn` program (its exit code and its output as they arrive)."""
+"""One `cairn up` for the command-line tests, started once for this folder as a user starts it
+(a separate process, the simulated cluster, the vm, functions and images services on ports of
+their own), and ways to run `cairn vm|fn|images` against it: in this process (fast, for most
+tests) or as the real `cairn` program (its exit code and its output as they arrive)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def cairn_env(root: Path, extra: Sequence[str] = ()) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cairn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cairn]:
     root = tmp_path_factory.mktemp("cli")
     env = cairn_env(root)
