@@ -253,6 +253,7 @@ class FunctionsGateway:
             "stream": options.stream,
             "stored": True,  # its transpiled TypeScript is kept on disk (a /run-now body's not)
             "name": f"{found['path']} version {found['version']}",
+            "by": asked_by(request, self.clients),  # named in the run's journal line
         }
         return await self._respond(request, run, options.stream)
 
@@ -334,6 +335,7 @@ class FunctionsGateway:
             "code": body.code,
             "input": body.input_json,
             "stream": body.stream,
+            "by": asked_by(request, self.clients),  # named in the run's journal line
         }
         return await self._respond(request, run, body.stream)
 

@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from actors.audit import parse_by
 from actors.functions import cgroups, protocol
 from actors.functions.languages import Language, parse_language
 from actors.functions.results import RunFailure, RunResult
@@ -55,6 +56,8 @@ class _Job:
     stored: bool
     # What the journal calls the run: "<path> version <n>", or "/run-now".
     name: str = "/run-now"
+    # Who asked (the audit trail, actors/audit.py): named in the run's journal line.
+    by: str | None = None
 
 
 def parse_job(data: bytes, reply: str) -> _Job | None:
@@ -70,8 +73,9 @@ def parse_job(data: bytes, reply: str) -> _Job | None:
             bool(fields.get("stream")),
             bool(fields.get("stored")),
             str(fields.get("name") or "/run-now"),
+            parse_by(fields.get("by")),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # BadBy is a ValueError
         return None
     if language is None or not isinstance(job.code, str) or not isinstance(job.input_json, str):
         return None
@@ -386,12 +390,13 @@ class RunnerHost:
                 final = {"t": protocol.ERROR, "message": "the runner failed (see its log)"}
             outcome = "ok" if final["t"] == protocol.RESULT else f"failed: {final['message']}"
             journal.info(
-                "function %s (%s): %s in %.0f ms",
+                "function %s (%s): %s in %.0f ms%s",
                 job.name,
                 job.language,
                 outcome,
                 (time.monotonic() - began) * 1000,
-                extra={"function": job.name, "ok": final["t"] == protocol.RESULT},
+                f", asked by {job.by}" if job.by else "",
+                extra={"function": job.name, "ok": final["t"] == protocol.RESULT, "by": job.by},
             )
             outbox.put_nowait(final)
         finally:

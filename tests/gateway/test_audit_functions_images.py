@@ -284,3 +284,53 @@ def test_an_event_stored_before_cairn_kept_by_still_reads() -> None:
     journal = Journal()
     lines = [journal.line(Recorded(1, "s:1", 1, e, 1.0)) for e in events]
     assert not any("asked by" in str(line) for line in lines), lines
+
+
+def run_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The runner host's journal lines: a run records no event, its line says who asked."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "cairn.journal"
+        and r.getMessage().startswith(("function /run-now", "function team/"))
+        and " ms" in r.getMessage()
+    ]
+
+
+async def test_a_run_names_who_asked_in_its_journal_line(
+    serve: Serve, runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cairn.journal")
+    functions = await serve("functions")
+    run_now = {"language": "python", "code": "return 1\n"}
+    assert await call("POST", f"{functions}/run-now", None, json_body=run_now) == {
+        "data": 1, "type": "number",
+    }  # fmt: skip
+    path = runtime.data_dir / "tokens.json"
+    ada, otto = create(path, "ada", Role.ADMIN), create(path, "otto", Role.OPERATOR)
+    upload = {"path": "team/billing", "language": "python", "code": "return 2\n"}
+    version = (await call("POST", f"{functions}/upload", ada, json_body=upload))["version"]
+    ran = await call("POST", f"{functions}/run/team/billing", otto, json_body={"by": "ada"})
+    assert ran == {"data": 2, "type": "number"}
+    await call("POST", f"{functions}/run-now", otto, json_body=run_now)
+    lines = run_lines(caplog)
+    assert [line.split(": ", 1)[0] for line in lines] == [
+        "function /run-now (python)",
+        f"function team/billing version {version} (python)",
+        "function /run-now (python)",
+    ]
+    assert [line.rsplit(", ", 1)[1] for line in lines] == [
+        "asked by ip:127.0.0.1",
+        "asked by otto",
+        "asked by otto",
+    ]
+    assert otto not in caplog.text
+
+
+async def test_a_run_request_with_a_by_no_gateway_sends_is_malformed(
+    serve: Serve, runtime: Runtime
+) -> None:
+    await serve("functions")
+    request = {"id": "a1", "language": "python", "code": BILLING, "by": "otto\nfunction x: ok"}
+    reply = await runtime.gateway_nc.request(protocol.RUN_SUBJECT, protocol.encode(request), 5)
+    assert protocol.decode(reply.data) == {"t": "error", "message": "malformed run request"}
