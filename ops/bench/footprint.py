@@ -114,7 +114,8 @@ def run_cairn(clone: Path, data: Path, settle: float, **extra: str) -> dict[str,
             (memory_kb(proc.pid, "Pss") + sum(sum(v) for v in by_name.values())) / 1024
         ),
         "onnxruntime_loaded": "onnxruntime" in maps,
-        "data_cache_mb": du_mb(data / "cache"),
+        # Bytecode (PYTHONPYCACHEPREFIX) and the model's runtime files (SEARCH_MODEL_CACHE).
+        "data_cache_mb": round(du_mb(data / "cache") + du_mb(data / "search" / "models"), 1),
     }
     proc.terminate()
     proc.wait(60)
