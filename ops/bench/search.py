@@ -36,6 +36,7 @@ from actors.search.indexer import KEYWORD_BATCH
 from actors.search.keyword_stage import IndexReport
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry
+from actors.search.stemming import TYPO_MIN_LENGTH
 from actors.search.store import Database, DocumentState, Replace, vector_key
 from actors.search.tokenize import query_tokens
 from actors.search.vectors import VectorIndex
@@ -352,6 +353,13 @@ def write_all(
     )
 
 
+def misspelt(query: str) -> str:
+    """`query` with its third and fourth letters swapped in every word of 5 or more."""
+    return " ".join(
+        w[:2] + w[3] + w[2] + w[4:] if len(w) >= TYPO_MIN_LENGTH else w for w in query.split()
+    )
+
+
 async def http_latencies(engine: Engine, queries: list[str]) -> None:
     """Keyword (the spec's ranking), `rank=bm25` and `target=hybrid` over HTTP on loopback,
     the same queries, interleaved so the machine's other work weighs on each alike. Every
@@ -367,14 +375,19 @@ async def http_latencies(engine: Engine, queries: list[str]) -> None:
         "keyword rank=bm25": {"target": "keyword", "rank": "bm25"},
         "target=hybrid": {"target": "hybrid"},
         "target=hybrid&highlight=1": {"target": "hybrid", "highlight": "1"},
+        "keyword rank=bm25&typo=1": {"target": "keyword", "rank": "bm25", "typo": "1"},
+        # The same queries with two letters swapped in every word of 5+ letters: each such
+        # word is looked up again as its neighbours one edit away.
+        "keyword rank=bm25&typo=1, misspelt": {"target": "keyword", "rank": "bm25", "typo": "1"},
     }
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     base = f"http://127.0.0.1:{server.port}/api/search"
     async with aiohttp.ClientSession() as session:
         for q in queries:
             for mode, params in modes.items():
+                text = misspelt(q) if mode.endswith("misspelt") else q
                 started = time.perf_counter()
-                async with session.get(base, params={"db": "b", "q": q, **params}) as resp:
+                async with session.get(base, params={"db": "b", "q": text, **params}) as resp:
                     assert resp.status == 200, await resp.text()
                     await resp.read()
                 times[mode].append(time.perf_counter() - started)

@@ -9,9 +9,11 @@ as the indexer makes them, by `LocalProvider` on its low-priority threads (one p
 +10), with ONNX Runtime float32 (the baseline: the previous default, `EMBEDDING_RUNTIME=onnx`)
 and with int8 weights (`onnx-int8`, the default where OpenVINO's bfloat16 is not used).
 The hog is one busy loop in a child process at the default priority (nice 0), started for the
-`hog` rounds and stopped for the `idle` ones. It is in this process's session, so the embedder's
-nice +10 counts against it as it counts against the service's own threads (a process of
-another session or cgroup is weighed as a group against cairn's, which favours the embedder).
+hog rounds and stopped for the `idle` ones, in two places: `hog` is in this process's session,
+so the embedder's nice +10 counts against it as it counts against the service's own threads
+(the worst case); `hog-apart` is in a session of its own, as another service, a VM or a user's
+job is for a cairn run by systemd: with the kernel's autogroups (or cgroups) the scheduler then
+shares the CPU between the two groups first, and nice only orders the threads within cairn's.
 While each configuration embeds, a thread at the service's priority embeds one uncached query
 every 100 ms, as the service does for a semantic query: its latency is printed per
 configuration (query latency must not suffer from what helps throughput).
@@ -96,8 +98,13 @@ async def embed_rate(provider: LocalProvider, chunks: list[str]) -> tuple[float,
     return len(chunks) / wall, (time.process_time() - cpu) * 1000 / len(chunks)
 
 
-def start_hog() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def start_hog(own_session: bool) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"], start_new_session=own_session
+    )
+
+
+SCENARIOS = ("hog", "hog-apart", "idle")
 
 
 def main() -> None:
@@ -123,8 +130,8 @@ def main() -> None:
     cpu: dict[tuple[str, str], list[float]] = {}
     latencies: dict[tuple[str, str], list[float]] = {}
     for round_no in range(args.rounds):
-        for scenario in ("hog", "idle"):
-            hog = start_hog() if scenario == "hog" else None
+        for scenario in SCENARIOS:
+            hog = start_hog(scenario == "hog-apart") if scenario != "idle" else None
             try:
                 time.sleep(1)  # let the scheduler place the hog
                 for name, provider in configs.items():
@@ -135,7 +142,7 @@ def main() -> None:
                     cpu.setdefault(key, []).append(ms)
                     latencies.setdefault(key, []).extend(probe.samples)
                     print(
-                        f"  round {round_no + 1} {scenario:4} {name}: {rate:.1f} chunks/s, "
+                        f"  round {round_no + 1} {scenario:9} {name}: {rate:.1f} chunks/s, "
                         f"{ms:.1f} ms CPU/chunk, load "
                         f"{os.getloadavg()[0]:.1f}",
                         flush=True,
@@ -145,16 +152,23 @@ def main() -> None:
                     hog.kill()
                     hog.wait()
     base = next(iter(configs))
-    for scenario in ("hog", "idle"):
+    for scenario in SCENARIOS:
         print(f"\n{scenario}: medians over {args.rounds} rounds")
         for name in configs:
             key = (scenario, name)
             rate = statistics.median(rates[key])
-            ratio = rate / statistics.median(rates[(scenario, base)])
+            # The median of each round's ratio: the baseline and this one ran minutes apart
+            # at most, under the same load.
+            ratio = statistics.median(
+                mine / theirs
+                for mine, theirs in zip(rates[key], rates[(scenario, base)], strict=True)
+            )
+            cpu_ratio = statistics.median(cpu[(scenario, base)]) / statistics.median(cpu[key])
+            queries = ms_line(latencies[key], ".1f", sep=", ")
             print(
-                f"  {name}: {rate:.1f} chunks/s (x{ratio:.2f} the baseline), "
-                f"{statistics.median(cpu[key]):.1f} ms CPU/chunk; query embedding "
-                f"{ms_line(latencies[key], '.1f', sep=', ')}"
+                f"  {name}: {rate:.1f} chunks/s (x{ratio:.2f} the baseline, median of the "
+                f"rounds' ratios), {statistics.median(cpu[key]):.1f} ms CPU/chunk (x"
+                f"{cpu_ratio:.2f} fewer); query embedding {queries}"
             )
 
 
