@@ -69,15 +69,21 @@ async def search_hits(cairn: Cairn) -> list[str]:
 async def test_a_full_disk_gives_clear_errors_and_everything_heals_when_space_is_back(
     start_cairn: StartCairn, sim: SimCluster, tmp_path: Path, mountpoint: Path
 ) -> None:
-    env = {"CAIRN_DATA": str(mountpoint / "data"), "CAIRN_STORE_RETRY": "2"}
-    # The registry stays on the test's disk; the database's index lives on the small tmpfs.
+    # Search's registry stays on the test's disk; the database's index lives on the tmpfs.
+    search_root = tmp_path / "search"
+    env = {
+        "CAIRN_DATA": str(mountpoint / "data"),
+        "CAIRN_STORE_RETRY": "2",
+        "SEARCH_DATA": str(search_root),
+    }
     add = await asyncio.create_subprocess_exec(
         CAIRN, "search", "add", SEARCH,
-        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},
-        stdout=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+             "SEARCH_DATA": str(search_root)},
+        cwd=tmp_path, stdout=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     assert await add.wait() == 0
-    index = tmp_path / "config" / "cairn" / "search" / "databases" / SEARCH
+    index = search_root / "databases" / SEARCH
     index.rmdir()
     index.symlink_to(mountpoint / "index")
     cairn = await start_cairn("up", wrapper=namespace_wrapper(mountpoint, "24m"), **env)
