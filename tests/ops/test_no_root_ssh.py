@@ -1,0 +1,225 @@
+"""ops/pve/cairn_allow.py, the forced command that narrows cairn's root SSH key on the nodes to
+the command lines cairn runs: every one of them passes (built by actors/vm/qm.py itself), what
+would turn the key back into a root shell or a root file reader does not, and cairn's real SSH
+transport reaches a program through it with every argument intact."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+
+import asyncssh
+import pytest
+
+from actors.vm import qm
+from actors.vm.shacrypt import sha512_crypt
+from actors.vm.transport import SshTransport
+from events.nats_server import free_port
+
+HELPER = Path(__file__).resolve().parents[2] / "ops" / "pve" / "cairn_allow.py"
+
+
+def load_helper() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cairn_allow", HELPER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+allow = load_helper()
+VMIDS = range(100, 200)
+HASH = sha512_crypt("pass word $(id) `é`")
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    folder = tmp_path / "vm" / "images"
+    folder.mkdir(parents=True)
+    (folder / "debian-12-debian-12-generic-amd64.qcow2").write_bytes(b"QFI\xfb")
+    return folder
+
+
+def cloud_init() -> qm.CloudInit:
+    return qm.CloudInit("debian", HASH, "/dev/stdin", "10.0.0.120", "10.0.0.1", 24)
+
+
+def cairns_commands(images: Path) -> list[list[str]]:
+    """Every command line the CLI driver sends to a node, as qm.py builds it."""
+    image = str(images / "debian-12-debian-12-generic-amd64.qcow2")
+    return [
+        qm.create(
+            120, name="web 'one'; $(id)", cores=2, cpu_type="x86-64-v2-AES", memory=2048,
+            balloon=1024, os_tag="debian12", description="cairn: task 7f3e\nline two",
+            bridge="vmbr0",
+        ),
+        qm.create(
+            121, name="x", cores=1, cpu_type="host", memory=512, balloon=None,
+            os_tag="ubuntu24", description="d", bridge="vmbr1",
+        ),
+        qm.import_disk(120, image, "local-lvm"),
+        qm.configure(120, "local-lvm:vm-120-disk-0", "local-lvm", cloud_init()),
+        qm.configure(120, "local:120/vm-120-disk-0.raw", "local", cloud_init()),
+        qm.resize_disk(120, "16G"),
+        qm.resize_disk(120, "+4G"),
+        qm.set_cores(120, 4),
+        qm.set_memory(120, 4096, 2048),
+        qm.set_memory(120, 4096, None),
+        qm.migrate(120, "node2"),
+        qm.start(120), qm.stop(120), qm.shutdown(120), qm.reboot(120), qm.destroy(120),
+        qm.cleanup_stop(120), qm.cleanup_destroy(120), qm.status(120), qm.config(120),
+        qm.storage_status("local-lvm"), qm.image_storages(),
+        qm.cluster_resources("vm"), qm.cluster_resources("node"), qm.node_status("node1"),
+    ]  # fmt: skip
+
+
+def test_every_command_cairn_runs_passes(images: Path) -> None:
+    for argv in cairns_commands(images):
+        allow.check(argv, images=str(images), vmids=VMIDS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        ([], "no command"),
+        (["bash", "-c", "id"], "'bash' is not qm, pvesm or pvesh"),
+        (["/usr/sbin/qm", "start", "120"], "is not qm, pvesm or pvesh"),
+        (["qm", "set", "120", "--hookscript", "local:snippets/x.sh"], "'--hookscript'"),
+        (["qm", "set", "120", "--args", "-monitor stdio"], "'--args'"),
+        (["qm", "set", "120", "--cicustom", "user=local:snippets/u"], "'--cicustom'"),
+        (["qm", "set", "120", "--sshkeys", "/etc/shadow"], "--sshkeys '/etc/shadow'"),
+        (["qm", "set", "120", "--scsi0", "local-lvm:0,import-from=/etc/shadow"], "--scsi0"),
+        (["qm", "set", "120", "--scsi0", "local-lvm:vm-121-disk-0"], "--scsi0"),
+        (["qm", "set", "120", "--cipassword", "plain text"], "--cipassword"),
+        (["qm", "set", "120", "--cores", "2", "--cores", "3"], "--cores given twice"),
+        (["qm", "set", "120", "--cores"], "--cores needs a value"),
+        (["qm", "create", "120", "--net0", "virtio,bridge=vmbr0,firewall=0"], "--net0"),
+        (["qm", "start", "99"], "'99' is not a VM id"),
+        (["qm", "start", "250"], "VM 250 is outside cairn's ids 100-199"),
+        (["qm", "start", "120", "--skiplock"], "qm start with these arguments"),
+        (["qm", "guest", "exec", "120", "id"], "'exec' is not a VM id"),
+        (["qm", "terminal", "120"], "qm terminal with these arguments"),
+        (["qm", "disk", "import", "120", "/etc/shadow", "local-lvm"], "is not an image in"),
+        (["qm", "disk", "import", "120", "IMAGES/../../x", "local-lvm"], "is not an image in"),
+        (["qm", "disk", "resize", "120", "efidisk0", "1G"], "only scsi0"),
+        (["pvesm", "free", "local-lvm:vm-120-disk-0"], "pvesm: only"),
+        (["pvesh", "create", "/access/users", "--userid", "x@pam"], "pvesh: only the reads"),
+        (["pvesh", "get", "/nodes/node1/execute"], "pvesh: only the reads"),
+        (["pvesh", "set", "/cluster/options", "--keyboard", "de"], "pvesh: only the reads"),
+    ],
+)
+def test_what_would_give_root_away_is_refused(argv: list[str], why: str, images: Path) -> None:
+    argv = [a.replace("IMAGES", str(images)) for a in argv]
+    with pytest.raises(allow.Refused) as refused:
+        allow.check(argv, images=str(images), vmids=VMIDS)
+    assert why in str(refused.value)
+
+
+def test_no_image_through_a_symlink(images: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "root-only"
+    secret.write_text("key\n")
+    secret.chmod(0o600)
+    (images / "evil.qcow2").symlink_to(secret)
+    with pytest.raises(allow.Refused, match="through a symlink"):
+        allow.check(
+            ["qm", "disk", "import", "120", str(images / "evil.qcow2"), "local-lvm"],
+            images=str(images), vmids=VMIDS,
+        )  # fmt: skip
+    # Nor a cache folder that is itself a link elsewhere.
+    linked = tmp_path / "linked"
+    linked.symlink_to(images)
+    with pytest.raises(allow.Refused, match="through a symlink"):
+        allow.check(
+            ["qm", "disk", "import", "120", str(linked / "debian-12-debian-12-generic-amd64.qcow2"),
+             "local-lvm"],
+            images=str(linked), vmids=VMIDS,
+        )  # fmt: skip
+
+
+class _Node(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        return True
+
+
+@asynccontextmanager
+async def node(bin_dir: Path, images: Path) -> AsyncIterator[tuple[int, asyncssh.SSHKey]]:
+    """A node's sshd with cairn's key bound to the forced command: whatever the client asks
+    for arrives in SSH_ORIGINAL_COMMAND, and the helper runs instead (as sshd does it)."""
+
+    async def handle(process: asyncssh.SSHServerProcess[bytes]) -> None:
+        env = {**os.environ, "SSH_ORIGINAL_COMMAND": process.command or ""}
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, str(HELPER), "--images", str(images), "--bin", str(bin_dir),
+            "--vmids", "100-199",
+            env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        given = await process.stdin.read()
+        out, err = await child.communicate(given)
+        process.stdout.write(out)
+        process.stderr.write(err)
+        process.exit(child.returncode or 0)
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    port = free_port()
+    server = await asyncssh.listen(
+        "127.0.0.1", port, server_factory=_Node, server_host_keys=[key],
+        process_factory=handle, encoding=None,
+    )  # fmt: skip
+    try:
+        yield port, key
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_cairns_transport_through_the_forced_command(tmp_path: Path, images: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # A stand-in for /usr/sbin/qm: its argv, one per line (NUL-separated), then its stdin.
+    fake = bin_dir / "qm"
+    fake.write_text('#!/bin/sh\nprintf "%s\\0" "$@"\necho ---\ncat\n')
+    fake.chmod(0o755)
+    client = asyncssh.generate_private_key("ssh-ed25519")
+    (tmp_path / "id").write_bytes(client.export_private_key())
+    async with node(bin_dir, images) as (port, host_key):
+        known = tmp_path / "known_hosts"
+        known.write_bytes(b"[127.0.0.1]:%d " % port + host_key.export_public_key())
+        transport = SshTransport(
+            "127.0.0.1", port=port, username="root", client_key=str(tmp_path / "id"),
+            known_hosts=str(known),
+        )  # fmt: skip
+        try:
+            create = cairns_commands(images)[0]
+            done = await transport.run(create)
+            assert done.rc == 0, done.stderr
+            sent, _, _ = done.stdout.partition("---\n")
+            assert sent.split("\0")[:-1] == create[1:]
+
+            configure = qm.configure(120, "local-lvm:vm-120-disk-0", "local-lvm", cloud_init())
+            done = await transport.run(configure, stdin=b"ssh-ed25519 AAAA user\n")
+            assert done.rc == 0, done.stderr
+            assert done.stdout.endswith("---\nssh-ed25519 AAAA user\n")
+
+            refused = await transport.run(["qm", "set", "120", "--hookscript", "local:x"])
+            assert refused.rc == 126
+            assert refused.stderr == (
+                "cairn_allow: refused: option '--hookscript' is not one cairn uses\n"
+            )
+            # A shell's syntax is only text here: no shell runs it.
+            smuggled = await transport.run(["qm", "start", "120; id"])
+            assert smuggled.rc == 126 and "is not a VM id" in smuggled.stderr
+        finally:
+            await transport.close()
