@@ -66,6 +66,7 @@ from events.bus import (
 )
 from events.codec import to_dict
 from events.follow import EventCallback, Follower
+from events.resend import command_resent
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.clients import ClientFilter
@@ -340,9 +341,14 @@ class VmGateway:
         the text response. No VM host, or none answering (`unanswered` says so, if given), is
         503: the service is unavailable."""
         try:
-            reply: dict[str, Any] = await command(
-                self.runtime.gateway_nc, subject, payload, timeout
-            )
+            if self.runtime.cluster is not None and subject in (SUBJECT_INSTALL, SUBJECT_DO):
+                # A holder that dies with the command unanswered: sent again, to the next one
+                # (events/resend.py; the holder runs one task id once).
+                reply: dict[str, Any] = await command_resent(
+                    self.runtime.gateway_nc, subject, payload, timeout
+                )
+            else:
+                reply = await command(self.runtime.gateway_nc, subject, payload, timeout)
         except NoResponders as exc:
             if self.runtime.cluster is not None:
                 # Between a lease holder's death and a survivor's takeover.

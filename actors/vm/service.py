@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,13 @@ from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import qm
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
-from actors.vm.commands import parse_do_command, parse_install_command, parse_vmid
+from actors.vm.commands import (
+    DoCommand,
+    InstallCommand,
+    parse_do_command,
+    parse_install_command,
+    parse_vmid,
+)
 from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
@@ -48,6 +54,10 @@ from events.errors import CommandFailed
 from events.store import Recorded
 
 log = logging.getLogger(__name__)
+
+# Commands whose answers a host keeps, by task id, to answer a copy of one alike (the copies
+# come within a command's 120 s deadline; this is far more than arrive in that time).
+ANSWERS_KEPT = 2000
 
 SUBJECT_INSTALL = "cairn.cmd.vm.install"
 SUBJECT_DO = "cairn.cmd.vm.do"
@@ -215,6 +225,8 @@ class VmService:
         # Why the last read of the cluster's VMs failed, in the words of the driver that read
         # them (a 503 names it).
         self.vms_problem = ""
+        # The answers to the commands this host took, by task id (the last ANSWERS_KEPT).
+        self._answers: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._stopping = False
 
     @property
@@ -438,12 +450,44 @@ class VmService:
 
     # -- NATS handlers -------------------------------------------------------------------------
 
+    async def _once(
+        self, task: str, run: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Run the command of ``task`` once: a copy of it (a gateway sends a command again
+        while unanswered, events/resend.py) gets the first one's answer, in flight or given,
+        or, for a task this host knows from the store (begun by a holder that died), that
+        task's, so the client follows how it was settled; never a second run."""
+        known = self._answers.get(task)
+        if known is None:
+            replayed = self._known_task(task)
+            if replayed is not None:
+                log.info("vm: task %s asked again: it is VM %s's, begun before", task,
+                         replayed["vmid"])  # fmt: skip
+                return replayed
+            known = asyncio.ensure_future(run())
+            self._answers[task] = known
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.pop(next(iter(self._answers)))
+        else:
+            log.info("vm: task %s asked again: answered as the first time", task)
+        return await asyncio.shield(known)
+
+    def _known_task(self, task: str) -> dict[str, Any] | None:
+        for info in self.inventory.infos.values():
+            last = info.last_task
+            if info.task == task or (last is not None and last.task == task):
+                return {"vmid": info.vmid, "task": task, "version": info.task_version}
+        return None
+
     async def _on_install(self, payload: Any) -> dict[str, Any]:
-        assert self.allocator is not None
         try:
             parsed = parse_install_command(payload, self.settings)
         except BadRequest as exc:
             return _error(400, str(exc))
+        return await self._once(parsed.task, lambda: self._install(parsed))
+
+    async def _install(self, parsed: InstallCommand) -> dict[str, Any]:
+        assert self.allocator is not None
         task, request = parsed.task, parsed.request
         node = request.node or self.settings.main_node
         cpu = clamp_cpu(request.cpu, self.settings).value
@@ -489,6 +533,9 @@ class VmService:
             parsed = parse_do_command(payload, self.settings)
         except BadRequest as exc:
             return _error(400, str(exc))
+        return await self._once(parsed.task, lambda: self._do(parsed))
+
+    async def _do(self, parsed: DoCommand) -> dict[str, Any]:
         vmid, command, args = parsed.vmid, parsed.command, parsed.args
         handle = self.runtime.actors.get(VmActor, vmid)
         if handle is None:

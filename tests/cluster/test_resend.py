@@ -1,0 +1,39 @@
+"""An install sent through a surviving gateway just as the lease holder dies: the holder took
+the command and never answered. The gateway sends it again (events/resend.py) and the next
+holder runs it, once; the client does not wait out the command's 120 s (issue 30)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+
+from events.leases import LeaseSettings
+from tests.cluster.conftest import Cluster, dump, journal, outcome
+from tests.conftest import wait_for
+from tests.vm.drivers import DRIVERS
+
+pytestmark = pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)
+
+
+async def test_an_install_the_dead_holder_swallowed_runs_on_the_next(cluster: Cluster) -> None:
+    owner = await cluster.owner()
+    client = next(h for h in cluster.hosts if h is not owner)
+    owner.signal(signal.SIGSTOP)  # alive to the NATS servers, answering nothing
+    paused_at = time.monotonic()
+    install = asyncio.create_task(client.install(id=190))
+    # The gateway has sent the command (it logs who asked just before): to the paused holder.
+    await wait_for(
+        lambda: journal(client, r"install of VM 190 asked by"), timeout=10, what="the command"
+    )
+    await owner.kill()
+    done = await asyncio.wait_for(install, 120)
+    took = time.monotonic() - paused_at
+    assert outcome(done).get("status") == "success", f"{outcome(done)}\n{dump(cluster)}"
+    assert done.last["vm_id"] == 190
+    # The lease's TTL, then one re-send interval at most, then the install: far from 120 s.
+    assert took < LeaseSettings().ttl + 40, took
+    assert journal(client, r"sending it again"), dump(cluster)
+    assert set(cluster.vms()) == {190}  # installed once
