@@ -127,6 +127,21 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
     </form>`;
 }
 
+// What was sent, in one line, where the form was (the form folds away so the progress is
+// where the user looks).
+export function describeRequest(body) {
+  const parts = [`${body.os} ${body.version}`];
+  if (body.name) parts.push(`named ${body.name}`);
+  if (body.id) parts.push(`as VM ${body.id}`);
+  parts.push(`on ${body.node || "the main node"}`);
+  const sizes = [
+    body.cpu ? `${body.cpu} vCPUs` : null,
+    body.ram ? `${body.ram} MiB` : null,
+    body.disk ? `${body.disk.replace(/G$/, "")} GiB disk` : null,
+  ].filter(Boolean);
+  return `${parts.join(" ")}${sizes.length ? `: ${sizes.join(", ")}` : ""}`;
+}
+
 export function InstallVm() {
   const vms = useLoad(api.vms);
   const [records, setRecords] = useState([]);
@@ -135,6 +150,7 @@ export function InstallVm() {
   const [secret, setSecret] = useState(null);
   const [done, setDone] = useState(null);
   const [user, setUser] = useState(null);
+  const [sent, setSent] = useState(null);
   const abort = useRef(null);
   useEffect(() => () => abort.current?.abort(), []);
 
@@ -146,7 +162,9 @@ export function InstallVm() {
     setDone(null);
     setSecret(null);
     setUser(body.user || DEFAULT_USER[body.os]);
+    setSent(body);
     setBusy(true);
+    let seen = 0;
     try {
       for await (const { event, data } of api.install(body, abort.current.signal)) {
         if (event === "close") break;
@@ -155,25 +173,39 @@ export function InstallVm() {
           setSecret(match[1]);
           data.message = "[*] Password: shown in its own box, never in this log";
         }
+        seen += 1;
         setRecords((list) => [...list, data]);
         if (data.status === "success" && data.vm_id && data.ip) setDone(data);
       }
     } catch (err) {
       if (err.name !== "AbortError") setError(err);
+      if (seen === 0) setSent(null); // refused before it began: the form again, with the reason
     } finally {
       setBusy(false);
     }
   };
 
+  const again = () => {
+    setSent(null);
+    setRecords([]);
+    setDone(null);
+    setError(null);
+  };
   return html`
     <h1 tabindex="-1">Install a VM</h1>
     <p><a href="#/vms">← All VMs</a></p>
-    <section>
-      <h2 id="install-h" class="visually-hidden">Install form</h2>
-      <${InstallForm} nodes=${vms.data?.cluster || []} onSubmit=${start} busy=${busy} error=${error} />
-    </section>
+    ${sent ? html`
+      <section aria-labelledby="install-h" class="sent">
+        <h2 id="install-h" class="visually-hidden">Install asked for</h2>
+        <p class="row"><span>${busy ? "Installing" : "Asked for"} ${describeRequest(sent)}.</span>
+          ${busy ? null : html`<button type="button" class="secondary" onClick=${again}>Install another VM</button>`}</p>
+        <${ErrorNote} error=${error} />
+      </section>` : html`
+      <section>
+        <h2 id="install-h" class="visually-hidden">Install form</h2>
+        <${InstallForm} nodes=${vms.data?.cluster || []} onSubmit=${start} busy=${busy} error=${error} />
+      </section>`}
     ${secret ? html`<${GeneratedPassword} secret=${secret} user=${user} onDone=${() => setSecret(null)} />` : null}
-    ${records.length || busy ? html`<${TaskStages} stages=${INSTALL_STAGES} records=${records} running=${busy}
-        done=${done ? html`VM ${done.vm_id} is ready at <code>${done.ip}</code>.
-          <a href=${`#/vm/${done.vm_id}`}>Open VM ${done.vm_id}</a>` : null} />` : null}`;
+    ${sent && (records.length || busy) ? html`<${TaskStages} stages=${INSTALL_STAGES} records=${records} running=${busy} follow=${true}
+        done=${done ? html`VM ${done.vm_id} is ready at <code>${done.ip}</code>.${" "}<a href=${`#/vm/${done.vm_id}`}>Open VM ${done.vm_id}</a>` : null} />` : null}`;
 }

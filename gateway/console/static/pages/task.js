@@ -15,8 +15,44 @@ export function stageRows(stages, records, running) {
   return order.map((step) => {
     const record = latest.get(step);
     const status = record ? record.status : running && !failed ? "pending" : "skipped";
-    return { step, status, message: record ? record.message : "" };
+    return { step, status, message: record ? shownMessage(step, records, record) : "" };
   });
+}
+
+// A stage that ends with several lines (the install's summary: "[+] … completed in 7.00s",
+// then the VMID, IP and user) is shown by its summary line, not by whichever came last.
+function shownMessage(step, records, last) {
+  if (last.status !== "success") return last.message;
+  const summary = records.findLast((r) => r.step === step && r.status === "success" && r.message.startsWith("[+]"));
+  return summary ? summary.message : last.message;
+}
+
+// The bar counts the stages that ran: while the task runs, done of all it may run; once it
+// succeeded, done of those that ran (a stage it had no need of is not "done"); once it failed,
+// what was done before the failure, and the bar says it failed.
+export function barOf(rows, running) {
+  const done = rows.filter((r) => r.status === "success").length;
+  const failed = rows.some((r) => r.status === "error");
+  const ran = rows.filter((r) => r.status !== "skipped").length;
+  if (failed) return { value: done, max: rows.length || 1, outcome: "failed" };
+  if (running) return { value: done, max: rows.length || 1, outcome: "running" };
+  return { value: done, max: ran || 1, outcome: rows.length ? "done" : "running" };
+}
+
+// What the records of an install tell of the VM it builds (its sizes, once validated), for a
+// VM page opened while the install runs.
+export function requestedSizes(records) {
+  const sizes = {};
+  for (const { message } of records) {
+    const cpuRam = /CPU (\d+) and RAM (\d+) MB validated/.exec(message || "");
+    if (cpuRam) {
+      sizes.cpu = Number(cpuRam[1]);
+      sizes.memory = Number(cpuRam[2]);
+    }
+    const disk = /disk size (\d+)G validated/.exec(message || "");
+    if (disk) sizes.disk = Number(disk[1]);
+  }
+  return sizes;
 }
 
 export function Log({ records }) {
@@ -42,14 +78,24 @@ function current(records) {
 
 // `done`: what to say once the task succeeded (a link to the new VM …). The line that says it,
 // or the failure, is there from the start, so the stages below it never move.
-export function TaskStages({ stages = [], records, running, done = null }) {
+// `follow`: the task was started here: the page moves to it when it appears (the user sees
+// its progress where they are looking, at any window size) and the keyboard focus with it.
+export function TaskStages({ stages = [], records, running, done = null, follow = false }) {
   const rows = stageRows(stages, records, running);
-  const finished = rows.filter((r) => r.status === "success" || r.status === "skipped").length;
+  const bar = barOf(rows, running);
   const failed = rows.find((r) => r.status === "error");
+  const section = useRef(null);
+  useEffect(() => {
+    if (!follow) return;
+    section.current?.scrollIntoView({ block: "start" });
+    section.current?.querySelector("h2")?.focus({ preventScroll: true });
+  }, []);
+  const label = `Stages done: ${bar.value} of ${bar.max}${bar.outcome === "failed" ? ", failed" : ""}`;
   return html`
-    <section class="task" aria-labelledby="task-h">
-      <h2 id="task-h">Progress</h2>
-      <progress value=${finished} max=${rows.length || 1} aria-label="Stages done"></progress>
+    <section class="task" aria-labelledby="task-h" ref=${section}>
+      <h2 id="task-h" tabindex="-1">Progress</h2>
+      <progress class=${bar.outcome} data-outcome=${bar.outcome} value=${bar.value} max=${bar.max}
+                aria-label=${label}></progress>
       <p class=${`task-note ${failed ? "error" : "ok"}`} role=${failed ? "alert" : "status"}>
         ${failed ? `${failed.step}: ${failed.message}` : done}</p>
       <p class="visually-hidden" role="status">${current(records)}</p>

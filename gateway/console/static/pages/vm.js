@@ -6,7 +6,7 @@ import { useEvents } from "../feed.js";
 import { gib, mib } from "../format.js";
 import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad } from "../ui.js";
 import { may } from "../identity.js";
-import { TaskStages } from "./task.js";
+import { requestedSizes, TaskStages } from "./task.js";
 
 // `role`: the least role that may (gateway/roles.py); what the signed-in role may not do is
 // not shown.
@@ -30,23 +30,45 @@ const ACTIONS = {
   },
 };
 
+// Why an action's button is disabled, in words (a tooltip on a disabled button is not shown by
+// every browser, nor read): shown for the dangerous ones, and read with every disabled button.
+export function whyNot(spec, state, streaming) {
+  if (streaming) return `${spec.label}: wait until the task below ends.`;
+  if (state === spec.when) return null;
+  const settled = state === "running" || state === "stopped";
+  const fix = !settled ? "wait until its task ends" : spec.when === "stopped" ? "stop it first" : "start it first";
+  return `${spec.label} needs a ${spec.when} VM; this one is ${state || "not known yet"}: ${fix}.`;
+}
+
 function taskOutcome(task) {
   if (task.ok === null || task.ok === undefined) return "running";
   return task.ok ? "done" : "failed";
 }
 
-function Details({ vm }) {
+// A size during an install: what the install validated (the cluster's figure is the image's
+// until the disk is grown, or 0 before the VM exists), marked as such; else the cluster's word,
+// or that it is not known yet; never a made-up 0.
+function size(value, installing, requested, format) {
+  if (!installing) return format(value);
+  if (requested) return `${format(requested)} (requested)`;
+  return value ? format(value) : "not known yet";
+}
+
+function Details({ vm, records }) {
+  const installing = vm.state === "installing";
+  const asked = installing ? requestedSizes(records) : {};
   const rows = [
     ["State", html`<${StateBadge} state=${vm.state} />`],
     ["Node", vm.node],
     ["Operating system", [vm.os, vm.version].filter(Boolean).join(" ")],
     ["IP address", vm.ip ? html`<code>${vm.ip}</code>` : "—"],
     ["User", vm.user || "—"],
-    ["vCPUs", vm.cpu],
-    ["Memory", vm.memory_used ? `${mib(vm.memory_used)} used of ${mib(vm.memory)}` : mib(vm.memory)],
-    ["Disk", gib(vm.disk)],
-    ["Created", vm.created_at ? html`<${TimeAgo} when=${vm.created_at} />` : "—"],
-    ["Created by cairn", vm.created_by_cairn ? "yes" : "no: cairn never destroys or migrates it"],
+    ["vCPUs", size(vm.cpu, installing, asked.cpu, String)],
+    ["Memory", vm.memory_used ? `${mib(vm.memory_used)} used of ${mib(vm.memory)}` : size(vm.memory, installing, asked.memory, mib)],
+    ["Disk", size(vm.disk, installing, asked.disk, gib)],
+    ["Created", vm.created_at ? html`<${TimeAgo} when=${vm.created_at} />` : installing ? "now (install under way)" : "—"],
+    ["Created by cairn", installing ? "being created by cairn"
+      : vm.created_by_cairn ? "yes" : "no: cairn never destroys or migrates it"],
     ...(vm.created_by ? [["Installed at the request of", vm.created_by]] : []),
   ];
   return html`
@@ -164,7 +186,7 @@ export function VmDetail({ id }) {
       <div class="grid-2">
         <section aria-labelledby="details-h">
           <h2 id="details-h">Details</h2>
-          <${Details} vm=${vm} />
+          <${Details} vm=${vm} records=${records} />
         </section>
         ${may("operator") ? html`<section aria-labelledby="actions-h">
           <h2 id="actions-h">Actions</h2>
@@ -172,9 +194,14 @@ export function VmDetail({ id }) {
             ${Object.entries(ACTIONS).filter(([, spec]) => may(spec.role)).map(([action, spec]) => html`
               <button type="button" class=${spec.danger ? "danger" : "secondary"}
                       disabled=${streaming || state !== spec.when}
-                      title=${state !== spec.when ? `needs a ${spec.when} VM` : ""}
+                      title=${whyNot(spec, state, streaming) || ""}
+                      aria-describedby=${spec.danger && whyNot(spec, state, streaming) ? `why-${action}` : null}
                       onClick=${() => ask(action)}>${spec.label}</button>`)}
           </div>
+          <ul class="why-not muted">
+            ${Object.entries(ACTIONS).filter(([, spec]) => may(spec.role) && spec.danger && whyNot(spec, state, streaming)).map(([action, spec]) => html`
+              <li id=${`why-${action}`}>${whyNot(spec, state, streaming)}</li>`)}
+          </ul>
           <${ErrorNote} error=${error} />
           <h3>Resize</h3>
           ${stopped ? null : html`<p class="muted">Stop the VM to resize or migrate it.</p>`}

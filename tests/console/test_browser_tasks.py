@@ -1,0 +1,130 @@
+"""Install and task views in a real Chromium against a real `cairn up` (simulated cluster), at
+a laptop's 1280x800 and a phone's 390x844: the progress is where the user looks (no scrolling),
+the bar counts the stages that ran and shows a failure as one, and a VM's page opened during
+its install shows what is known instead of zeros."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from pvesim.cluster import SimCluster
+
+from tests.console.browser import Stack, Watch
+
+SIZES = {"laptop": (1280, 800), "phone": (390, 844)}
+
+
+@pytest.fixture(params=list(SIZES))
+def sized(request: pytest.FixtureRequest, browser: Browser, watch: Watch) -> Iterator[Page]:
+    width, height = SIZES[request.param]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(30_000)
+    tab = context.new_page()
+    watch.attach(context, tab)
+    yield tab
+    context.close()
+    watch.assert_clean()
+
+
+def fill_form(page: Page, stack: Stack, name: str, vmid: int | None = None) -> None:
+    page.goto(stack.url("vms/new"))
+    page.get_by_label("Operating system").select_option("debian")
+    page.get_by_label("Version").select_option("12")
+    page.get_by_label("Name").fill(name)
+    if vmid is not None:
+        page.get_by_label("VM id").fill(str(vmid))
+    page.get_by_label("vCPUs").fill("3")
+    page.get_by_label("Password").fill("a-password-typed-in")
+
+
+def scroll_y(page: Page) -> float:
+    return float(page.evaluate("window.scrollY"))
+
+
+def test_an_install_is_followed_where_the_user_looks(sized: Page, stack: Stack) -> None:
+    page = sized
+    name = f"seen{page.viewport_size['width']}"  # type: ignore[index]
+    fill_form(page, stack, name)
+    page.get_by_role("button", name="Install").click()
+    # The form folds into one line saying what was asked; the stages are on screen at once.
+    expect(
+        page.get_by_text(re.compile(f"Installing debian 12 named {name} on the main node: 3 vCPUs"))
+    ).to_be_visible()
+    expect(page.get_by_role("button", name="Install", exact=True)).to_have_count(0)
+    expect(page.locator('li[data-step="preparation > checking VMID"]')).to_be_in_viewport()
+    expect(page.get_by_role("heading", name="Progress")).to_be_in_viewport()
+    expect(page.get_by_role("heading", name="Progress")).to_be_focused()
+    final = page.locator('li[data-step="VM initialization > finalizing"]')
+    expect(final).to_have_attribute("data-status", "success", timeout=60_000)
+    # The final stage reads as its summary, once ("completed in 0.12s", not twice the time).
+    message = final.locator(".message").inner_text()
+    assert re.fullmatch(r"\[\+\] VM installation completed in \d+\.\d\ds", message), message
+    # Done: a full bar (the migration it had no need of is not counted as done, nor missing).
+    bar = page.locator("section.task progress")
+    expect(bar).to_have_attribute("data-outcome", "done")
+    assert bar.get_attribute("value") == bar.get_attribute("max") == "17"
+    note = page.locator("p.task-note")
+    expect(note).to_have_text(re.compile(r"^VM \d+ is ready at \d+\.\d+\.\d+\.\d+\. Open VM \d+$"))
+    expect(note).to_be_in_viewport()
+    # Another install: the form comes back.
+    page.get_by_role("button", name="Install another VM").click()
+    expect(page.get_by_label("Name")).to_have_value("")
+
+
+def test_a_failed_install_shows_a_failed_bar(sized: Page, stack: Stack) -> None:
+    page = sized
+    status, body = stack.request("POST", "/console/svc/vm/api/vm/install",
+                                 {"os": "debian", "version": "12", "name": "taken",
+                                  "passwd": "a-password-for-the-demo"})  # fmt: skip
+    assert status == 200 and '"status":"error"' not in body, body
+    taken = next(v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"]
+                 if v["name"] == "taken")  # fmt: skip
+    fill_form(page, stack, "again", taken)
+    page.get_by_role("button", name="Install").click()
+    first = page.locator('li[data-step="preparation > checking VMID"]')
+    expect(first).to_have_attribute("data-status", "error")
+    expect(page.get_by_role("alert")).to_contain_text(f"VM {taken} already exists")
+    bar = page.locator("section.task progress")
+    expect(bar).to_have_attribute("data-outcome", "failed")
+    # Nothing ran after the failure: the bar is empty and red, not nearly full.
+    assert bar.get_attribute("value") == "0" and bar.get_attribute("max") == "18"
+    expect(bar).to_have_accessible_name("Stages done: 0 of 18, failed")
+    colour = bar.evaluate("el => getComputedStyle(el).accentColor")
+    assert colour in ("rgb(197, 48, 48)", "rgb(252, 129, 129)"), colour
+    expect(page.locator('li[data-status="skipped"]')).to_have_count(17)
+    expect(first).to_be_in_viewport()
+    # The reason, and a way back to the form.
+    page.get_by_role("button", name="Install another VM").click()
+    expect(page.get_by_label("VM id")).to_be_visible()
+    stack.request("POST", f"/console/svc/vm/api/vm/{taken}/stop")
+    stack.request("POST", f"/console/svc/vm/api/vm/{taken}/destroy")
+
+
+def test_a_vm_page_during_its_install_shows_what_is_known(page: Page, stack: Stack) -> None:
+    vmid = 191
+    SimCluster(stack.root / "data" / "pvesim").inject_failure("guest boot", vmid=vmid)
+    fill_form(page, stack, "early", vmid)
+    page.get_by_label("Memory (MiB)").fill("3072")
+    page.get_by_label("Disk (GiB)").fill("24")
+    page.get_by_role("button", name="Install").click()
+    waiting = page.locator('li[data-step="VM initialization > waiting for ready"]')
+    expect(waiting).to_have_attribute("data-status", "processing")
+    page.goto(stack.url(f"vm/{vmid}"))
+    details = page.locator("dl.details")
+    expect(details.locator("div", has_text="Created by cairn")).to_contain_text(
+        "being created by cairn"
+    )
+    expect(details.locator("div", has_text="vCPUs")).to_contain_text("3")
+    expect(details.locator("div", has_text="Memory")).to_contain_text("3 GiB")
+    expect(details.locator("div", has_text="Disk")).to_contain_text("24 GiB")
+    assert "0 B" not in details.inner_text()
+    assert "no: cairn never" not in details.inner_text()
+    # Destroy is disabled, and says why.
+    destroy = page.get_by_role("button", name="Destroy")
+    expect(destroy).to_be_disabled()
+    expect(destroy).to_have_accessible_description(re.compile("wait until the task below ends"))
+    expect(page.get_by_text("Destroy: wait until the task below ends.")).to_be_visible()
+    expect(waiting).to_have_attribute("data-status", "error", timeout=60_000)
