@@ -5,6 +5,8 @@
 import { html, render, useEffect, useRef, useState } from "./lib.js";
 import { useFeedConnected } from "./feed.js";
 import { identity, loadIdentity } from "./identity.js";
+import { api } from "./api.js";
+import { useLoad } from "./ui.js";
 import { Overview } from "./pages/overview.js";
 import { VmList } from "./pages/vms.js";
 import { InstallVm } from "./pages/install.js";
@@ -97,6 +99,14 @@ function Header({ current }) {
     </header>`;
 }
 
+// Said on every page, not in small print: nothing done here touches a real machine.
+function SimulatedBanner() {
+  return html`
+    <p class="banner container" role="note" data-banner="simulated">
+      <strong>Simulated cluster.</strong> No Proxmox is configured (no <code>MAIN_NODE</code>):
+      cairn drives a simulated cluster on this machine, and its VMs are not real machines.</p>`;
+}
+
 function App() {
   const route = useRoute();
   // Rendered at once; again when who is signed in is known (what a role may do shows then).
@@ -104,6 +114,8 @@ function App() {
   useEffect(() => {
     loadIdentity().then(() => setKnown(true));
   }, []);
+  const status = useLoad(api.status);
+  const simulated = status.data?.services?.vm?.cluster === "simulated";
   const [Page, props, current] = pageFor(route);
   const main = useRef(null);
   const first = useRef(true);
@@ -117,6 +129,7 @@ function App() {
   return html`
     <a class="skip" href="#main">Skip to the page</a>
     <${Header} current=${current} />
+    ${simulated ? html`<${SimulatedBanner} />` : null}
     <main id="main" class="container" ref=${main}>
       <${Page} key=${route.parts.join("/")} ...${props} />
     </main>`;

@@ -4,7 +4,7 @@ import { html, useState } from "../lib.js";
 import { api } from "../api.js";
 import { recent, useEvents } from "../feed.js";
 import { mib, count } from "../format.js";
-import { ErrorNote, TimeAgo, useLoad } from "../ui.js";
+import { ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { summary } from "./events.js";
 import { VM_CHANGES } from "./vms.js";
 
@@ -78,7 +78,8 @@ function Latest() {
 export function Overview() {
   const status = useLoad(api.status);
   const vms = useLoad(api.vms);
-  useEvents(() => vms.reload(), VM_CHANGES);
+  const reload = useThrottled(() => vms.reload(), 1000); // at most one a second (vms.js)
+  useEvents(() => reload(), VM_CHANGES);
   const list = vms.data?.list || [];
   const running = list.filter((vm) => vm.running).length;
   return html`

@@ -4,7 +4,7 @@ import { html, useEffect, useRef, useState } from "../lib.js";
 import { api } from "../api.js";
 import { useEvents } from "../feed.js";
 import { gib, mib } from "../format.js";
-import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad } from "../ui.js";
+import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
 
@@ -116,7 +116,8 @@ export function VmDetail({ id }) {
   const [asking, setAsking] = useState(null);
   const abort = useRef(null);
   useEffect(() => () => abort.current?.abort(), []);
-  useEvents(() => detail.reload(), (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
+  const reload = useThrottled(() => detail.reload(), 1000); // at most one a second (vms.js)
+  useEvents(() => reload(), (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
 
   const gone = detail.error?.status === 404;
   const vm = detail.data && !gone ? detail.data : null;
