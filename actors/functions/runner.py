@@ -365,6 +365,24 @@ def _kill_tree(proc: asyncio.subprocess.Process, slot: CgroupSlot | None) -> Non
         proc.send_signal(signal.SIGKILL)
     if slot is not None:
         slot.kill_all()
+    _reap(proc)
+
+
+# Waits for killed sandboxes nobody else waits for (a cancelled spawn or run, a stop).
+_REAPING: set[asyncio.Task[int]] = set()
+
+
+def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Keep ``proc`` until asyncio's child watcher has seen it exit. A process object dropped
+    before that is closed by the garbage collector, whose ``poll()`` reaps the child behind the
+    watcher's back (asyncio then logs "Unknown child process pid …, will report returncode
+    255", as a stop under load did)."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(RuntimeError):  # no running loop: nothing to keep it for
+        task = asyncio.get_running_loop().create_task(proc.wait())
+        _REAPING.add(task)
+        task.add_done_callback(_REAPING.discard)
 
 
 class _Run:
