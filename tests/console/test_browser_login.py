@@ -189,7 +189,7 @@ def test_the_audit_trail_names_who_installed_and_destroyed(
     expect(page.get_by_text(f"VM {vmid} destroyed.")).to_be_visible()
 
     page.goto(stack.url("events"))
-    started = page.locator('tr[data-type="vm.task_started"] td.what')
+    started = page.locator('li[data-type="vm.task_started"] summary')
     expect(started.filter(has_text=f"vm:{vmid}: install started by ada")).to_have_count(1)
     expect(started.filter(has_text=f"vm:{vmid}: destroy started by ada")).to_have_count(1)
 
