@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import importlib.metadata
 import json
 from collections.abc import Mapping
@@ -119,11 +120,20 @@ def add_openapi(
         # Relative, so it holds under any prefix a proxy adds: <...>/docs -> <...>/docs/
         raise web.HTTPFound("docs/")
 
+    # The page's title names its service ("cairn VM provisioning service · API reference"), so
+    # tabs and bookmarks of several references tell each other apart.
+    title = html.escape(str(document(name, public)["info"]["title"]))
+    page_html = (
+        (REFERENCE / "index.html")
+        .read_text(encoding="utf-8")
+        .replace("<title>cairn API reference</title>", f"<title>{title} · API reference</title>")
+    )
+
     async def page(_: web.Request) -> web.StreamResponse:
         if (refusal := missing()) is not None:
             return refusal
-        return web.FileResponse(
-            REFERENCE / "index.html",
+        return web.Response(
+            text=page_html,
             headers={**PAGE_HEADERS, "Content-Type": "text/html; charset=utf-8"},
         )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from events.nats_server import EmbeddedNats
-from gateway.openapi import CSP, OWN_ASSETS, PACKAGE_ASSETS, swagger_ui_dir
+from gateway.openapi import CSP, OWN_ASSETS, PACKAGE_ASSETS, document, swagger_ui_dir
 from tests.openapi.conftest import Running, start
 
 
@@ -27,6 +27,9 @@ async def test_each_service_renders_its_document_from_local_files(running: Runni
             assert response.content_type == "text/html"
             assert response.headers["Content-Security-Policy"] == CSP
             page = await response.text()
+        # Titled with its service's name, so several references' tabs tell each other apart.
+        title = document(running.name)["info"]["title"]
+        assert f"<title>{title} · API reference</title>" in page
         # Everything the page loads is a file of its own folder: no CDN, no inline script.
         loaded = re.findall(r'(?:src|href)="([^"]*)"', page)
         assert sorted(loaded) == sorted(OWN_ASSETS | PACKAGE_ASSETS)
