@@ -1,4 +1,4 @@
-"""Debian roots for tests: debootstrapped once per release, cached as a tarball, run with chroot.
+"""Debian roots for tests: debootstrapped once per release, cached as a tarball, entered as root.
 
 A root is Debian's `minbase` variant plus systemd (a cloud image and a Proxmox node both have
 it; it is not running inside the root), built by `debootstrap` from deb.debian.org. The first
@@ -6,9 +6,11 @@ build of a release takes a few minutes and needs the network; it is kept as
 `<cache>/<codename>-minbase-systemd.tar` and every later root is unpacked from that tarball in
 seconds. The cache is `$CAIRN_DEBIAN_ROOTS`, else `/var/cache/cairn/debian-roots`.
 
-Commands run with `chroot` inside a private mount namespace (`unshare --mount`) that mounts
-/proc, /sys, /dev and /run for them: the mounts belong to the namespace and disappear with its
-last process, so nothing is left mounted on the host even when a test is killed. With
+Commands run with the root as the `/` of a private mount namespace (`unshare --mount`, then
+`pivot_root` and the host's tree detached: a plain chroot would do but for bubblewrap, since the
+kernel refuses a chrooted process a user namespace), with /proc, /sys, /dev and /run mounted:
+the mounts belong to the namespace and disappear with its last process, so nothing is left
+mounted on the host even when a test is killed. With
 `isolated=True` they also get a network namespace of their own with nothing but loopback, so a
 service started inside listens on its default ports without meeting the host's. Needs root.
 
@@ -45,18 +47,23 @@ ENV = {
     "USER": "root",
     "LOGNAME": "root",
 }
-# Run inside `unshare --mount`: mount what a package manager and services need, then chroot.
+# Run inside `unshare --mount`: mount what a package manager and services need, then make the
+# root the namespace's own root with pivot_root (not a bare chroot: the kernel refuses user
+# namespaces, hence bubblewrap's sandbox, to a chrooted process) and detach the host's tree.
 _ENTER = """\
 set -e
 r=$1; isolated=$2; shift 2
 [ "$isolated" = 0 ] || ip link set lo up
 mount --make-rprivate /
+mount --bind "$r" "$r"
 mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
 mount --rbind /dev "$r/dev"
 mount -t tmpfs tmpfs "$r/run"
-mkdir -p "$r/run/lock"
-exec chroot "$r" "$@"
+mkdir -p "$r/run/lock" "$r/mnt"
+cd "$r"
+pivot_root . mnt
+exec chroot . sh -c 'umount -l /mnt && exec "$@"' sh "$@"
 """
 
 
@@ -98,7 +105,7 @@ def unavailable_reason() -> str | None:
     """Why roots cannot be used here, or None."""
     if os.geteuid() != 0:
         return "Debian roots need root (chroot, mount)"
-    for tool in ("debootstrap", "unshare", "chroot", "tar", "ip"):
+    for tool in ("debootstrap", "unshare", "pivot_root", "chroot", "tar", "ip"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install debootstrap util-linux)"
     return None

@@ -7,9 +7,11 @@ bring what it needs from Debian's mirror, PyPI and npm. The checkout is copied a
 (tracked and untracked files that git does not ignore: no .venv, no node_modules, no data),
 which is what a `git clone` gives once committed.
 
-Then a smoke test of `cairn up` with the defaults (no Proxmox configured: the simulated
-cluster) in a network namespace of its own: `/health` answers ok, the VM service lists its VMs
-over loopback, and SIGTERM stops it with status 0. The times and the footprint are printed
+Then a smoke test of `cairn up` started as ops/systemd/cairn.service would start it (as the
+user `cairn`, with the unit's environment; no Proxmox configured: the simulated cluster) in a
+network namespace of its own: `/health` answers ok, the VM service lists its VMs
+over loopback, a Python, a JavaScript and a TypeScript function each run in the sandbox and
+return 3, and SIGTERM stops it with status 0. The times and the footprint are printed
 (run with `ops/test --install`, which shows them).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -35,38 +38,79 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 HOME = "/opt/cairn"
 
-# Inside the root, in its own network namespace: start, wait for /health, list, stop.
+# Inside the root, in its own network namespace: start as the unit would, wait for /health,
+# list, run, stop. @LAUNCH@ is the unit's command line (launch_command).
 SMOKE = r"""
 set -u
-export CAIRN_DATA=/var/lib/cairn-smoke
-cd /opt/cairn
-.venv/bin/cairn up >/tmp/cairn-up.log 2>&1 &
+@LAUNCH@ >/tmp/cairn-up.log 2>&1 &
 pid=$!
-.venv/bin/python - <<'PY'
-import json, sys, time, urllib.request
+/opt/cairn/.venv/bin/python - "$pid" 2>/tmp/check.err <<'PY'
+import json, sys, time, urllib.error, urllib.request
 def get(url):
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.load(r)
-# The services start one after another: poll until the last one asked for answers too.
+# The services start one after another: poll until each one asked of answers.
 deadline = time.monotonic() + 180
 while True:
     try:
         health = get("http://127.0.0.1:8000/health")
         listing = get("http://127.0.0.1:8100/api/vm/list")
+        get("http://127.0.0.1:8200/health")
         break
     except OSError as exc:
         if time.monotonic() > deadline:
             sys.exit(f"cairn did not answer within 180 s: {exc}")
         time.sleep(0.5)
-print(json.dumps({"health": health, "vm_list": listing}))
+# A function in each language, run in the sandbox: Python on Debian's python3, JavaScript on
+# Debian's node, TypeScript through esbuild from ops/node_modules.
+runs = {}
+for language in ("python", "javascript", "typescript"):
+    code = "const n: number = 1 + 2; return n" if language == "typescript" else "return 1 + 2"
+    body = json.dumps({"language": language, "code": code}).encode()
+    ask = urllib.request.Request("http://127.0.0.1:8200/run-now", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(ask, timeout=120) as r:
+            runs[language] = json.load(r)
+    except urllib.error.HTTPError as exc:
+        runs[language] = {"status": exc.code, "body": exc.read().decode()}
+    except OSError as exc:
+        runs[language] = {"error": repr(exc)}
+    runs[language]["seconds"] = round(time.monotonic() - started, 2)
+rss = {}
+for line in open("/proc/%s/status" % sys.argv[1]):
+    if line.startswith("VmRSS:"):
+        rss["cairn"] = int(line.split()[1]) // 1024
+print(json.dumps({"health": health, "vm_list": listing, "runs": runs, "rss_mb": rss}))
 PY
 checked=$?
 kill -TERM "$pid"
 wait "$pid"
 stopped=$?
 echo "checked=$checked stopped=$stopped"
-[ "$checked" = 0 ] || tail -n 40 /tmp/cairn-up.log >&2
+[ "$checked" = 0 ] || { tail -n 40 /tmp/cairn-up.log; cat /tmp/check.err; } >&2
 """
+
+
+def launch_command(unit: str) -> str:
+    """What systemd would run for ops/systemd/cairn.service, as far as a root without a running
+    systemd can: its User, WorkingDirectory (the StateDirectory, made as systemd makes it),
+    Environment and ExecStart; no EnvironmentFile (no Proxmox configured: the simulator).
+    Two lines: the preparation, then the service's command alone, which SMOKE runs in the
+    background so that `$!` is cairn itself (setpriv and env exec it)."""
+    fields: dict[str, list[str]] = {}
+    for line in unit.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("User", "WorkingDirectory", "Environment", "ExecStart"):
+            fields.setdefault(key, []).append(value)
+    user, workdir = fields["User"][0], fields["WorkingDirectory"][0]
+    env = " ".join(shlex.join(value.split()) for value in fields["Environment"])
+    return (
+        f"install -d -m 0700 -o {user} -g {user} {shlex.quote(workdir)} && cd {workdir}\n"
+        f"setpriv --reuid={user} --regid={user} --init-groups "
+        f"env -i PATH=/usr/local/bin:/usr/bin:/bin {env} {fields['ExecStart'][0]}"
+    )
 
 
 def copy_checkout(dest: Path) -> None:
@@ -133,14 +177,19 @@ def test_the_documented_install_runs_cairn(version: str, tmp_path: Path) -> None
         "node --version; python3 --version; dpkg-query -W -f='${Version}' nodejs"
     )
 
-    smoke, out, log = timed(root, SMOKE, env={}, isolated=True)
+    unit = (root.path / HOME.lstrip("/") / "ops/systemd/cairn.service").read_text()
+    smoke_script = SMOKE.replace("@LAUNCH@", launch_command(unit))
+    smoke, out, log = timed(root, smoke_script, env={}, isolated=True)
     assert out.splitlines()[-1] == "checked=0 stopped=0", f"{out}\n{log[-4000:]}"
     seen = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
     assert seen["health"]["status"] == "ok", seen
     assert isinstance(seen["vm_list"], list | dict), seen
+    for language, result in seen["runs"].items():
+        assert result.get("data") == 3, (language, result)
 
     print(
         f"\ninstall debian{version}: unpack+copy {prepared:.0f} s, ops/setup {setup:.0f} s, "
-        f"ops/setup again {again:.1f} s, cairn up smoke {smoke:.0f} s\n"
+        f"ops/setup again {again:.1f} s, cairn up smoke {smoke:.0f} s, "
+        f"cairn's RSS after the runs {seen['rss_mb'].get('cairn')} MB\n"
         f"footprint (MB, path):\n{footprint}\nops/setup said:\n{setup_said[-1500:]}"
     )
