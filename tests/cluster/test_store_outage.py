@@ -87,6 +87,9 @@ async def test_a_store_outage_during_installs(cluster: Cluster, postgres: Postgr
         if not _ends_well(s)
     ]
     assert not bad, f"{bad}\n{dump(cluster)}"
+    # Nothing restarted: no record may say so (the store refused writes, and that is the cause).
+    restarted = [r for s in ended for r in s.records if "by a restart" in r["message"]]
+    assert not restarted, restarted
     # Re-attached through any host, every install has its outcome, the one its stream gave.
     for vmid, sse in zip(vmids, ended, strict=True):
         whole = await hosts[vmid % len(hosts)].task(vmid)
