@@ -435,7 +435,7 @@ async def install(
         await _wait(svc, ip, req.user, host_key)
         st.done("VM is ready")
         total = time.monotonic() - started
-        report(st.step, "success", f"[+] VM installation completed in {total:.2f}s")
+        report(st.step, "success", f"[+] VM installation completed in {total:.2f}s ({total:.2f}s)")
         report(st.step, "success", f"[*] VMID: {vmid} {_secs(started)}")
         report(st.step, "success", f"[*] IP: {ip} {_secs(started)}")
         report(st.step, "success", f"[*] User: {req.user} {_secs(started)}", vm_id=vmid, ip=ip)
