@@ -147,22 +147,45 @@ def _working_openvino() -> minilm.MiniLM:
 INT8_AGREEMENT = 0.99
 
 
-def int8_agreement(model: minilm.MiniLM, reference: minilm.MiniLM) -> float:
-    """The worst cosine between `model` and `reference` over the calibration sentences, each
-    alone and all in batches (int8 activations share one scale per batch)."""
-    texts = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
-    want = reference.encode(texts)
+# float32's vectors of the calibration sentences (`calibration_vectors`), kept so that the start
+# does not load the float32 model (~85 MB) only to check int8 against it; a test checks them.
+REFERENCE_FILE = _HERE / "calibration_f32.npy"
+
+
+def calibration_texts() -> list[str]:
+    return [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
+
+
+def calibration_vectors(reference: minilm.MiniLM) -> np.ndarray:
+    """The reference model's vectors of the calibration sentences, in one batch."""
+    return reference.encode(calibration_texts())
+
+
+def int8_agreement(model: minilm.MiniLM, want: np.ndarray) -> float:
+    """The worst cosine between `model`'s vectors and `want` (float32's) over the calibration
+    sentences, each alone and all in batches (int8 activations share one scale per batch)."""
+    texts = calibration_texts()
     together = model.encode(texts)
     alone = np.concatenate([model.encode([text]) for text in texts])
     return float(min((together * want).sum(axis=1).min(), (alone * want).sum(axis=1).min()))
 
 
+def _reference_vectors() -> np.ndarray:
+    """float32's calibration vectors: from `REFERENCE_FILE`, else computed (loading the model)."""
+    try:
+        want = np.load(REFERENCE_FILE)
+        if want.shape == (len(calibration_texts()), minilm.DIMENSION):
+            return np.asarray(want, dtype=np.float32)
+    except (OSError, ValueError):
+        pass
+    return calibration_vectors(_load("onnx"))
+
+
 def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
     """`model` if its vectors agree with float32 on this machine, else the float32 model:
     int8 products run on CPU-specific kernels, and a vector space that drifted would rank
-    quietly worse. Costs ~1 s at start, once per process."""
-    reference = _load("onnx")
-    worst = int8_agreement(model, reference)
+    quietly worse. Costs ~0.5 s at start, once per process."""
+    worst = int8_agreement(model, _reference_vectors())
     if worst >= INT8_AGREEMENT:
         log.info("int8 embeddings agree with float32 on this CPU (worst cosine %.4f)", worst)
         return model
@@ -172,7 +195,7 @@ def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
         worst,
         INT8_AGREEMENT,
     )
-    return reference
+    return _load("onnx")
 
 
 def default_runtime(*, openvino_bf16: bool, onnxruntime: bool) -> str:
@@ -424,7 +447,12 @@ def make_provider(env: Mapping[str, str], model_cache: Path | None = None) -> Pr
     raise ValueError(f"EMBEDDING_PROVIDER must be local, e5, openai or none, not {kind!r}")
 
 
-if __name__ == "__main__":  # pragma: no cover - regenerates e5_mean.npy
-    sentences = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]
-    np.save(MEAN_FILE, E5Provider().raw_mean(sentences))
-    print(f"wrote {MEAN_FILE}")
+if __name__ == "__main__":  # pragma: no cover - regenerates e5_mean.npy, calibration_f32.npy
+    import sys
+
+    if sys.argv[1:] == ["reference"]:
+        np.save(REFERENCE_FILE, calibration_vectors(minilm.MiniLM.load(runtime="numpy")))
+        print(f"wrote {REFERENCE_FILE}")
+    else:
+        np.save(MEAN_FILE, E5Provider().raw_mean(calibration_texts()))
+        print(f"wrote {MEAN_FILE}")

@@ -187,11 +187,21 @@ def test_the_provider_keeps_int8_only_where_it_agrees(
     """On this CPU int8 agrees, and the provider keeps it; where it would not (a bar no model
     can pass stands in for a CPU whose kernels drift), it embeds with float32 and says so."""
     embedding._shared_minilm.cache_clear()
+    loaded: list[str] = []
+    real_load = embedding._load
+
+    def load(runtime: str) -> minilm.MiniLM:
+        loaded.append(runtime)
+        return real_load(runtime)
+
+    monkeypatch.setattr(embedding, "_load", load)
     try:
         with caplog.at_level(logging.INFO):
             kept = LocalProvider(runtime="onnx-int8")
         assert kept.model.runtime == "onnx-int8"
         assert "agree with float32 on this CPU" in caplog.text
+        # Checked against the stored float32 vectors: the float32 model is not loaded for it.
+        assert loaded == ["onnx-int8"]
         embedding._shared_minilm.cache_clear()
         caplog.clear()
         monkeypatch.setattr(embedding, "INT8_AGREEMENT", 1.01)
@@ -203,3 +213,10 @@ def test_the_provider_keeps_int8_only_where_it_agrees(
         assert refused.fingerprint != kept.fingerprint
     finally:
         embedding._shared_minilm.cache_clear()
+
+
+def test_the_stored_calibration_vectors_are_float32s(onnx_model: minilm.MiniLM) -> None:
+    """`calibration_f32.npy` (what int8 is checked against at start) is what the float32 model
+    gives now; if this fails, regenerate it: python -m actors.search.embedding reference."""
+    stored = np.load(embedding.REFERENCE_FILE)
+    assert np.allclose(stored, embedding.calibration_vectors(onnx_model), atol=2e-5)
