@@ -486,10 +486,12 @@ class VmGateway:
         before the install's final record, and never stored."""
         headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
         stopping = functools.partial(stopping_record, vmid)
+        # Ids are the store's (`<vmid>:<version>`, what a re-attach resumes after): each once.
+        # What is stored nowhere (a wait's note, the password, the close) carries no id, so a
+        # client's Last-Event-ID stays on the last record it can resume after.
         async with EventStream(
-            request, headers=headers, follows_work=True, stopping=stopping
+            request, headers=headers, follows_work=True, stopping=stopping, numbered=False
         ) as sse:
-            last_id = None
             try:
                 async for item in follow_task(self.runtime, vmid, task, after):
                     if item.type in (WAITING, UNREADABLE):
@@ -507,9 +509,8 @@ class VmGateway:
                         continue
                     record = sse_record(item.data)
                     if password is not None and _is_final(record):
-                        await sse.send(_password_record(record, password), id=last_id)
-                    last_id = f"{vmid}:{item.version}"
-                    if not await sse.send(record, id=last_id):
+                        await sse.send(_password_record(record, password))
+                    if not await sse.send(record, id=f"{vmid}:{item.version}"):
                         break  # the client left; the task goes on and can be re-attached
             except Exception as exc:  # the follow failed: say how to get the rest
                 log.exception("vm %s: the stream of task %s broke off", vmid, task)
