@@ -5,6 +5,7 @@ its install shows what is known instead of zeros."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -128,3 +129,35 @@ def test_a_vm_page_during_its_install_shows_what_is_known(page: Page, stack: Sta
     expect(destroy).to_have_accessible_description(re.compile("wait until the task below ends"))
     expect(page.get_by_text("Destroy: wait until the task below ends.")).to_be_visible()
     expect(waiting).to_have_attribute("data-status", "error", timeout=60_000)
+
+
+def frames(text: str) -> list[dict[str, str]]:
+    """An SSE body's events: each a dict of its fields (id, event, data)."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if fields:
+            out.append(fields)
+    return out
+
+
+def test_an_install_streams_each_id_once_and_ends_on_the_last(stack: Stack) -> None:
+    """Ids are the store's, each once; the password (stored nowhere) and the close carry none,
+    so a client's Last-Event-ID stays on the last record it can resume after."""
+    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
+                                 {"os": "debian", "version": "12", "name": "ids"})  # fmt: skip
+    assert status == 200
+    events = frames(text)
+    ids = [e["id"] for e in events if "id" in e]
+    assert len(ids) == len(set(ids)) > 10, ids
+    vmid = json.loads(events[-2]["data"])["vm_id"]
+    assert all(re.fullmatch(f"{vmid}:\\d+", i) for i in ids), ids
+    versions = [int(i.split(":")[1]) for i in ids]
+    assert versions == sorted(versions)
+    password = next(e for e in events if "Password:" in e["data"])
+    assert "id" not in password
+    assert events[-1] == {"event": "close", "data": "{}"}
+    # The last id resumes after the final record: nothing more, and the stream closes.
+    status, rest = stack.request("GET", f"/console/svc/vm/api/vm/{vmid}/task",
+                                 headers={"Last-Event-ID": ids[-1]})  # fmt: skip
+    assert status == 200 and frames(rest) == [{"event": "close", "data": "{}"}], rest

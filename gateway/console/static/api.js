@@ -84,11 +84,13 @@ export async function* stream(url, options = {}) {
   }
 }
 
+// Newest first; the form starts on each system's default (its current stable release).
 export const OS_VERSIONS = {
-  debian: ["12", "13", "11"],
+  debian: ["13", "12", "11"],
   ubuntu: ["24.04", "22.04", "20.04"],
-  rockylinux: ["9", "10", "8"],
+  rockylinux: ["10", "9", "8"],
 };
+export const DEFAULT_VERSION = { debian: "12", ubuntu: "24.04", rockylinux: "9" };
 
 export const api = {
   // The gateway's own /status: 503 when something is down, with the same body.

@@ -6,7 +6,7 @@
 // typed into the form is cleared from the page as soon as the install is sent.
 
 import { html, useEffect, useRef, useState } from "../lib.js";
-import { api, OS_VERSIONS } from "../api.js";
+import { api, DEFAULT_VERSION, OS_VERSIONS } from "../api.js";
 import { ErrorNote, useLoad } from "../ui.js";
 import { TaskStages } from "./task.js";
 
@@ -75,7 +75,7 @@ export function GeneratedPassword({ secret, user, onDone }) {
 
 function InstallForm({ nodes, onSubmit, busy, error }) {
   const [os, setOs] = useState("debian");
-  const [version, setVersion] = useState(OS_VERSIONS.debian[0]);
+  const [version, setVersion] = useState(DEFAULT_VERSION.debian);
   const passwd = useRef(null);
   const submit = (e) => {
     e.preventDefault();
@@ -98,7 +98,7 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
     <form onSubmit=${submit} aria-labelledby="install-h">
       <div class="grid-form">
         <label>Operating system
-          <select name="os" value=${os} onChange=${(e) => { setOs(e.target.value); setVersion(OS_VERSIONS[e.target.value][0]); }}>
+          <select name="os" value=${os} onChange=${(e) => { setOs(e.target.value); setVersion(DEFAULT_VERSION[e.target.value]); }}>
             ${Object.keys(OS_VERSIONS).map((name) => html`<option value=${name}>${name}</option>`)}
           </select></label>
         <label>Version

@@ -15,9 +15,13 @@ export function stageRows(stages, records, running) {
   return order.map((step) => {
     const record = latest.get(step);
     const status = record ? record.status : running && !failed ? "pending" : "skipped";
-    return { step, status, message: record ? shownMessage(step, records, record) : "" };
+    return { step, status, message: record ? tidy(shownMessage(step, records, record)) : "" };
   });
 }
+
+// A message as shown: the stream's summary line carries its time twice (the spec wants every
+// message to end with its elapsed time: "completed in 7.00s (7.00s)"), shown once.
+export const tidy = (message) => (message || "").replace(/ (\d+(?:\.\d+)?s) \(\1\)$/, " $1");
 
 // A stage that ends with several lines (the install's summary: "[+] … completed in 7.00s",
 // then the VMID, IP and user) is shown by its summary line, not by whichever came last.
@@ -67,7 +71,7 @@ export function Log({ records }) {
     stick.current = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
   };
   return html`<pre class="log" ref=${box} onScroll=${onScroll} tabindex="0" aria-label="Log">${records
-    .map((r) => `${r.step}: ${r.message}`)
+    .map((r) => `${r.step}: ${tidy(r.message)}`)
     .join("\n")}</pre>`;
 }
 
