@@ -6,6 +6,7 @@ import { useEvents } from "../feed.js";
 import { bytes } from "../format.js";
 import { Confirm, ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
+import { FileIcon, FolderIcon } from "../icons.js";
 
 const THUMB = 160;
 const join = (folder, name) => (folder ? `${folder}/${name}` : name);
@@ -31,7 +32,7 @@ function Tile({ folder, entry, onDelete }) {
     return html`
       <li class="tile folder">
         <a href=${`#/images/${encodePath(path)}`}>
-          <span class="thumb" aria-hidden="true">📁</span>
+          <span class="thumb" aria-hidden="true"><${FolderIcon} /></span>
           <span class="name">${entry.name}</span>
         </a>
       </li>`;
@@ -43,7 +44,7 @@ function Tile({ folder, entry, onDelete }) {
         ${picture
           ? html`<img class="thumb" src=${api.imageUrl(path, `s=${THUMB * 2}`)} alt=${entry.name}
                      width=${THUMB} height=${THUMB} loading="lazy" decoding="async" />`
-          : html`<span class="thumb" aria-hidden="true">${entry.type === "application/pdf" ? "PDF" : "?"}</span>`}
+          : html`<span class="thumb" aria-hidden="true"><${FileIcon} label=${entry.type === "application/pdf" ? "PDF" : ""} /></span>`}
         <span class="name">${entry.name}</span>
       </a>
       <small class="muted">${bytes(entry.size)} · <${TimeAgo} when=${entry.modified} /></small>
