@@ -39,6 +39,7 @@ async def not_healthy(cairn: Cairn) -> bool:
     return (await cairn.health())[0] == 503
 
 
+@pytest.mark.parametrize("driver", ["cli", "api"])
 @pytest.mark.parametrize(
     ("vmid", "step", "status", "built"),
     [
@@ -55,8 +56,13 @@ async def test_a_disk_filling_mid_install_ends_the_install_once_space_is_back(
     step: str,
     status: str,
     built: bool,
+    driver: str,
 ) -> None:
-    env = {"CAIRN_DATA": str(mountpoint / "data"), "CAIRN_STORE_RETRY": "1"}
+    env = {
+        "CAIRN_DATA": str(mountpoint / "data"),
+        "CAIRN_STORE_RETRY": "1",
+        "PVE_DRIVER": driver,
+    }
     # Slow enough that the disk fills before the next stage (the import: 100 steps; the
     # boot: a few seconds), fast enough for a test.
     sim.set_delay_scale(0.1)

@@ -97,16 +97,17 @@ def _end(tree: dict[int, tuple[int, str]]) -> None:
             os.kill(with_pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("driver", ["cli", "api"])
 @pytest.mark.parametrize("step", STAGES)
 async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
-    start_cairn: StartCairn, sim: SimCluster, step: str
+    start_cairn: StartCairn, sim: SimCluster, step: str, driver: str
 ) -> None:
     vmid = 180 + STAGES.index(step)
     # Each stage takes a moment (the import 0.2 s, a boot 1.5 s), so the kill lands inside it,
     # with its Proxmox command running. qm create takes 8 s: the restart comes while it still
     # holds the new VM's config locked ('lock: create', no description yet).
     sim.set_delay_scale(4 if step == "VM creation > creating VM" else 0.05)
-    cairn = await start_cairn("up")
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
     # A warm sandbox (bwrap, python3) is ready for functions by now.
     await cairn.wait_log(r"cairn: ready")
     body = {"os": "debian", "version": "12", "id": vmid}
@@ -135,7 +136,7 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
 
     if creating:
         assert _locked(sim, vmid), "the create ended before the restart: nothing was tested"
-    again = await start_cairn("up")
+    again = await start_cairn("up", PVE_DRIVER=driver)
     async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
         settled = await read_sse(task)
     assert settled.closed, "the re-attached stream did not end"
