@@ -66,7 +66,7 @@ def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and
     expect(page.get_by_role("heading", level=1)).to_have_text("audit/greet")
     page.get_by_label(re.compile("Code of version")).fill(CODE.replace("1", "2"))
     page.get_by_role("button", name="Store as a new version").click()
-    expect(page.get_by_role("status").filter(has_text="Stored as version")).to_be_visible()
+    expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     page.get_by_role("button", name="Delete").click()
     page.get_by_role("dialog").get_by_role("button", name="Delete").click()
     expect(page.get_by_text("audit/greet deleted, with every version")).to_be_visible()

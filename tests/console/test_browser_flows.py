@@ -244,7 +244,7 @@ def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack:
     editor = page.get_by_label(re.compile("Code of version"))
     editor.fill(FUNCTION.replace("hello from", "hi from"))
     page.get_by_role("button", name="Store as a new version").click()
-    expect(page.get_by_role("status").filter(has_text="Stored as version")).to_be_visible()
+    expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     page.goto(stack.url("functions"))
     expect(page.locator("tr", has_text="demo/greet")).to_contain_text("2 versions")
 

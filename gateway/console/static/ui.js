@@ -34,8 +34,12 @@ export function TimeAgo({ when }) {
 }
 
 // A modal confirmation: `open` shows it; Escape or Cancel calls onCancel.
+let confirms = 0;
+
 export function Confirm({ open, title, children, action, danger, onConfirm, onCancel }) {
   const ref = useRef(null);
+  const id = useRef(null);
+  if (id.current === null) id.current = `confirm-title-${++confirms}`; // several on one page
   useEffect(() => {
     const dialog = ref.current;
     if (!dialog) return;
@@ -43,9 +47,9 @@ export function Confirm({ open, title, children, action, danger, onConfirm, onCa
     if (!open && dialog.open) dialog.close();
   }, [open]);
   return html`
-    <dialog ref=${ref} onCancel=${(e) => { e.preventDefault(); onCancel(); }} aria-labelledby="confirm-title">
+    <dialog ref=${ref} onCancel=${(e) => { e.preventDefault(); onCancel(); }} aria-labelledby=${id.current}>
       <article>
-        <h2 id="confirm-title">${title}</h2>
+        <h2 id=${id.current}>${title}</h2>
         ${children}
         <footer>
           <button type="button" class="secondary" onClick=${onCancel}>Cancel</button>

@@ -5,7 +5,7 @@ import { html, useEffect, useRef, useState } from "../lib.js";
 import { api, encodePath } from "../api.js";
 import { absolute } from "../format.js";
 import { Confirm, ErrorNote, useLoad } from "../ui.js";
-import { LanguageSelect } from "./functions.js";
+import { LanguageSelect, OverwriteConfirm, VersionName, overwriteOf } from "./functions.js";
 import { may } from "../identity.js";
 
 function Run({ path, version }) {
@@ -49,7 +49,7 @@ function Run({ path, version }) {
           <textarea name="input" class="code" rows="3" spellcheck="false" value=${input}
             onInput=${(e) => setInput(e.target.value)}></textarea></label>
         <div class="row">
-          <button type="submit" disabled=${busy} aria-busy=${busy}>${version ? `Run version ${version}` : "Run the latest version"}</button>
+          <button type="submit" disabled=${busy} aria-busy=${busy}>${version ? html`Run the version of <${VersionName} version=${version} />` : "Run the latest version"}</button>
           <button type="button" class="secondary" disabled=${!busy} onClick=${stop}>Stop</button>
         </div>
       </form>
@@ -68,27 +68,42 @@ function Editor({ path, shown, onStored }) {
   const [language, setLanguage] = useState(shown.language);
   const [error, setError] = useState(null);
   const [note, setNote] = useState(null);
+  const [over, setOver] = useState(null);
   useEffect(() => {
     setCode(shown.code);
     setLanguage(shown.language);
   }, [shown.version]);
-  const save = async (e) => {
-    e.preventDefault();
+  const store = async () => {
     setError(null);
     setNote(null);
     try {
       const stored = await api.upload({ path, language, code });
-      setNote(`Stored as version ${stored.version}.`);
+      setNote(html`Stored as the version of <${VersionName} version=${stored.version} />.`);
       onStored(stored);
     } catch (err) {
       setError(err);
     }
   };
+  // Storing a new version is what this form is for; a change of language is asked about.
+  const save = async (e) => {
+    e.preventDefault();
+    setError(null);
+    let existing;
+    try {
+      existing = await api.functions();
+    } catch (err) {
+      setError(err);
+      return;
+    }
+    const found = overwriteOf(existing, path, language);
+    if (found && found.changes) setOver(found);
+    else await store();
+  };
   return html`
     <form onSubmit=${save} aria-labelledby="code-h">
       <h2 id="code-h">Code</h2>
       <${LanguageSelect} value=${language} onChange=${setLanguage} />
-      <label>Code of version ${shown.version}
+      <label>Code of version <${VersionName} version=${shown.version} />
         <textarea class="code" rows="12" spellcheck="false" value=${code} readonly=${!may("admin")}
           onInput=${(e) => setCode(e.target.value)}></textarea></label>
       <${ErrorNote} error=${error} />
@@ -96,7 +111,9 @@ function Editor({ path, shown, onStored }) {
         <button type="submit" disabled=${code === shown.code && language === shown.language}>Store as a new version</button>
         <span role="status" class="muted">${note}</span>
       </div>` : null}
-    </form>`;
+    </form>
+    <${OverwriteConfirm} over=${over} onCancel=${() => setOver(null)}
+                         onConfirm=${() => { setOver(null); store(); }} />`;
 }
 
 export function FunctionPage({ path, version }) {
@@ -136,7 +153,7 @@ export function FunctionPage({ path, version }) {
     ${fn ? html`
       <label class="inline">Version
         <select value=${shown.data?.version || fn.latest} onChange=${choose}>
-          ${versions.map((v) => html`<option value=${v}>${absolute(v)}${v === fn.latest ? " (latest)" : ""}</option>`)}
+          ${versions.map((v) => html`<option value=${v} title=${`version ${v}`}>${absolute(v)}${v === fn.latest ? " (latest)" : ""}</option>`)}
         </select></label>` : null}
     <div class="grid-2">
       <div>${shown.data ? html`<${Editor} path=${path} shown=${shown.data}

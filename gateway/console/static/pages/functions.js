@@ -3,8 +3,8 @@
 import { html, useState } from "../lib.js";
 import { api, encodePath } from "../api.js";
 import { useEvents } from "../feed.js";
-import { count } from "../format.js";
-import { ErrorNote, TimeAgo, useLoad } from "../ui.js";
+import { absolute, count } from "../format.js";
+import { Confirm, ErrorNote, TimeAgo, useLoad } from "../ui.js";
 import { may } from "../identity.js";
 
 export const SAMPLE = {
@@ -25,14 +25,40 @@ export function LanguageSelect({ value, onChange }) {
     <${ErrorNote} error=${languages.error} />`;
 }
 
+// A version is the time it was stored (milliseconds since the epoch): shown as that date, the
+// raw number on hover and to screen readers' "title".
+export function VersionName({ version }) {
+  return html`<span class="version" title=${`version ${version}`}>${absolute(version)}</span>`;
+}
+
+// What storing `path` in `language` would replace, for the confirmation (null: nothing).
+export function overwriteOf(existing, path, language) {
+  const fn = (existing || []).find((f) => f.path === path);
+  if (!fn) return null;
+  return { path, versions: fn.versions.length, from: fn.language, to: language, changes: fn.language !== language };
+}
+
+// The confirmation before storing over a function; stronger (a danger button, said twice)
+// when the language changes.
+export function OverwriteConfirm({ over, onConfirm, onCancel }) {
+  if (!over) return null;
+  return html`
+    <${Confirm} open=${true} danger=${over.changes}
+                title=${over.changes ? `Change ${over.path} from ${over.from} to ${over.to}?` : `Replace ${over.path}?`}
+                action=${over.changes ? `Store as ${over.to}` : "Store a new version"}
+                onCancel=${onCancel} onConfirm=${onConfirm}>
+      <p>${`${over.path} exists (${count(over.versions, "version")}, ${over.from}). Storing adds a new version, and every run of ${over.path} runs it from now on.`}</p>
+      ${over.changes ? html`<p class="error"><strong>${`The language changes from ${over.from} to ${over.to}:`}</strong>${` the new code must read the same input; callers that worked with the ${over.from} version may fail. Older versions stay ${over.from} and can still be run.`}</p>` : null}
+    </${Confirm}>`;
+}
+
 export function NewFunction({ onStored }) {
   const [language, setLanguage] = useState("python");
   const [code, setCode] = useState(SAMPLE.python);
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
-  const submit = async (e) => {
-    e.preventDefault();
-    const path = String(new FormData(e.target).get("path") || "").trim();
+  const [over, setOver] = useState(null);
+  const store = async (path) => {
     setBusy(true);
     setError(null);
     try {
@@ -43,6 +69,21 @@ export function NewFunction({ onStored }) {
     } finally {
       setBusy(false);
     }
+  };
+  const submit = async (e) => {
+    e.preventDefault();
+    const path = String(new FormData(e.target).get("path") || "").trim();
+    setError(null);
+    let existing;
+    try {
+      existing = await api.functions(); // what is stored now, not when the page opened
+    } catch (err) {
+      setError(err);
+      return;
+    }
+    const found = overwriteOf(existing, path, language);
+    if (found) setOver(found);
+    else await store(path);
   };
   return html`
     <form onSubmit=${submit} aria-labelledby="new-h">
@@ -58,7 +99,9 @@ export function NewFunction({ onStored }) {
         value=${code} onInput=${(e) => setCode(e.target.value)}></textarea></label>
       <${ErrorNote} error=${error} />
       <button type="submit" disabled=${busy} aria-busy=${busy}>Store</button>
-    </form>`;
+    </form>
+    <${OverwriteConfirm} over=${over} onCancel=${() => setOver(null)}
+                         onConfirm=${() => { const path = over.path; setOver(null); store(path); }} />`;
 }
 
 export function FunctionList() {
@@ -77,7 +120,7 @@ export function FunctionList() {
             <td><a href=${`#/function/${encodePath(fn.path)}`}>${fn.path}</a></td>
             <td>${fn.language}</td>
             <td>${count(fn.versions.length, "version")}</td>
-            <td><${TimeAgo} when=${fn.latest} /></td>
+            <td><span title=${`version ${fn.latest}`}><${TimeAgo} when=${fn.latest} /></span></td>
           </tr>`)}
         </tbody>
       </table></div>`}

@@ -123,7 +123,6 @@ export function VmList() {
     <${ErrorNote} error=${vms.error} />
     ${vms.data ? html`
       <${Filters} list=${list} view=${view} setView=${setView} />
-      <p class="muted" role="status">${shown === vms.data.count ? `${vms.data.count} VMs` : `${shown} of ${vms.data.count} VMs`}
-        on the ${vms.data.simulated ? "simulated" : "Proxmox"} cluster</p>
+      <p class="muted" role="status">${`${shown === vms.data.count ? vms.data.count : `${shown} of ${vms.data.count}`} VMs on the ${vms.data.simulated ? "simulated" : "Proxmox"} cluster`}</p>
       <${VmTable} list=${list} view=${view} setView=${setView} />` : vms.error ? null : html`<p aria-busy="true">Loading…</p>`}`;
 }

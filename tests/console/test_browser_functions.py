@@ -1,0 +1,86 @@
+"""Functions in a real Chromium against a real `cairn up`: versions read as dates (the raw
+number on hover), and storing over an existing path asks first, more strongly when the
+language changes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+from tests.console.browser import Stack
+
+CODE = 'return {"hello": event.get("name", "world")}\n'
+JS = 'return { hello: event.name ?? "world" };\n'
+
+
+def versions(stack: Stack, path: str) -> list[Any]:
+    listed = stack.json("/console/svc/functions/functions")["functions"]
+    return list(next(f for f in listed if f["path"] == path)["versions"])
+
+
+def store(stack: Stack, path: str) -> int:
+    status, text = stack.request("POST", "/console/svc/functions/upload",
+                                 {"path": path, "language": "python", "code": CODE})  # fmt: skip
+    assert status == 200, text
+    return int(versions(stack, path)[-1])
+
+
+def test_versions_read_as_dates_with_the_number_on_hover(page: Page, stack: Stack) -> None:
+    version = store(stack, "dated/fn")
+    page.goto(stack.url("function/dated/fn"))
+    label = page.locator("label", has_text="Code of version")
+    expect(label).to_contain_text(re.compile(r"\d{4}|\d{1,2}/\d{1,2}/"))  # a date
+    assert str(version) not in label.inner_text()
+    name = label.locator("span.version")
+    expect(name).to_have_attribute("title", f"version {version}")
+    option = page.get_by_label("Version").locator("option").first
+    expect(option).to_have_attribute("title", f"version {version}")
+    assert str(version) not in option.inner_text()
+
+
+def test_storing_over_a_path_asks_first_and_more_when_the_language_changes(
+    page: Page, stack: Stack
+) -> None:
+    store(stack, "over/fn")
+    before = len(versions(stack, "over/fn"))
+    page.goto(stack.url("functions"))
+    page.get_by_label("Path").fill("over/fn")
+    page.get_by_role("button", name="Store").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Replace over/fn?")
+    expect(dialog).to_contain_text("over/fn exists (1 version, python)")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    assert len(versions(stack, "over/fn")) == before  # nothing stored
+
+    # Another language: said plainly, with a danger button naming the new language.
+    page.get_by_label("Language").select_option("javascript")
+    page.get_by_label("Code").fill(JS)
+    page.get_by_role("button", name="Store").click()
+    expect(dialog).to_contain_text("Change over/fn from python to javascript?")
+    expect(dialog).to_contain_text("The language changes from python to javascript")
+    strong = dialog.get_by_role("button", name="Store as javascript")
+    expect(strong).to_have_class("danger")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    assert len(versions(stack, "over/fn")) == before
+
+    # Confirmed: stored, and the page moves to it.
+    page.get_by_label("Language").select_option("python")
+    page.get_by_label("Code").fill(CODE)
+    page.get_by_role("button", name="Store").click()
+    dialog.get_by_role("button", name="Store a new version").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("over/fn")
+    assert len(versions(stack, "over/fn")) == before + 1
+
+    # On the function's own page a new version is what the form is for; a new language asks.
+    page.get_by_label("Language").select_option("javascript")
+    page.get_by_label(re.compile("Code of version")).fill(JS)
+    page.get_by_role("button", name="Store as a new version").click()
+    expect(dialog).to_contain_text("Change over/fn from python to javascript?")
+    dialog.get_by_role("button", name="Store as javascript").click()
+    expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
+    listed = stack.json("/console/svc/functions/functions")["functions"]
+    assert next(f for f in listed if f["path"] == "over/fn")["language"] == "javascript"
