@@ -159,6 +159,7 @@ class NodeResource:
     maxdisk: int | None = None
     disk: int | None = None
     cpu: float | None = None
+    uptime: int | None = None  # seconds since the node booted
 
 
 def _load_array(stdout: str) -> list[dict[str, Any]]:
@@ -231,6 +232,7 @@ def parse_node_resources(stdout: str) -> list[NodeResource]:
                 maxdisk=_opt_int(e, "maxdisk"),
                 disk=_opt_int(e, "disk"),
                 cpu=_opt_float(e, "cpu"),
+                uptime=_opt_int(e, "uptime"),
             )
         )
     out.sort(key=lambda r: r.node)

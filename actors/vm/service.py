@@ -182,6 +182,12 @@ class Inventory:
                     "memory_used": (nres.mem or 0) // _MIB if nres else 0,
                     "disk": agg["disk"],
                     "running_vms": agg["running"],
+                    # The node's own figures, as the cluster reports them (None: not known,
+                    # an offline node): CPU load 0..1, root filesystem bytes, uptime seconds.
+                    "load": nres.cpu if nres else None,
+                    "rootfs_used": nres.disk if nres else None,
+                    "rootfs_total": nres.maxdisk if nres else None,
+                    "uptime": nres.uptime if nres else None,
                 }
             )
         return {"count": len(rows), "list": rows, "cluster": cluster, "simulated": simulated}

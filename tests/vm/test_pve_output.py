@@ -139,6 +139,8 @@ def test_node_resources_online_and_offline() -> None:
         ("pve3", "offline", 8),
     ]
     assert nodes[1].mem is None
+    assert (nodes[0].uptime, nodes[0].cpu, nodes[0].disk) == (1234567, 0.0213, 9858012160)
+    assert nodes[1].uptime is None
 
 
 def test_cpu_model_never_the_invalid_x86_64_v1() -> None:
