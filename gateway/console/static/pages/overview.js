@@ -3,7 +3,7 @@
 import { html, useState } from "../lib.js";
 import { api } from "../api.js";
 import { recent, useEvents } from "../feed.js";
-import { mib, count } from "../format.js";
+import { bytes, mib, count } from "../format.js";
 import { ErrorNote, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { summary } from "./events.js";
 import { VM_CHANGES } from "./vms.js";
@@ -41,21 +41,40 @@ function Services({ status }) {
     </section>`;
 }
 
+// "3 d 4 h", "2 h 5 min", "12 min": how long a node has been up.
+export function uptime(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  const d = Math.floor(seconds / 86400);
+  const h = Math.floor((seconds % 86400) / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  if (d) return `${d} d ${h} h`;
+  if (h) return `${h} h ${m} min`;
+  return `${m} min`;
+}
+
 export function Nodes({ cluster }) {
   return html`
     <section aria-labelledby="nodes-h">
       <h2 id="nodes-h">Nodes</h2>
       <div class="cards">
-        ${cluster.map((node) => html`
-          <article class="node">
+        ${cluster.map((node) => {
+          const online = node.online ?? node.running;
+          const load = node.load === null || node.load === undefined ? null : Math.round(node.load * 100);
+          return html`
+          <article class="node" data-node=${node.node}>
             <header><strong>${node.node}</strong>
-              <span class=${`badge ${node.online ?? node.running ? "ok" : "bad"}`}>
-                ${node.online ?? node.running ? "online" : "offline"}</span></header>
-            <label>vCPUs assigned: ${node.cpu} of ${node.max_cpu} CPUs
-              <progress value=${Math.min(node.cpu, node.max_cpu)} max=${node.max_cpu}></progress></label>
-            <label>Memory in use: ${mib(node.memory_used)} of ${mib(node.max_memory)}
+              <span class=${`badge ${online ? "ok" : "bad"}`}>${online ? "online" : "offline"}</span></header>
+            <label>${`CPU load: ${load === null ? "—" : `${load}%`} of ${node.max_cpu} CPUs`}
+              <progress value=${load ?? 0} max="100"></progress></label>
+            <label>${`Memory in use: ${mib(node.memory_used)} of ${mib(node.max_memory)}`}
               <progress value=${node.memory_used} max=${node.max_memory}></progress></label>
-          </article>`)}
+            <label>${`Storage (root): ${bytes(node.rootfs_used)} of ${bytes(node.rootfs_total)}`}
+              <progress value=${node.rootfs_used ?? 0} max=${node.rootfs_total || 1}></progress></label>
+            <p class="facts"><span>${`vCPUs assigned: ${node.cpu}`}</span>
+              <span>${`VMs running: ${node.running_vms ?? 0}`}</span>
+              <span>${`Up: ${online ? uptime(node.uptime) : "—"}`}</span></p>
+          </article>`;
+        })}
       </div>
     </section>`;
 }
