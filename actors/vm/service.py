@@ -374,7 +374,7 @@ class VmService:
                 log.exception("vm inventory poll failed")
 
     async def cluster_vms(self) -> list[VmResource] | None:
-        """The cluster's VMs; concurrent callers share one `pvesh` run."""
+        """The cluster's VMs; concurrent callers share one read (`pvesh`, or the API's GET)."""
         if self._vms_read is None or self._vms_read.done():
             self._vms_read = asyncio.ensure_future(self._read_cluster_vms())
         return await asyncio.shield(self._vms_read)
@@ -410,8 +410,7 @@ class VmService:
                 await self.cluster.set_figures(self.inventory.nodes)
         else:
             self.cluster_problem = (
-                f"cluster: /cluster/resources on {self.settings.main_node} failed: "
-                f"{result.error_text()}"
+                f"cluster: {self._resources_read()} failed: {result.error_text()}"
             )
         if vms is None:
             return

@@ -4,6 +4,9 @@ the API driver (the API driver never runs pvesh)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from tests.conftest import wait_for
 from tests.vm import drivers
 from tests.vm.conftest import Service
 
@@ -27,3 +30,25 @@ async def test_an_unreadable_cluster_is_a_503_naming_what_failed(
     assert text.startswith(expected), text
     assert "cluster not ready - no quorum?" in text
     assert not any(" qm create " in c for c in service.sim.commands())
+
+
+async def test_health_names_the_failed_read_in_the_drivers_terms(
+    start_service: Any, driver: str
+) -> None:
+    service: Service = await start_service(VM_POLL_INTERVAL="0.3")
+    service.sim.inject_failure("pvesh get", message="cluster not ready - no quorum?", times=1000)
+    problems: list[str] = []
+
+    async def named() -> bool:
+        async with service.session.get(service.url + "/health") as resp:
+            body = await resp.json()
+        problems[:] = [p for p in body["problems"] if p.startswith("cluster: ")]
+        return bool(problems)
+
+    await wait_for(named, timeout=20, what="the inventory's poll to meet the failure")
+    if driver == "api":
+        read = f"GET /cluster/resources at {service.env['PVE_API_URL']}"
+    else:
+        read = "pvesh get /cluster/resources on pve1"
+    assert len(problems) == 1 and problems[0].startswith(f"cluster: {read} failed: "), problems
+    assert "cluster not ready - no quorum?" in problems[0]
