@@ -35,6 +35,7 @@ from actors.search.registry import (
     state_root,
 )
 from actors.search.stemming import language_for
+from events.integrity import quick_check
 from gateway.health import add_health
 from gateway.loopback import is_loopback_host, is_loopback_origin
 from gateway.openapi import add_openapi
@@ -186,6 +187,18 @@ class Databases:
             log.error("search: database %s not loaded: %s", db, exc)
             self._failed.add(db)
             self.quarantined[db] = str(exc)
+            return False
+        # A damaged index file (events/integrity.py) is this database's problem alone.
+        index = self.registry.database_dir(db) / "index.sqlite"
+        verdict = await asyncio.to_thread(quick_check, index)
+        if not verdict.ok:
+            why = (
+                f"the SQLite file {index} is damaged ({verdict.damage}); an index is rebuilt "
+                f"from its inbox: with cairn stopped, remove {index.parent} and start cairn"
+            )
+            log.error("search: database %s not loaded: %s", db, why)
+            self._failed.add(db)
+            self.quarantined[db] = why
             return False
         try:
             engine = await asyncio.to_thread(

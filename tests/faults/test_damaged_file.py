@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from pvesim.cluster import SimCluster
 
-from tests.faults.conftest import CAIRN, StartCairn
+from tests.conftest import wait_for
+from tests.faults.conftest import CAIRN, Cairn, StartCairn
 from tests.images.imagedata import encoded
 
 PNG = encoded("PNG", (8, 8))
@@ -112,3 +113,74 @@ async def store_check(env: dict[str, str], cwd: Path) -> tuple[int, dict[str, ob
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None, err
     return proc.returncode, json.loads(out)
+
+
+def hits(answer: tuple[int, str]) -> list[str]:
+    status, text = answer
+    assert status == 200, text
+    return sorted(group["source"] for group in json.loads(text)["keyword"])
+
+
+async def keyword(cairn: Cairn, db: str) -> tuple[int, str]:
+    return await cairn.request(
+        "GET", cairn.url("search") + f"/api/keyword?db={db}&q=basalt&limit=100"
+    )
+
+
+async def test_a_damaged_search_index_stops_that_database_only(
+    start_cairn: StartCairn, sim: SimCluster, tmp_path: Path
+) -> None:
+    first = await start_cairn("up")
+    for db in ("notes", "rocks"):
+        add = await asyncio.create_subprocess_exec(
+            CAIRN, "search", "add", db, env=first.env, cwd=tmp_path,
+            stdout=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        assert await add.wait() == 0
+        inbox = tmp_path / "inbox" / db
+        inbox.mkdir(parents=True, exist_ok=True)
+        for n in range(40):  # enough pages for a middle to overwrite; five about basalt
+            rock = "basalt" if n < 5 else "granite"
+            (inbox / f"{n}.txt").write_text(f"{rock} {n} is a rock. " * 400)
+
+    basalt = [f"{n}.txt" for n in range(5)]
+
+    async def indexed() -> bool:
+        found = [await keyword(first, db) for db in ("notes", "rocks")]
+        return all(code == 200 and hits((code, text)) == basalt for code, text in found)
+
+    await wait_for(indexed, timeout=120, what="both databases to be indexed")
+    assert await first.stop() == 0
+    index = tmp_path / "data" / "search" / "databases" / "notes" / "index.sqlite"
+    with sqlite3.connect(index) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    assert pages > 8, pages
+    with index.open("r+b") as fh:
+        fh.seek(pages // 2 * 4096)
+        fh.write(os.urandom(3 * 4096))
+
+    cairn = await start_cairn("up")
+    found = re.search(r"search: database notes not loaded: (.*)", cairn.log())
+    assert found, cairn.log()[-3000:]
+    assert f"the SQLite file {index} is damaged (PRAGMA quick_check" in found.group(1)
+    assert f"remove {index.parent} and start cairn" in found.group(1)
+    status, text = await keyword(cairn, "notes")
+    assert status == 503, text
+    assert hits(await keyword(cairn, "rocks")) == basalt
+    async with cairn.session.get(cairn.url("search") + "/health") as resp:
+        health = await resp.json()
+    assert any("database notes: the SQLite file" in w for w in health["warnings"]), health
+    assert (await cairn.install(id=154)).records[-1]["status"] == "success"
+    assert await cairn.stop() == 0
+
+    # The way out it gives works: the index is rebuilt from the inbox.
+    shutil.rmtree(index.parent)
+    again = await start_cairn("up")
+
+    async def rebuilt() -> bool:
+        answer = await keyword(again, "notes")
+        return answer[0] == 200 and hits(answer) == basalt
+
+    await wait_for(rebuilt, timeout=120, what="the notes index to be rebuilt")
+    assert await again.stop() == 0
