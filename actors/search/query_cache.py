@@ -6,6 +6,7 @@ include the provider's fingerprint, so switching provider never returns a foreig
 """
 
 import hashlib
+import logging
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -13,12 +14,32 @@ from pathlib import Path
 
 import numpy as np
 
+from events.integrity import quick_check
+
 _HOT = 1024
+log = logging.getLogger(__name__)
+
+
+def set_aside_if_damaged(path: Path) -> None:
+    """A damaged cache file (events/integrity.py) is renamed ``<name>.damaged`` and a new
+    one started: it holds nothing that cannot be computed again, so search need not stop."""
+    verdict = quick_check(path)
+    if verdict.ok:
+        return
+    aside = path.with_name(path.name + ".damaged")
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.replace(aside)
+    log.warning(
+        "search: the query cache %s was damaged (%s); moved to %s and started afresh",
+        path, verdict.damage, aside,
+    )  # fmt: skip
 
 
 class QueryCache:
     def __init__(self, path: Path, max_entries: int = 10_000) -> None:
         self.max_entries = max_entries
+        set_aside_if_damaged(path)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode = WAL")
         # A cache: a power cut may lose its last writes, which costs an embedding each, so

@@ -160,7 +160,17 @@ async def test_a_damaged_search_index_stops_that_database_only(
         fh.seek(pages // 2 * 4096)
         fh.write(os.urandom(3 * 4096))
 
+    # The query cache too (its header: "file is not a database"): a cache is started afresh.
+    cache = tmp_path / "data" / "search" / "query_cache.sqlite"
+    with cache.open("r+b") as fh:
+        fh.write(os.urandom(100))
+
     cairn = await start_cairn("up")
+    assert re.search(
+        rf"search: the query cache {re.escape(str(cache))} was damaged \(PRAGMA quick_check: "
+        r"file is not a database\); moved to \S+query_cache\.sqlite\.damaged",
+        cairn.log(),
+    ), cairn.log()[-3000:]
     found = re.search(r"search: database notes not loaded: (.*)", cairn.log())
     assert found, cairn.log()[-3000:]
     assert f"the SQLite file {index} is damaged (PRAGMA quick_check" in found.group(1)
