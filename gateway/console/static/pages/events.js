@@ -85,7 +85,7 @@ function EventRow({ event }) {
       </div>
       <details>
         <summary>${summary(event)}</summary>
-        <pre class="data" aria-label=${`Event ${event.position} as recorded`}>${JSON.stringify(full, null, 2)}</pre>
+        <pre class="data">${JSON.stringify(full, null, 2)}</pre>
       </details>
     </li>`;
 }

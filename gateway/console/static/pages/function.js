@@ -55,7 +55,7 @@ function Run({ path, version }) {
       </form>
       <${ErrorNote} error=${error} />
       <h3>Output</h3>
-      <pre class="log output" ref=${box} tabindex="0" aria-label="Output" aria-live="polite">${lines.join("\n")}</pre>
+      <pre class="log output" ref=${box} tabindex="0" role="log" aria-label="Output">${lines.join("\n")}</pre>
       <div class="outcome" role="status">
         ${outcome?.event === "result" ? html`<p class="ok">Result (${outcome.type}): <code>${outcome.data}</code></p>` : null}
         ${outcome?.event === "error" ? html`<p class="error">Error: ${outcome.data}</p>` : null}

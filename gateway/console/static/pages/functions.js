@@ -112,7 +112,7 @@ export function FunctionList() {
     <h1 tabindex="-1">Functions</h1>
     <${ErrorNote} error=${functions.error} />
     ${functions.data === null && !functions.error ? html`<p aria-busy="true">Loading…</p>` : list.length === 0 ? html`<p class="muted">No functions stored yet.</p>` : html`
-      <div class="table"><table>
+      <div class="table" tabindex="0" role="region" aria-label="Stored functions"><table>
         <thead><tr><th scope="col">Path</th><th scope="col">Language</th>
           <th scope="col">Versions</th><th scope="col">Latest</th></tr></thead>
         <tbody>${list.map((fn) => html`

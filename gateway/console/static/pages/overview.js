@@ -17,7 +17,7 @@ function Services({ status }) {
       <p class=${up ? "ok" : "error"} role="status">
         ${up ? "Every service is up." : status.problems.length ? status.problems.join("; ") : "Something is down."}
       </p>
-      <div class="table"><table>
+      <div class="table" tabindex="0" role="region" aria-label="Services"><table>
         <thead><tr><th scope="col">Service</th><th scope="col">State</th><th scope="col">Address</th></tr></thead>
         <tbody>
           ${Object.entries(status.services).map(([name, service]) => {

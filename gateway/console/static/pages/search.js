@@ -26,7 +26,7 @@ function Documents({ db, documents }) {
     <details data-documents=${db}>
       <summary>${db}: ${count(indexed.length, "document")}${indexed.length < documents.length
         ? `, ${documents.length - indexed.length} dismissed` : ""}</summary>
-      <div class="table"><table>
+      <div class="table" tabindex="0" role="region" aria-label=${`Documents of ${db}`}><table>
         <thead><tr><th scope="col">File</th><th scope="col" class="num">Chunks</th>
           <th scope="col">Indexed</th></tr></thead>
         <tbody>${documents.map((d) => html`
@@ -53,7 +53,7 @@ function Databases({ list, statuses, documents }) {
     return docs ? docs.filter((d) => d.status === "indexed").length : "—";
   };
   return html`
-    <div class="table"><table>
+    <div class="table" tabindex="0" role="region" aria-label="Databases"><table>
       <thead><tr><th scope="col">Database</th><th scope="col">Registered</th><th scope="col">State</th>
         <th scope="col" class="num">Documents</th><th scope="col">Semantic index</th></tr></thead>
       <tbody>${list.registered.map((entry) => {

@@ -70,7 +70,7 @@ export function Log({ records }) {
     const el = box.current;
     stick.current = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
   };
-  return html`<pre class="log" ref=${box} onScroll=${onScroll} tabindex="0" aria-label="Log">${records
+  return html`<pre class="log" ref=${box} onScroll=${onScroll} tabindex="0" role="log" aria-label="Log">${records
     .map((r) => `${r.step}: ${tidy(r.message)}`)
     .join("\n")}</pre>`;
 }

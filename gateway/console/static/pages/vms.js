@@ -85,7 +85,7 @@ export function VmTable({ list, view = null, setView = null }) {
         ${label}<span aria-hidden="true">${active ? (view.desc ? " ▼" : " ▲") : ""}</span></button></th>`;
   };
   return html`
-    <div class="table"><table class="vms">
+    <div class="table" tabindex="0" role="region" aria-label="VMs"><table class="vms">
       <thead><tr>${COLUMNS.map(header)}</tr></thead>
       <tbody>
         ${rows.map((vm) => html`
