@@ -193,6 +193,7 @@ class Lease:
         self._watcher: asyncio.Task[None] | None = None
         # Set by the watch when the key was deleted or expired: try to take it now.
         self._free = asyncio.Event()
+        self._reclaimed: str | None = None
         self._reaction: asyncio.Task[None] | None = None
         self._pause_until = 0.0
         # This process's own mark in the value: a write of ours whose answer was lost (a
@@ -200,6 +201,10 @@ class Lease:
         self._token = secrets.token_hex(8)
         # Who holds it when we do not (for /health), as last read.
         self.other: str | None = None
+        # How the key was last seen freed ("released", "expired"), and how this host came to
+        # hold the lease, in words (settle messages name the cause, not a restart).
+        self._freed: str | None = None
+        self.taken = f"nobody held the {name!r} lease"
 
     async def start(self) -> Lease:
         self._task = asyncio.create_task(self._keep(), name=f"lease-{self.name}")
@@ -281,17 +286,34 @@ class Lease:
         if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
             if self.state is LeaseState.WAITING:
                 log.debug("lease %s: free (%s)", self.name, entry.operation or "expired")
+                self._freed = "released" if entry.operation == KV_DEL else "expired"
             self._free.set()
             return
         holder = _field(entry.value, "holder")
         if self.state is LeaseState.WAITING and holder is not None and holder != self.holder:
-            self.other = holder
+            self.other, self._freed = holder, None
+
+    def _taken_words(self, how: str | None) -> str:
+        """How this host came to hold the lease, for messages."""
+        who = self.other or "the host that held it"
+        lease = f"the {self.name!r} lease"
+        if how == "released":
+            return f"{who} stopped and handed {lease} on"
+        if how == "expired":
+            return (
+                f"{who} stopped renewing {lease} for {self.settings.ttl:g} s "
+                "(it died, stalled or lost the bus)"
+            )
+        if self.other is not None:
+            return f"{who} no longer held {lease}"
+        return f"nobody held {lease}"
 
     async def _try_acquire(self) -> None:
         if time.monotonic() < self._pause_until:
             return
         kv = await self._bucket()
         sent = time.monotonic()
+        self._reclaimed = None
         try:
             revision: int | None = await kv.create(self.name, self._value())
         except KeyWrongLastSequenceError:
@@ -299,7 +321,8 @@ class Lease:
         if revision is None:
             return
         self._revision, self._sent_at = revision, sent
-        self.state, self.other = LeaseState.HELD, None
+        self.taken = self._reclaimed or self._taken_words(self._freed)
+        self.state, self.other, self._freed = LeaseState.HELD, None, None
         log.info("lease %s: taken by %s", self.name, self.holder)
         self._react(self._acquired())
 
@@ -343,6 +366,7 @@ class Lease:
                 revision: int = await kv.update(self.name, self._value(), last=entry.revision)
             except KeyWrongLastSequenceError:
                 return None
+            self._reclaimed = self._taken_words("expired")
             return revision
         holder = _field(entry.value, "holder")
         if holder != self.holder:
@@ -351,6 +375,7 @@ class Lease:
             self.other = holder
             return None
         revision = await kv.update(self.name, self._value(), last=entry.revision)
+        self._reclaimed = "this host's previous process ended"
         log.info("lease %s: taken back from this host's previous process", self.name)
         return revision
 

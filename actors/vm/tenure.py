@@ -63,7 +63,7 @@ class VmTenure:
         try:
             await service.start(
                 self.scripts_dir,
-                settle=f"interrupted: the host that ran it stopped, {lease.holder} took over",
+                settle=f"interrupted: {lease.taken}; {lease.holder} took over",
             )
         except BaseException:
             await stop()

@@ -52,6 +52,8 @@ async def _assert_settled(cluster: Cluster, via: Host, vmid: int, first_ids: lis
     assert whole.records[0]["message"].startswith("[*] start VM installation")
     assert whole.last["status"] == "error", whole.last
     assert "took over" in whole.last["message"], whole.last
+    # The cause, as it was: the holder stopped renewing its lease (dead or paused), no restart.
+    assert "stopped renewing the 'vm' lease" in whole.last["message"], whole.last
     assert vmid not in cluster.vms(), "the half-built VM was left in Proxmox"
 
 

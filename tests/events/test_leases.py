@@ -173,6 +173,9 @@ async def test_a_waiting_host_takes_an_expired_lease_the_moment_it_expires(nc: C
         assert a.lease.fence() is not None  # ... so a had stopped trusting it first
         # ... and at once after it, although b never polls.
         assert took < settings.ttl + 1.0, took
+        assert b.lease.taken == (
+            "a stopped renewing the 'vm' lease for 2 s (it died, stalled or lost the bus)"
+        )
     finally:
         await a.lease.stop()
         await b.lease.stop()
@@ -190,6 +193,7 @@ async def test_a_released_lease_is_taken_at_once_by_a_watching_host(nc: Client) 
         released = time.monotonic()
         await wait_for(lambda: b.held, timeout=5, what="b takes the released lease")
         assert time.monotonic() - released < 1.0
+        assert b.lease.taken == "a stopped and handed the 'vm' lease on"
     finally:
         await b.lease.stop()
 
