@@ -1,16 +1,18 @@
 """Debian roots for tests: debootstrapped once per release, cached as a tarball, entered as root.
 
-A root is Debian's `minbase` variant plus systemd (a cloud image and a Proxmox node both have
-it; it is not running inside the root), built by `debootstrap` from deb.debian.org. The first
-build of a release takes a few minutes and needs the network; it is kept as
-`<cache>/<codename>-minbase-systemd.tar` and every later root is unpacked from that tarball in
-seconds. The cache is `$CAIRN_DEBIAN_ROOTS`, else `/var/cache/cairn/debian-roots`.
+A root is Debian's `minbase` variant plus systemd, sudo and python3 (a cloud image and a
+Proxmox node have them; systemd is not running inside the root), built by `debootstrap` from
+deb.debian.org. The first build of a release takes a minute or two and needs the network; it is
+kept as `<cache>/<codename>-minbase+systemd+sudo+python3-r<N>.tar` and every later root is unpacked
+from that tarball in seconds. The cache is `$CAIRN_DEBIAN_ROOTS`, else
+`/var/cache/cairn/debian-roots`.
 
 Commands run with the root as the `/` of a private mount namespace (`unshare --mount`, then
 `pivot_root` and the host's tree detached: a plain chroot would do but for bubblewrap, since the
 kernel refuses a chrooted process a user namespace), with /proc, /sys, /dev and /run mounted:
 the mounts belong to the namespace and disappear with its last process, so nothing is left
-mounted on the host even when a test is killed. With
+mounted on the host even when a test is killed. The root has its own host name (a UTS
+namespace), which its /etc/hosts resolves as a cloud image's does. With
 `isolated=True` they also get a network namespace of their own with nothing but loopback, so a
 service started inside listens on its default ports without meeting the host's. Needs root.
 
@@ -36,8 +38,13 @@ import attrs
 
 MIRROR = "http://deb.debian.org/debian"
 CODENAMES = {"11": "bullseye", "12": "bookworm", "13": "trixie"}
-# Packages added to minbase: systemd so that `systemctl enable` and unit files are real.
-INCLUDE = ("systemd",)
+# Packages added to minbase, which every cloud image and Proxmox node has: systemd (so that
+# `systemctl enable` and unit files are real), sudo (cairn runs the init script with
+# `sudo -n bash -s`) and python3 (cloud-init's language; cairn's guest proof needs it).
+INCLUDE = ("systemd", "sudo", "python3")
+# Part of the tarball's name: bump it when what a root gets (INCLUDE, _prepare) changes, so a
+# cache made by an older version of this module is not used.
+REVISION = 2
 # A service may not start inside a chroot (no init is running); 101 is "action forbidden".
 POLICY_RC_D = "#!/bin/sh\n# tests.debian_root: no service starts inside a test chroot.\nexit 101\n"
 ENV = {
@@ -54,6 +61,7 @@ _ENTER = """\
 set -e
 r=$1; isolated=$2; shift 2
 [ "$isolated" = 0 ] || ip link set lo up
+hostname "$(cat "$r/etc/hostname")"
 mount --make-rprivate /
 mount --bind "$r" "$r"
 mount -t proc proc "$r/proc"
@@ -76,7 +84,7 @@ def cache_dir() -> Path:
 
 
 def tarball_path(version: str) -> Path:
-    return cache_dir() / f"{CODENAMES[version]}-minbase-systemd.tar"
+    return cache_dir() / f"{CODENAMES[version]}-minbase+{'+'.join(INCLUDE)}-r{REVISION}.tar"
 
 
 def debootstrap_command(version: str, target: Path) -> list[str]:
@@ -157,8 +165,16 @@ def ensure_tarball(version: str) -> Path:
     return tarball
 
 
+HOSTNAME = "debian-root"
+
+
 def _prepare(target: Path) -> None:
-    """What every root gets beyond debootstrap: no service starts, name resolution works."""
+    """What every root gets beyond debootstrap: no service starts, name resolution works, and
+    a host name of its own that /etc/hosts resolves (the installer's or cloud-init's job)."""
+    (target / "etc/hostname").write_text(f"{HOSTNAME}\n")
+    (target / "etc/hosts").write_text(
+        f"127.0.0.1\tlocalhost\n127.0.1.1\t{HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
     policy = target / "usr/sbin/policy-rc.d"
     policy.write_text(POLICY_RC_D)
     policy.chmod(0o755)
@@ -180,7 +196,7 @@ class DebianRoot:
 
     def command(self, argv: Sequence[str], *, isolated: bool = False) -> list[str]:
         """The host command line that runs `argv` inside the root (`isolated`: loopback only)."""
-        unshare = ["unshare", "--mount", *(["--net"] if isolated else []), "--"]
+        unshare = ["unshare", "--mount", "--uts", *(["--net"] if isolated else []), "--"]
         return [*unshare, "sh", "-c", _ENTER, "sh", str(self.path), str(int(isolated)), *argv]
 
     def run(

@@ -1,7 +1,8 @@
 """The Debian init scripts, run as cairn runs them, inside debootstrapped Debian 11, 12 and 13.
 
-Each test unpacks a fresh minbase root (tests.debian_root), pipes `sh/debian_<v>.sh` to
-`bash -s` inside it exactly as cairn does over SSH (the password, when set, as the
+Each test unpacks a fresh minbase root (tests.debian_root), adds the default user the way
+cloud-init does (`debian`, passwordless sudo), pipes `sh/debian_<v>.sh` to `sudo -n bash -s`
+run as that user, exactly as cairn does over SSH (the password, when set, as the
 `VM_ROOT_PASSWORD=...; export` head that actors.vm.guest.init_stdin writes), and looks at the
 result from outside: the package database, the unit and its udev rule, /etc/shadow checked with
 crypt(3), and a snapshot of /etc before and after.
@@ -33,6 +34,7 @@ VERSIONS = sorted(CODENAMES)
 # Spaces, both quotes, a command substitution in both spellings, a non-ASCII letter.
 PASSWORD = "p w 'q\" $(id) `id` é"
 AGENT = "qemu-guest-agent"
+USER = "debian"  # the default user of Debian's cloud images
 LOCKS = {
     "apt lists lock": "var/lib/apt/lists/lock",
     "dpkg frontend lock": "var/lib/dpkg/lock-frontend",
@@ -42,9 +44,11 @@ HOLD_SECONDS = 20
 
 
 def run_script(root: DebianRoot, password: str = "") -> subprocess.CompletedProcess[bytes]:
-    """`bash -s` inside the root with the script on stdin, as actors.vm.guest.run_init does."""
+    """`sudo -n bash -s` as the default user with the script on stdin, as
+    actors.vm.guest.run_init runs it over SSH."""
     script = (SCRIPTS_DIR / f"debian_{root.version}.sh").read_text()
-    return root.run(["bash", "-s"], input=init_stdin(script, password), timeout=800)
+    command = ["runuser", "-u", USER, "--", "sudo", "-n", "bash", "-s"]
+    return root.run(command, input=init_stdin(script, password), timeout=800)
 
 
 def succeeded(result: subprocess.CompletedProcess[bytes]) -> list[str]:
@@ -112,7 +116,13 @@ def verifies(password: str, hashed: str) -> bool:
 
 @pytest.fixture(params=VERSIONS, ids=[f"debian{v}" for v in VERSIONS])
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> DebianRoot:
-    return unpack(str(request.param), tmp_path / "root")
+    """A fresh root with the cloud image's default user, as cloud-init leaves it."""
+    root = unpack(str(request.param), tmp_path / "root")
+    root.sh(
+        f"useradd --create-home --shell /bin/bash {USER} && "
+        f"echo '{USER} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-cloud-init-users"
+    )
+    return root
 
 
 def test_without_a_password_installs_the_agent_and_changes_nothing_else(root: DebianRoot) -> None:
