@@ -122,3 +122,37 @@ async def test_a_stop_with_a_console_tab_and_five_streams_ends_within_the_grace(
     assert "Unknown child process" not in log, log[-3000:]
     lines = [line for line in log.splitlines() if line.strip()]
     assert lines[-1].endswith("cairn: stopped"), lines[-5:]
+
+
+async def test_a_stop_with_only_feeds_attached_does_not_wait_for_the_grace(
+    start_cairn: StartCairn,
+) -> None:
+    """The issue's case: one console tab and one `curl -N /console/events`, the default
+    CAIRN_STOP_GRACE (10 s): the stop took 22-25 s; nothing runs, so it need not wait at all."""
+    cairn = await start_cairn("up")
+    feed = cairn.url("status") + "/console/events"
+    streams = [await attach(cairn, "GET", feed)]
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(cairn.url("status") + "/")
+            await page.evaluate(
+                """() => new Promise(opened => {
+                     const feed = new EventSource("/console/events");
+                     feed.onopen = opened;
+                   })"""
+            )
+            began = time.monotonic()
+            cairn.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(cairn.proc.wait(), 30)
+            took = time.monotonic() - began
+        finally:
+            await browser.close()
+    got = await asyncio.wait_for(streams[0][0], 5)
+    streams[0][1].release()
+    print(f"stop with a console tab and a feed, nothing running: {took:.2f} s (grace 10 s)")
+    assert code == 0
+    assert got[-1][0] == "stopping", got[-2:]
+    assert took < 3, f"stopping took {took:.1f} s"
+    assert cairn.log().rstrip().endswith("cairn: stopped")
