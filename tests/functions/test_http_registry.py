@@ -111,9 +111,11 @@ async def test_each_run_leaves_one_journal_line_with_its_outcome(
     await wait_for(lambda: len(runs()) == 3, what="three run lines")
     lines = runs()
     version = f"tools/div version {stored['version']}"
-    assert re.fullmatch(rf"function {version} \(python\): ok in \d+ ms", lines[0])
+    by = r", asked by ip:127\.0\.0\.1"  # who asked: no tokens, so the client's address
+    assert re.fullmatch(rf"function {version} \(python\): ok in \d+ ms{by}", lines[0])
     assert re.fullmatch(
-        rf"function {version} \(python\): failed: ZeroDivisionError: division by zero in \d+ ms",
+        rf"function {version} \(python\): failed: ZeroDivisionError: division by zero"
+        rf" in \d+ ms{by}",
         lines[1],
     )
-    assert re.fullmatch(r"function /run-now \(javascript\): ok in \d+ ms", lines[2])
+    assert re.fullmatch(rf"function /run-now \(javascript\): ok in \d+ ms{by}", lines[2])
