@@ -1,0 +1,37 @@
+"""The ``cairn`` command's entry point.
+
+The daily commands that only talk HTTP to running services (``cairn vm``, ``cairn fn``,
+``cairn images``) are parsed and run here without importing the server side (aiohttp,
+SQLAlchemy, the actors, the store), which costs most of a second per call and matters to a
+script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gateway.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# The first word of a command line that needs only an HTTP client, and the module behind it.
+CLIENT_COMMANDS = {"vm": "gateway.cli_vm", "fn": "gateway.cli_fn", "images": "gateway.cli_images"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    module_name = CLIENT_COMMANDS.get(args[0]) if args else None
+    if module_name is None:
+        from gateway.cli import main as full_main
+
+        return full_main(args)
+    from actors.config import load_env
+
+    parser = argparse.ArgumentParser(prog="cairn")
+    commands = parser.add_subparsers(dest="command", required=True)
+    importlib.import_module(module_name).register(commands)
+    parsed = parser.parse_args(args)
+    return int(parsed.handler(parsed, load_env()) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
