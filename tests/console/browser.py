@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Route
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright, Route
 
 from tests.gateway.test_cli_up import up_env
 
@@ -216,3 +216,29 @@ class Watch:
     def assert_clean(self) -> None:
         assert not self.outside, f"requests left loopback: {self.outside}"
         assert not self.errors, f"the page reported: {self.errors}"
+
+
+def code_of(editor: Locator) -> str:
+    """The text in a code editor (CodeMirror's content element, found by its label): its lines
+    as the user sees them, joined by newlines."""
+    text: str = editor.evaluate(
+        "el => [...el.querySelectorAll('.cm-line')].map((l) => l.textContent).join('\\n')"
+    )
+    return text
+
+
+def paste_code(editor: Locator, text: str) -> None:
+    """Replace a code editor's text as a user pasting it would: select all, paste. (Playwright's
+    fill() types through the browser's own editing, which adds style attributes the console's
+    CSP refuses; CodeMirror takes a paste itself.)"""
+    editor.click()
+    editor.press("Control+a")
+    editor.evaluate(
+        """(el, text) => {
+            const data = new DataTransfer();
+            data.setData("text/plain", text);
+            el.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true,
+                                                          cancelable: true}));
+        }""",
+        text,
+    )

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import CAIRN, Stack
+from tests.console.browser import CAIRN, Stack, paste_code
 from tests.console.test_browser_login import sign_in
 
 CODE = "def handler(event):\n    return 1\n"
@@ -61,10 +61,10 @@ def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and
     page.goto(stack.url("functions"))
     page.get_by_label("Path").fill("audit/greet")
     page.get_by_label("Language").select_option("python")
-    page.get_by_label("Code").fill(CODE)
+    paste_code(page.get_by_label("Code", exact=True), CODE)
     page.get_by_role("button", name="Store").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("audit/greet")
-    page.get_by_label(re.compile("Code of version")).fill(CODE.replace("1", "2"))
+    paste_code(page.get_by_label(re.compile("Code of version")), CODE.replace("1", "2"))
     page.get_by_role("button", name="Store as a new version").click()
     expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     page.get_by_role("button", name="Delete").click()

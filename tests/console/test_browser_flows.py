@@ -16,7 +16,7 @@ from PIL import Image
 from playwright.sync_api import Page, expect
 from pvesim.cluster import SimCluster
 
-from tests.console.browser import Stack, wait_until
+from tests.console.browser import Stack, code_of, paste_code, wait_until
 
 # Records every state the stage list went through, so a test can tell a stream that arrived
 # live from one that arrived at the end. Installed before the page's own scripts run.
@@ -221,10 +221,11 @@ def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack:
     page.goto(stack.url("functions"))
     page.get_by_label("Path").fill("demo/greet")
     page.get_by_label("Language").select_option("python")
-    page.get_by_label("Code").fill(FUNCTION)
+    paste_code(page.get_by_label("Code", exact=True), FUNCTION)
     page.get_by_role("button", name="Store").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("demo/greet")
-    expect(page.get_by_label(re.compile("Code of version"))).to_have_value(FUNCTION)
+    editor = page.get_by_label(re.compile("Code of version"))
+    wait_until(lambda: code_of(editor) == FUNCTION, what="the stored code in the editor")
 
     page.get_by_label(re.compile("^Input")).fill('{"name": "Ada"}')
     page.get_by_role("button", name="Run the latest version").click()
@@ -242,7 +243,7 @@ def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack:
 
     # Edited and stored again: a second version, listed.
     editor = page.get_by_label(re.compile("Code of version"))
-    editor.fill(FUNCTION.replace("hello from", "hi from"))
+    paste_code(editor, FUNCTION.replace("hello from", "hi from"))
     page.get_by_role("button", name="Store as a new version").click()
     expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     page.goto(stack.url("functions"))

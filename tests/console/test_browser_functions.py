@@ -9,7 +9,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import Stack
+from tests.console.browser import Stack, code_of, paste_code, wait_until
 
 CODE = 'return {"hello": event.get("name", "world")}\n'
 JS = 'return { hello: event.name ?? "world" };\n'
@@ -30,7 +30,7 @@ def store(stack: Stack, path: str) -> int:
 def test_versions_read_as_dates_with_the_number_on_hover(page: Page, stack: Stack) -> None:
     version = store(stack, "dated/fn")
     page.goto(stack.url("function/dated/fn"))
-    label = page.locator("label", has_text="Code of version")
+    label = page.locator(".code-label", has_text="Code of version")
     expect(label).to_contain_text(re.compile(r"\d{4}|\d{1,2}/\d{1,2}/"))  # a date
     assert str(version) not in label.inner_text()
     name = label.locator("span.version")
@@ -57,7 +57,7 @@ def test_storing_over_a_path_asks_first_and_more_when_the_language_changes(
 
     # Another language: said plainly, with a danger button naming the new language.
     page.get_by_label("Language").select_option("javascript")
-    page.get_by_label("Code").fill(JS)
+    paste_code(page.get_by_label("Code", exact=True), JS)
     page.get_by_role("button", name="Store").click()
     expect(dialog).to_contain_text("Change over/fn from python to javascript?")
     expect(dialog).to_contain_text("The language changes from python to javascript")
@@ -69,7 +69,7 @@ def test_storing_over_a_path_asks_first_and_more_when_the_language_changes(
 
     # Confirmed: stored, and the page moves to it.
     page.get_by_label("Language").select_option("python")
-    page.get_by_label("Code").fill(CODE)
+    paste_code(page.get_by_label("Code", exact=True), CODE)
     page.get_by_role("button", name="Store").click()
     dialog.get_by_role("button", name="Store a new version").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("over/fn")
@@ -77,10 +77,39 @@ def test_storing_over_a_path_asks_first_and_more_when_the_language_changes(
 
     # On the function's own page a new version is what the form is for; a new language asks.
     page.get_by_label("Language").select_option("javascript")
-    page.get_by_label(re.compile("Code of version")).fill(JS)
+    paste_code(page.get_by_label(re.compile("Code of version")), JS)
     page.get_by_role("button", name="Store as a new version").click()
     expect(dialog).to_contain_text("Change over/fn from python to javascript?")
     dialog.get_by_role("button", name="Store as javascript").click()
     expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     listed = stack.json("/console/svc/functions/functions")["functions"]
     assert next(f for f in listed if f["path"] == "over/fn")["language"] == "javascript"
+
+
+def test_the_code_editor_highlights_and_indents_with_tab(page: Page, stack: Stack) -> None:
+    store(stack, "edit/tab")
+    page.goto(stack.url("function/edit/tab"))
+    editor = page.get_by_label(re.compile("Code of version"))
+    expect(editor).to_have_attribute("contenteditable", "true")
+    wait_until(lambda: code_of(editor) == CODE.rstrip("\n") + "\n", what="the code in the editor")
+    # Highlighted: the Python keyword and the string are tokens of their own.
+    expect(editor.locator("span", has_text="return").first).to_be_visible()
+    assert editor.locator("span", has_text='"hello"').count() >= 1
+    # Tab indents the line the cursor is on, and the focus stays in the editor.
+    editor.click()
+    page.keyboard.press("Control+Home")
+    page.keyboard.press("Tab")
+    expect(editor).to_be_focused()
+    wait_until(lambda: code_of(editor).startswith("    return"), what="the line indented")
+    page.keyboard.press("Shift+Tab")
+    wait_until(lambda: code_of(editor).startswith("return"), what="the line dedented")
+    # Escape, then Tab: out of the editor, to the next control (the keyboard is not trapped).
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    expect(editor).not_to_be_focused()
+    # An edit is stored as the new version's code.
+    paste_code(editor, "def twice(x):\n    return 2 * x\nreturn twice(21)\n")
+    page.get_by_role("button", name="Store as a new version").click()
+    expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
+    status, text = stack.request("GET", "/console/svc/functions/code/edit/tab")
+    assert (status, text) == (200, "def twice(x):\n    return 2 * x\nreturn twice(21)\n")

@@ -7,6 +7,7 @@ import { absolute } from "../format.js";
 import { Confirm, ErrorNote, useLoad } from "../ui.js";
 import { LanguageSelect, OverwriteConfirm, VersionName, overwriteOf } from "./functions.js";
 import { may } from "../identity.js";
+import { CodeEditor } from "../code.js";
 
 function Run({ path, version }) {
   const [input, setInput] = useState('{"name": "cairn"}');
@@ -103,9 +104,9 @@ function Editor({ path, shown, onStored }) {
     <form onSubmit=${save} aria-labelledby="code-h">
       <h2 id="code-h">Code</h2>
       <${LanguageSelect} value=${language} onChange=${setLanguage} />
-      <label>Code of version <${VersionName} version=${shown.version} />
-        <textarea class="code" rows="12" spellcheck="false" value=${code} readonly=${!may("admin")}
-          onInput=${(e) => setCode(e.target.value)}></textarea></label>
+      <${CodeEditor} id="fn-code" label=${html`Code of version <${VersionName} version=${shown.version} />`}
+                     name=${`Code of version ${absolute(shown.version)}`} value=${code}
+                     language=${language} readOnly=${!may("admin")} onChange=${setCode} rows="12" />
       <${ErrorNote} error=${error} />
       ${may("admin") ? html`<div class="row">
         <button type="submit" disabled=${code === shown.code && language === shown.language}>Store as a new version</button>

@@ -6,6 +6,7 @@ import { useEvents } from "../feed.js";
 import { absolute, count } from "../format.js";
 import { Confirm, ErrorNote, TimeAgo, useLoad } from "../ui.js";
 import { may } from "../identity.js";
+import { CodeEditor } from "../code.js";
 
 export const SAMPLE = {
   python: 'name = event.get("name", "world")\nprint("greeting", name)\nreturn {"hello": name}\n',
@@ -95,8 +96,8 @@ export function NewFunction({ onStored }) {
           setLanguage(next);
         }} /></div>
       </div>
-      <label>Code <textarea name="code" class="code" rows="8" spellcheck="false"
-        value=${code} onInput=${(e) => setCode(e.target.value)}></textarea></label>
+      <${CodeEditor} id="new-code" label="Code" name="Code" value=${code} language=${language}
+                     onChange=${setCode} />
       <${ErrorNote} error=${error} />
       <button type="submit" disabled=${busy} aria-busy=${busy}>Store</button>
     </form>

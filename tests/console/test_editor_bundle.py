@@ -1,0 +1,49 @@
+"""The code editor's bundle: CodeMirror from ops/node_modules, bundled by the real esbuild into
+one ES module the console serves; without esbuild, a 503 that says what to run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.console.editor import ENTRY, EditorBundle, add_routes
+
+ROUTE = "/console/vendor/codemirror/editor.js"
+
+
+async def client_for(bundle: EditorBundle) -> TestClient[web.Request, web.Application]:
+    app = web.Application()
+    add_routes(app, bundle)
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    return client
+
+
+async def test_the_editor_is_one_module_with_nothing_from_elsewhere() -> None:
+    client = await client_for(EditorBundle())
+    try:
+        response = await client.get(ROUTE)
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+        body = await response.text()
+        again = await (await client.get(ROUTE)).text()
+    finally:
+        await client.close()
+    assert body == again  # built once, then served from memory
+    assert "createEditor" in body
+    # Bundled: no import left to resolve, so nothing is fetched from anywhere else.
+    assert "import(" not in body and not body.lstrip().startswith("import")
+    assert "http://" not in body.replace("http://www.w3.org", "")
+
+
+async def test_without_esbuild_the_route_says_what_to_run(tmp_path: Path) -> None:
+    client = await client_for(EditorBundle(ops=tmp_path, entry=ENTRY))
+    try:
+        response = await client.get(ROUTE)
+        assert response.status == 503
+        text = await response.text()
+    finally:
+        await client.close()
+    assert "the code editor is not available" in text and "run ops/setup" in text
