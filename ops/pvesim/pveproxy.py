@@ -36,6 +36,7 @@ from aiohttp import web
 from . import cloudinit, pvesh
 from . import qm as fake_qm
 from . import resources as res
+from . import termproxy as term
 from . import vmconfig as vc
 from .access import DEFAULT_VERSION, VERSIONS, api_settings, privileges
 from .args import CliError, parse
@@ -222,6 +223,19 @@ class Call:
 Handler = Callable[["PveProxy", Call], Any]
 
 
+@attrs.define
+class TermSession:
+    """One termproxy waiting on its port for its one connection (termproxy.py)."""
+
+    port: int
+    node: str
+    vmid: int
+    user: str
+    task: Task
+    connected: bool = False
+    ended: threading.Event = attrs.field(factory=threading.Event)
+
+
 class PveProxy:
     def __init__(self, store: Store, executor: Executor, *, host: str = "127.0.0.1") -> None:
         self.store = store
@@ -235,6 +249,8 @@ class PveProxy:
         self._pid = 0x3C0000 + os.getpid() % 0x1000
         self._lock = threading.Lock()
         self.cert_path: Path | None = None
+        self.terms: dict[int, TermSession] = {}  # termproxy sessions by port
+        self._ticket_secret = os.urandom(32)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -266,7 +282,7 @@ class PveProxy:
 
     # --- HTTP ---------------------------------------------------------------------------------
 
-    async def _dispatch(self, request: web.Request) -> web.Response:
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"].strip("/")
         method = request.method
         loop = asyncio.get_running_loop()
@@ -292,6 +308,11 @@ class PveProxy:
                 self.journal.append(Exchange(method, path, dict(request.query), exc.status, None))
             return self._error(exc)
         self.journal.append(Exchange(method, path, params, 200, data))
+        if (
+            handler is get_vncwebsocket
+            and request.headers.get("Upgrade", "").lower() == "websocket"
+        ):
+            return await self._terminal(request, call)
         payload = {"data": data, **extra}
         return web.Response(
             body=json.dumps(payload, separators=(",", ":")).encode(),
@@ -355,6 +376,73 @@ class PveProxy:
         if isinstance(result, tuple):
             return result[0], result[1]
         return result, {}
+
+    # --- the termproxy behind vncwebsocket (termproxy.py) -------------------------------------
+
+    def term_ticket(self, user: str, path: str) -> str:
+        return term.assemble_ticket(self._ticket_secret, user, path)
+
+    def term_ticket_ok(self, ticket: str, user: str, path: str) -> bool:
+        return term.verify_ticket(self._ticket_secret, ticket, user, path)
+
+    async def _terminal(self, request: web.Request, call: Call) -> web.StreamResponse:
+        """pveproxy's websocket to the termproxy on `port`, and that termproxy."""
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        if "binary" not in offered:  # pveproxy speaks `binary` (or `base64`, not imitated)
+            return self._error(HttpError(400, "websocket protocol 'binary' required"))
+        ws = web.WebSocketResponse(protocols=("binary",), max_msg_size=term.MAX_LEN + 64)
+        await ws.prepare(request)
+        port, vmid = int(call.params["port"]), int(call.match[1])
+        session = self.terms.get(port)
+        if session is None or session.connected or session.vmid != vmid:
+            await ws.close()  # nothing listens there: pveproxy's connect fails
+            return ws
+        session.connected = True
+        loop = asyncio.get_running_loop()
+        console = term.SerialConsole(f"t{vmid}")
+        buf, authed = b"", False
+        try:
+            async for msg in ws:
+                if msg.type == web.WSMsgType.BINARY:
+                    buf += msg.data
+                elif msg.type == web.WSMsgType.TEXT:
+                    buf += msg.data.encode()
+                else:
+                    break
+                if not authed:
+                    parsed = term.parse_auth(buf)
+                    if parsed is None:
+                        continue
+                    user, ticket, buf = parsed
+                    path = f"/vms/{vmid}"
+                    if user != session.user or not self.term_ticket_ok(ticket, user, path):
+                        break  # termproxy closes without a word
+                    if not await loop.run_in_executor(
+                        self.executor, self.can, call, path, "VM.Console"
+                    ):
+                        break
+                    authed = True
+                    await ws.send_bytes(b"OK")
+                    rec = await loop.run_in_executor(self.executor, self.vm_rec, session.node, vmid)
+                    if rec["status"] != "running":
+                        await ws.send_bytes(f"VM {vmid} not running\r\n".encode())
+                        break
+                    await ws.send_bytes(console.banner())
+                messages, buf = term.parse_messages(buf)
+                for message in messages:
+                    if isinstance(message, term.Data):
+                        out = console.feed(message.data)
+                        if out:
+                            await ws.send_bytes(out)
+                    elif isinstance(message, term.Resize):
+                        console.resize(message.cols, message.rows)
+        except term.ProtocolError:
+            pass
+        finally:
+            session.ended.set()
+            self.terms.pop(port, None)
+            await ws.close()
+        return ws
 
     # --- helpers for handlers -----------------------------------------------------------------
 
@@ -1356,3 +1444,62 @@ def get_task_log(proxy: PveProxy, call: Call) -> Any:
     if not out:
         out = [{"n": start or 1, "t": "no content"}]
     return out, {"total": len(lines)}
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/termproxy")
+def post_termproxy(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(call, {"node": "string", "vmid": "integer", "serial": "string"})
+    serial = call.params.get("serial")
+    serials = ("serial0", "serial1", "serial2", "serial3")
+    if serial is not None and serial not in serials:
+        raise param_exc("serial", enum_error(serial, serials))
+    path = f"/vms/{vmid}"
+    proxy.need(call, path, "VM.Console")
+    proxy.vm_rec(node, vmid)  # "check if VM exists"
+    task = proxy.new_task(node, "vncproxy", str(vmid), call.tokenid)
+    with proxy._lock:
+        free = (p for p in range(term.PORT_MIN, term.PORT_MAX + 1) if p not in proxy.terms)
+        port = next(free, 0)
+        if port:
+            session = TermSession(port, node, vmid, call.tokenid, task)
+            proxy.terms[port] = session
+    if not port:
+        proxy.tasks.pop(task.upid, None)
+        raise HttpError(500, f"unable to find free port ({term.PORT_MIN}-{term.PORT_MAX})")
+
+    def serve(t: Task) -> str | None:
+        t.lines.append(f"starting qemu termproxy {t.upid}")
+        if not session.ended.wait(term.ACCEPT_TIMEOUT) and not session.connected:
+            with proxy._lock:
+                proxy.terms.pop(port, None)
+            return "connection timed out"
+        session.ended.wait()
+        return None
+
+    upid = proxy.run_task(task, serve)
+    ticket = proxy.term_ticket(call.tokenid, path)
+    return {"user": call.tokenid, "ticket": ticket, "port": port, "upid": upid}
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/vncwebsocket")
+def get_vncwebsocket(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {"node": "string", "vmid": "integer", "port": "integer", "vncticket": "string"},
+        required=("port", "vncticket"),
+    )
+    port = int(call.params["port"])
+    if port < term.PORT_MIN:
+        raise param_exc("port", f"value must have a minimum value of {term.PORT_MIN}")
+    if port > term.PORT_MAX:
+        raise param_exc("port", f"value must have a maximum value of {term.PORT_MAX}")
+    if len(call.params["vncticket"]) > 512:
+        raise param_exc("vncticket", "value may only be 512 characters long")
+    path = f"/vms/{vmid}"
+    proxy.need(call, path, "VM.Console")
+    if not proxy.term_ticket_ok(call.params["vncticket"], call.tokenid, path):
+        raise HttpError(401, "permission denied - invalid PVEVNC ticket")  # (derived)
+    proxy.vm_rec(node, vmid)  # "VM exists ?"
+    return {"port": str(port)}

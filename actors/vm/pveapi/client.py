@@ -122,6 +122,26 @@ class PveClient:
                 await asyncio.sleep(self._retry_pause * attempt)
             raise AssertionError("unreachable")
 
+    async def websocket(
+        self, path: str, params: dict[str, Any], *, max_msg_size: int = 1 << 20
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A websocket (subprotocol `binary`) to a GET endpoint such as `vncwebsocket`, with
+        the token and the pinned certificate of every other request."""
+        session = await self._open()
+        url = URL(path_url(self.base, path, params), encoded=True)
+        try:
+            return await session.ws_connect(
+                url, protocols=("binary",), max_msg_size=max_msg_size, autoping=True
+            )
+        except aiohttp.ServerFingerprintMismatch as exc:
+            raise errors.FingerprintMismatch(
+                format_fingerprint(exc.expected), format_fingerprint(exc.got), self.base
+            ) from None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise errors.from_response(
+                exc.status, exc.message, error_body(b""), method="GET", path=path
+            ) from None
+
     async def _once(self, method: str, path: str, params: dict[str, Any] | None) -> Any:
         session = await self._open()
         in_query = method in ("GET", "DELETE")
