@@ -160,6 +160,10 @@ def test_a_tour_of_every_page(
             assert wide <= width, f"{name} is {wide} px wide at {width} px"
             assert page.evaluate(UNLABELLED) == [], name
             page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
+            # And in dark, as a system set to dark shows it.
+            page.emulate_media(color_scheme="dark")
+            page.screenshot(path=str(shots / f"{name}-{width}-dark.png"), full_page=True)
+            page.emulate_media(color_scheme="light")
     finally:
         context.close()
     watch.assert_clean()

@@ -2,7 +2,7 @@
 
 import { html, useState } from "../lib.js";
 import { recent, useEvents } from "../feed.js";
-import { bytes } from "../format.js";
+import { absolute, bytes } from "../format.js";
 import { encodePath } from "../api.js";
 import { TimeAgo } from "../ui.js";
 
@@ -25,7 +25,7 @@ function happened(event) {
     case "vm.task_ended": return `${event.stream}: ${d.ok ? "done" : `failed: ${d.error}`} (now ${d.state})`;
     case "vm.installed": return `${event.stream}: ${d.name} (${d.os} ${d.version}) at ${d.ip}`;
     case "vm.observed": return `${event.stream} is ${d.state}`;
-    case "functions.version_stored": return `${d.path} version ${d.version} (${d.language})`;
+    case "functions.version_stored": return `${d.path} version of ${absolute(d.version)} (${d.language})`;
     case "functions.deleted": return `${d.path} deleted (${d.versions} versions)`;
     case "images.stored": return `${d.path} (${d.type}, ${bytes(d.size)})`;
     case "images.deleted": return `${d.path} deleted`;
