@@ -11,6 +11,7 @@ One table for every service, read top to bottom, first match wins:
 | images | ``POST /upload/<path>``, ``DELETE /del/<path>`` | admin |
 | search | ``/mcp`` (its tools only read) | viewer |
 | status | ``/console/svc/<service>/<path>``: what that service's route needs | |
+| status | ``GET /console/vm/<id>/serial`` (a VM's serial console, a websocket) | operator |
 | any | any other ``GET``, ``HEAD`` or ``OPTIONS`` | viewer |
 | any | any other method | admin |
 
@@ -72,6 +73,7 @@ _RULES: tuple[tuple[str, frozenset[str], str, Role], ...] = (
     ("images", frozenset({"DELETE"}), "/del/**", Role.ADMIN),
     ("search", frozenset({"GET", "POST", "DELETE"}), "/mcp", Role.VIEWER),
     ("search", frozenset({"GET", "POST", "DELETE"}), "/mcp/**", Role.VIEWER),
+    ("status", frozenset({"GET"}), "/console/vm/*/serial", Role.OPERATOR),
 )
 _CONSOLE_SVC = re.compile(r"/console/svc/([^/]+)(/.*)?\Z", re.DOTALL)
 

@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from actors.platform import Runtime
+from gateway.console import serial
 from gateway.console.app import mount as mount_console
 from gateway.health import add_health, runtime_problems
 from gateway.openapi import add_openapi
@@ -70,6 +71,7 @@ async def build(runtime: Runtime) -> web.Application:
 
     app.router.add_get("/status", status)
     mount_console(app, runtime)
+    serial.add_routes(app, runtime.env)  # here, not in console/app.py, which H edits now
     add_openapi(app, "status", runtime.env)
     return app
 

@@ -1,0 +1,200 @@
+"""A VM's serial console in the browser: ``GET /console/vm/<id>/serial`` (a websocket).
+
+The console relays between the browser and PVE's ``vncwebsocket`` (actors/vm/pveapi/
+termproxy.py), only under the API driver (``PVE_DRIVER=api``; 409 otherwise, with why). The
+console, not the browser, asks PVE for the termproxy and answers its ticket: the ticket and
+the API token never reach the page or a log line.
+
+Guards, all before PVE is asked anything:
+- the Host allow-list, ``ALLOW_IPS`` and (once tokens exist) the role: operator or admin
+  (``gateway/roles.py``), applied by the middlewares in front of every console route;
+- the ``Origin`` of the upgrade: a websocket is a GET, which the cross-site guard lets by, and
+  browsers do not hold websockets to the same-origin policy, so a page elsewhere could open
+  one with the user's cookie (cross-site websocket hijacking). The upgrade must carry an
+  ``Origin`` whose host and port are the request's ``Host``.
+
+Between the two sides: a binary message from the browser is typed bytes (framed here as
+termproxy's ``0:LEN:DATA``); a text message is ``{"resize": [cols, rows]}``. What PVE's
+terminal sends is passed on as binary messages. A browser message over ``MAX_MESSAGE`` bytes
+ends the session; either side closing closes the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+
+import aiohttp
+from aiohttp import web
+
+from actors.vm.pveapi import errors
+from actors.vm.pveapi import termproxy as term
+from actors.vm.pveapi.client import PveClient
+from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
+from actors.vm.settings import SettingsError, load_settings
+from gateway.crosssite import _host_port
+from gateway.identity import IDENTITY
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/console/vm/{vmid}/serial"
+MAX_MESSAGE = 16 * 1024  # a paste of 16 KiB at once is plenty for a serial line
+UPSTREAM_MAX = 1 << 20
+_VMID = re.compile(r"[1-9][0-9]{2,8}")
+
+
+def origin_refusal(headers: Mapping[str, str], host: str) -> str | None:
+    """Why this upgrade's Origin is not the console's own, or None when it is."""
+    origin = headers.get("Origin")
+    if not origin:
+        return "a websocket upgrade without Origin"
+    match = re.fullmatch(r"(https?)://([^/\s]+)", origin.strip())
+    if match is None:
+        return f"Origin: {origin[:200]}"
+    scheme = match.group(1)
+    if _host_port(match.group(2), scheme) != _host_port(host, scheme):
+        return f"Origin: {origin[:200]}, Host: {host[:200]}"
+    return None
+
+
+def parse_control(text: str) -> tuple[int, int] | None:
+    """``{"resize": [cols, rows]}`` from the page, sane sizes only."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    size = value.get("resize") if isinstance(value, dict) else None
+    if (
+        isinstance(size, list)
+        and len(size) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1000 for n in size)
+    ):
+        return size[0], size[1]
+    return None
+
+
+class SerialConsole:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def _client(self) -> tuple[PveClient | None, str]:
+        try:
+            settings = load_settings(self.env)
+        except SettingsError as exc:
+            return None, f"the VM settings are not usable here: {exc}"
+        api = settings.api
+        if settings.driver != "api" or api is None:
+            return None, (
+                "the serial console needs the Proxmox API driver (PVE_DRIVER=api with "
+                "PVE_API_URL and PVE_API_TOKEN); this cairn drives Proxmox with qm over SSH"
+            )
+        fingerprint = normalize_fingerprint(api.fingerprint) if api.fingerprint else None
+        client = PveClient(
+            api.url,
+            parse_token(api.token),
+            fingerprint=fingerprint,
+            ca_file=api.ca_file,
+            timeout=api.timeout,
+        )
+        return client, ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        vmid_text = request.match_info["vmid"]
+        if not _VMID.fullmatch(vmid_text):
+            return web.Response(status=404, text="no such VM id")
+        vmid = int(vmid_text)
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            return web.Response(status=400, text="this route is a websocket (the VM page opens it)")
+        why = origin_refusal(request.headers, request.host)
+        if why is not None:
+            log.warning("console: serial console of VM %d refused: cross-site (%s)", vmid, why)
+            return web.Response(status=403, text=f"cross-site websocket refused ({why})")
+        client, why = self._client()
+        if client is None:
+            return web.Response(status=409, text=why)
+        try:
+            return await self._serve(request, client, vmid)
+        finally:
+            await client.close()
+
+    async def _serve(
+        self, request: web.Request, client: PveClient, vmid: int
+    ) -> web.StreamResponse:
+        who = request.get(IDENTITY)
+        name = who.name if who is not None else "local"
+        try:
+            found = await client.get("/cluster/resources", {"type": "vm"})
+            node = next(
+                (
+                    str(r["node"])
+                    for r in found
+                    if r.get("vmid") == vmid and r.get("type") == "qemu"
+                ),
+                None,
+            )
+            if node is None:
+                return web.Response(status=404, text=f"VM {vmid} is not in the cluster")
+            session = await term.open_session(client, node, vmid)
+            upstream, first = await term.connect(client, session, max_msg_size=UPSTREAM_MAX)
+        except errors.PermissionDenied as exc:
+            return web.Response(
+                status=403,
+                text=f"Proxmox refused the console of VM {vmid}: {exc.text} "
+                "(the token needs VM.Console: cairn pve bootstrap)",
+            )
+        except (errors.ApiError, term.HandshakeRefused, aiohttp.ClientError) as exc:
+            return web.Response(status=502, text=f"Proxmox's console of VM {vmid}: {exc}")
+        browser = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=30)
+        try:
+            await browser.prepare(request)
+            log.info("console: serial console of VM %d on %s opened by %s", vmid, node, name)
+            if first:
+                await browser.send_bytes(first)
+            await self._relay(browser, upstream)
+        finally:
+            await upstream.close()
+            await browser.close()
+            log.info("console: serial console of VM %d closed", vmid)
+        return browser
+
+    @staticmethod
+    async def _relay(
+        browser: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse
+    ) -> None:
+        async def down() -> None:
+            async for msg in upstream:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    await browser.send_bytes(msg.data)
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    await browser.send_bytes(msg.data.encode())
+                else:
+                    break
+
+        async def up() -> None:
+            async for msg in browser:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    await upstream.send_bytes(term.data_frame(msg.data))
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    size = parse_control(msg.data)
+                    if size is not None:
+                        await upstream.send_bytes(term.resize_frame(*size))
+                else:
+                    break  # closed, or a message over MAX_MESSAGE (aiohttp closes with 1009)
+
+        tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
+def add_routes(app: web.Application, env: Mapping[str, str]) -> None:
+    app.router.add_get(ROUTE, SerialConsole(env).handle)

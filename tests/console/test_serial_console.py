@@ -1,0 +1,201 @@
+"""A VM's serial console through the console (`/console/vm/<id>/serial`), over real HTTP and
+websockets: the gateway app as `cairn up` builds it, in front of the simulated pveproxy. The
+echo, the resize, who may, the attacks (a foreign Origin, a rebound Host, ALLOW_IPS, an
+oversized message), refused before PVE hears of them, and no ticket or token in the logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from pvesim.cluster import SimCluster
+
+from actors.platform import Runtime
+from actors.vm.pveapi.tasks import wait_task
+from gateway.tokens import Role, create
+from tests.conftest import Serve
+from tests.pveapi.conftest import client_for
+
+VMID = 150
+# A websocket upgrade by hand, to read the refusal's text.
+UPGRADE = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
+    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
+        cluster.grant_api("/vms", ["VM.Console"])  # as `cairn pve bootstrap` now grants
+        cluster.add_gui_vm(VMID, "pve2", running=True)
+        yield cluster
+
+
+def api_env(sim: SimCluster) -> dict[str, str]:
+    return {**sim.env(include_path=False), "PVE_DRIVER": "api"}
+
+
+def pve_calls(sim: SimCluster) -> list[str]:
+    assert sim.pveproxy is not None
+    return [f"{e.method} {e.path}" for e in sim.pveproxy.journal]
+
+
+async def read_until(ws: aiohttp.ClientWebSocketResponse, want: bytes) -> bytes:
+    seen = b""
+    while want not in seen:
+        msg = await ws.receive(timeout=10)
+        assert msg.type == aiohttp.WSMsgType.BINARY, (msg.type, seen)
+        seen += msg.data
+    return seen
+
+
+async def open_ws(
+    http: aiohttp.ClientSession, base: str, **headers: str
+) -> aiohttp.ClientWebSocketResponse:
+    headers.setdefault("Origin", base)
+    return await http.ws_connect(f"{base}/console/vm/{VMID}/serial", headers=headers)
+
+
+async def test_typing_reaches_the_vm_and_its_echo_comes_back(
+    serve: Serve, sim: SimCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession() as http:
+        ws = await open_ws(http, base)
+        assert b"t150 login: " in await read_until(ws, b"login: ")
+        await ws.send_bytes(b"debian\r")
+        await read_until(ws, b"debian@t150:~$ ")
+        await ws.send_str(json.dumps({"resize": [90, 20]}))
+        await ws.send_str("not json")  # ignored, not forwarded
+        await ws.send_bytes(b"echo hello from the page\r")
+        assert b"\r\nhello from the page\r\n" in await read_until(ws, b"$ ")
+        await ws.send_bytes(b"stty size\r")
+        assert b"20 90" in await read_until(ws, b"$ ")
+        await ws.close()
+    # The browser's close ended PVE's termproxy task too.
+    termproxy = next(e for e in sim.pveproxy.journal if e.path.endswith("/termproxy"))
+    client = client_for(sim)
+    try:
+        assert (await wait_task(client, termproxy.data["upid"])).exitstatus == "OK"
+    finally:
+        await client.close()
+    # Neither the ticket nor the API token is in any log line.
+    secret = api_env(sim)["PVE_API_TOKEN"].rsplit("=", 1)[1]
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "serial console of VM 150 on pve2 opened by local" in text
+    assert termproxy.data["ticket"] not in text and secret not in text
+    assert termproxy.data["ticket"].split("::")[1] not in text
+
+
+async def test_cross_site_and_rebound_upgrades_never_reach_pve(
+    serve: Serve, sim: SimCluster
+) -> None:
+    base = await serve("status", **api_env(sim))
+    port = base.rsplit(":", 1)[1]
+    before = pve_calls(sim)
+    attacks = [
+        {"Origin": "https://evil.example"},  # a page elsewhere, the user's cookie along
+        {"Origin": f"http://localhost:{int(port) + 1}"},  # another port is another origin
+        {"Origin": "null"},
+        {"Host": f"rebind.evil.example:{port}", "Origin": f"http://rebind.evil.example:{port}"},
+    ]
+    async with aiohttp.ClientSession() as http:
+        for headers in attacks:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+                await open_ws(http, base, **headers)
+            assert caught.value.status == 403, headers
+        # No Origin at all (not a browser, or a stripped one): refused too.
+        async with http.get(
+            f"{base}/console/vm/{VMID}/serial",
+            headers=UPGRADE,
+        ) as resp:
+            assert resp.status == 403 and "without Origin" in await resp.text()
+    assert pve_calls(sim) == before
+
+
+async def test_allow_ips_refuses_before_pve(serve: Serve, sim: SimCluster) -> None:
+    base = await serve("status", **api_env(sim), ALLOW_IPS="10.9.9.9")
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await open_ws(http, base)
+    assert caught.value.status == 403
+    assert not any("termproxy" in c for c in pve_calls(sim))
+
+
+async def test_only_under_the_api_driver(serve: Serve, sim: SimCluster) -> None:
+    env = {**api_env(sim), "PVE_DRIVER": "cli"}
+    base = await serve("status", **env)
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await open_ws(http, base)
+        assert caught.value.status == 409
+        async with http.get(f"{base}/console/vm/{VMID}/serial") as resp:
+            assert resp.status == 400 and "websocket" in await resp.text()
+    base = await serve("status", **env)
+    async with aiohttp.ClientSession() as http, http.get(
+        f"{base}/console/vm/{VMID}/serial",
+        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Origin": base,
+                 "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+    ) as resp:  # fmt: skip
+        assert resp.status == 409
+        assert "needs the Proxmox API driver (PVE_DRIVER=api" in await resp.text()
+
+
+async def test_a_vm_not_in_the_cluster_and_a_token_without_vm_console(
+    serve: Serve, sim: SimCluster
+) -> None:
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await http.ws_connect(f"{base}/console/vm/999/serial", headers={"Origin": base})
+        assert caught.value.status == 404
+        sim.revoke_api("/vms", ["VM.Console"])
+        async with http.get(
+            f"{base}/console/vm/{VMID}/serial",
+            headers={**UPGRADE, "Origin": base},
+        ) as resp:
+            text = await resp.text()
+            assert resp.status == 403 and "VM.Console" in text and "cairn pve bootstrap" in text
+
+
+async def test_an_oversized_message_ends_the_session(serve: Serve, sim: SimCluster) -> None:
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession() as http:
+        ws = await open_ws(http, base)
+        await read_until(ws, b"login: ")
+        await ws.send_bytes(b"x" * (17 * 1024))
+        msg = await ws.receive(timeout=10)
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert ws.close_code == 1009  # message too big
+    termproxy = next(e for e in sim.pveproxy.journal if e.path.endswith("/termproxy"))
+    client = client_for(sim)
+    try:
+        assert (await wait_task(client, termproxy.data["upid"])).exitstatus == "OK"
+    finally:
+        await client.close()
+
+
+async def test_roles_once_tokens_exist(serve: Serve, sim: SimCluster, runtime: Runtime) -> None:
+    path = runtime.data_dir / "tokens.json"
+    made = {role: create(path, role.label, role) for role in Role}
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await open_ws(http, base)
+        assert caught.value.status == 401
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await open_ws(http, base, Authorization=f"Bearer {made[Role.VIEWER]}")
+        assert caught.value.status == 403
+        assert not any("termproxy" in c for c in pve_calls(sim))
+        for role in (Role.OPERATOR, Role.ADMIN):
+            ws = await open_ws(http, base, Authorization=f"Bearer {made[role]}")
+            await read_until(ws, b"login: ")
+            await ws.close()
