@@ -46,7 +46,7 @@ def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dic
     vm = [
         "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
         "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
-        "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate",
+        "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Console",
     ]  # fmt: skip
     acl: dict[str, list[str]] = {
         f"/pool/{pool}" if pool else "/vms": vm,

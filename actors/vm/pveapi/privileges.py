@@ -14,7 +14,7 @@ import attrs
 VM_PRIVS = (
     "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
     "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
-    "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate",
+    "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Console",
 )  # fmt: skip
 
 
@@ -112,6 +112,7 @@ def needs(layout: Layout, node: str) -> list[Need]:
         Need("destroy", vm, ("VM.Allocate",)),
         Need("set cpu/memory/disk", vm, ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk")),
         Need("migrate", vm, ("VM.Migrate",)),
+        Need("serial console", vm, ("VM.Console",)),
     ]  # fmt: skip
     if _at_least(layout.release, (8, 2)):
         out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))
