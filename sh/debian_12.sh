@@ -29,17 +29,24 @@ install_pkg() {
 
 # The package tools' output (dpkg's progress, debconf's notes) goes to a log that is shown
 # only when they fail. While the failure is another process holding a lock, wait and retry.
+# Warnings of a command that succeeded (apt-get update exits 0 when a mirror is unreachable)
+# are kept and shown with a later failure, which they may explain.
 PM_LOG=$(mktemp)
-trap 'rm -f "$PM_LOG"' EXIT
+PM_WARNINGS=$(mktemp)
+trap 'rm -f "$PM_LOG" "$PM_WARNINGS"' EXIT
 deadline=$((SECONDS + LOCK_WAIT))
 quietly() {
   local status told=-1
   while :; do
     status=0
     "$@" >"$PM_LOG" 2>&1 </dev/null || status=$?
-    [ "$status" -eq 0 ] && return 0
+    if [ "$status" -eq 0 ]; then
+      grep -E '^(W|E|Warning|Error):' "$PM_LOG" >>"$PM_WARNINGS" || true
+      return 0
+    fi
     if ! grep -Eq "$LOCKED" "$PM_LOG"; then
       log "$1 failed with status $status:" >&2
+      cat "$PM_WARNINGS" >&2
       tail -n 20 "$PM_LOG" >&2
       return "$status"
     fi

@@ -210,3 +210,57 @@ def test_waits_for_another_package_manager_holding_a_lock(root: DebianRoot, lock
     assert waiting and "/" + LOCKS[lock] in waiting[0], lines
     assert waited >= HOLD_SECONDS - 2
     assert_agent_enabled(root)
+
+
+def test_gives_up_on_a_lock_held_too_long_with_apt_s_words(root: DebianRoot) -> None:
+    """The bound: with LOCK_WAIT cut to 4 s (600 in the script), a lock held for 60 s ends the
+    script with status 100 after about 4 s, saying what it waited for, and installs nothing."""
+    script = (SCRIPTS_DIR / f"debian_{root.version}.sh").read_text()
+    assert script.count("\nLOCK_WAIT=600\n") == 1
+    script = script.replace("\nLOCK_WAIT=600\n", "\nLOCK_WAIT=4\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root.path / LOCKS["apt lists lock"]), "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        result = root.run(
+            ["runuser", "-u", USER, "--", "sudo", "-n", "bash", "-s"],
+            input=init_stdin(script, ""),
+            timeout=60,
+        )
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    err = result.stderr.decode()
+    assert result.returncode == 100, (result.returncode, err)
+    assert 3 <= took < 30  # bash counts whole seconds
+    assert "cairn-init: gave up after 4 s waiting for another package manager:" in err
+    assert "/var/lib/apt/lists/lock" in err
+    assert AGENT not in installed(root)
+
+
+def test_a_failing_mirror_fails_at_once_with_apt_s_last_lines(root: DebianRoot) -> None:
+    """Not every failure is a lock: with the mirror refusing connections the script stops at
+    once (no 10-minute wait), exits non-zero and shows apt's own last lines on stderr."""
+    refused = "http://127.0.0.1:9/debian"
+    codename = CODENAMES[root.version]
+    root.sh(
+        f"rm -f /etc/apt/sources.list.d/*; "
+        f"echo 'deb {refused} {codename} main' > /etc/apt/sources.list; "
+        "rm -rf /var/lib/apt/lists/*"
+    )
+    started = time.monotonic()
+    result = run_script(root)
+    took = time.monotonic() - started
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode != 0
+    assert took < 60
+    assert out.splitlines() == ["cairn-init: installing qemu-guest-agent"]
+    assert "cairn-init: apt-get failed with status" in err
+    # apt-get update exits 0 with a warning naming the mirror; the failure shows it.
+    assert "127.0.0.1:9" in err and "Unable to locate package qemu-guest-agent" in err
+    assert "waiting for another package manager" not in out + err
