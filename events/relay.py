@@ -40,7 +40,7 @@ import attrs
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import PubAck
+from nats.js.api import PubAck, RawStreamMsg
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from events.codec import to_dict
@@ -79,6 +79,8 @@ WRONG_LAST_SEQUENCE = 10071
 # A turn of the relay's loop this much later than due means the process was stopped (SIGSTOP,
 # a frozen VM) or starved: the catch-up that follows is logged.
 PAUSE_NOTICED = 5.0
+# How many messages at the stream's end the relay steps over when they are not cairn's events.
+UNTRUSTED_WALK = 64
 
 
 @attrs.frozen
@@ -296,11 +298,48 @@ class OutboxRelay:
         except NoStreamResponseError:
             self._stream_ready = False
             raise
-        position = None
-        with contextlib.suppress(ValueError, AttributeError, TypeError):
-            found = json.loads(last.data or b"{}").get("position")
-            position = found if isinstance(found, int) else None
-        return StreamEnd(int(last.seq or 0), position)
+        end = int(last.seq or 0)
+        # The stream's last message says which store position the stream holds up to, but
+        # only a message cairn published may say so: a forgery on the bus (a leaked host
+        # credential) claiming a position would otherwise make every relay skip the real
+        # events up to it. So walk back past messages that are not cairn's (a bounded number:
+        # beyond it, publish from the cursor and let the msg-id window drop repeats).
+        msg: RawStreamMsg | None = last
+        for _ in range(UNTRUSTED_WALK):
+            if msg is None:
+                return StreamEnd(end, None)
+            position = await self._held_position(msg)
+            if position is not None:
+                return StreamEnd(end, position)
+            seq = int(msg.seq or 0) - 1
+            if seq <= 0:
+                return StreamEnd(end, 0)  # nothing in the stream is cairn's
+            msg = None
+            with contextlib.suppress(NotFoundError):
+                msg = await self._js.get_msg(STREAM, seq)
+        return StreamEnd(end, None)
+
+    async def _held_position(self, msg: RawStreamMsg) -> int | None:
+        """The store position ``msg`` carries when it is an event this store holds, signed
+        by cairn when the bus is signed; None for anything else."""
+        try:
+            wire = json.loads(msg.data or b"{}")
+            position, stream, version = wire["position"], wire["stream"], wire["version"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not isinstance(position, int) or position < 1:
+            return None
+        if self._signer is not None and not self._signer.signed(
+            msg.subject or "", msg.data or b"", msg.headers
+        ):
+            return None
+        page = await self._store.read_page(position - 1, 1)
+        stored = page.records[0] if page.records else None
+        if stored is None or stored.position != position:
+            return None
+        if (stored.stream, stored.version) != (stream, version):
+            return None
+        return position
 
     async def _publish_window(self, window: list[Recorded], end: StreamEnd) -> None:
         """Publish ``window`` after ``end``, every acknowledgement in flight at once (a window

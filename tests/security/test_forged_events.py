@@ -24,7 +24,6 @@ from events.relay import wire_payload
 from events.signing import SIG_HEADER
 from events.subjects import subject_for
 from gateway.console.feed import EventFeed
-from tests.conftest import wait_for
 from tests.events.sample_events import Incremented
 
 
@@ -69,8 +68,11 @@ async def test_a_forged_event_never_reaches_a_follower_and_cannot_take_the_real_
     assert runtime.signer is not None and runtime.signer.dropped == 2
 
 
-async def read_feed(url: str, count: int) -> list[dict[str, Any]]:
-    """The first ``count`` records of the console's event feed, as a browser reads them."""
+async def read_feed(
+    url: str, count: int, started: asyncio.Event | None = None
+) -> list[dict[str, Any]]:
+    """The first ``count`` records of the console's event feed, as a browser reads them;
+    ``started`` is set once the first record (the store's backlog) has arrived."""
     found: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         assert resp.status == 200
@@ -78,6 +80,8 @@ async def read_feed(url: str, count: int) -> list[dict[str, Any]]:
             line = raw.decode().rstrip("\n")
             if line.startswith("data:"):
                 found.append(json.loads(line[5:]))
+                if started is not None:
+                    started.set()
                 if len(found) == count:
                     return found
     return found
@@ -101,13 +105,11 @@ async def test_an_out_of_range_event_cannot_silence_the_console_feed(
     try:
         url = f"http://127.0.0.1:{port}/console/events"
         want = 2 if signed else 3
-        reading = asyncio.create_task(read_feed(url, want))
-
-        async def following() -> bool:  # the feed's consumer is on the stream
-            info = await runtime.nc.jetstream().stream_info("CAIRN_EVENTS")
-            return (info.state.consumer_count or 0) > 0
-
-        await wait_for(following, what="the feed to follow the stream")
+        started = asyncio.Event()
+        reading = asyncio.create_task(read_feed(url, want, started))
+        # The feed follows the stream before it reads its backlog from the store: once the
+        # backlog's first record is here, what follows can only come live.
+        await asyncio.wait_for(started.wait(), 15)
         await forger.jetstream().publish(
             subject_for("counter:7"), forged("counter:7", 2, 10**12), headers={SIG_HEADER: "0" * 64}
         )
