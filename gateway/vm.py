@@ -71,7 +71,7 @@ from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
 from gateway.clients import ClientFilter
 from gateway.health import add_health, quarantined
-from gateway.identity import identity_of
+from gateway.identity import asked_by
 from gateway.loopback import is_loopback_address
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
@@ -368,10 +368,7 @@ class VmGateway:
     def who(self, request: web.Request) -> str:
         """Who asks, for the audit trail (``by`` of ``vm.task_started``): the token's name, or
         ``ip:<client address>`` when this cairn has no tokens."""
-        identity = identity_of(request)
-        if identity is not None:
-            return identity.name
-        return f"ip:{self.filter.client(request)[:64]}"
+        return asked_by(request, self.filter)
 
     @staticmethod
     def audit(vmid: int | None, command: str, by: str, task: str) -> None:

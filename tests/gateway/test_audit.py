@@ -100,3 +100,32 @@ async def test_without_tokens_the_address(console: str, runtime: Runtime) -> Non
     detail = await call("GET", f"{console}/{vmid}")
     assert (detail["created_by"], detail["last_task"]["by"]) == ("ip:127.0.0.1", "ip:127.0.0.1")
     assert (await started_lines(runtime, vmid))[0].endswith("by=ip:127.0.0.1")
+
+
+async def test_behind_a_trusted_proxy_a_hostile_forwarded_hop_is_quoted(runtime: Runtime) -> None:
+    """A forwarded hop that is no address (any text a client put there, a tab included) is
+    quoted and cut short, as for functions and images, and the install still goes through."""
+    env = {**runtime.env, "PVESIM_DELAY_SCALE": "0", "VM_SSH_POLL": "0.05",
+           "TRUSTED_PROXIES": "127.0.0.1"}  # fmt: skip
+    sim = attrs.evolve(runtime, flags=frozenset({"sim"}), env=env)
+    vm = TestServer(await catalogue.build_app(catalogue.load("vm"), sim), host="127.0.0.1")
+    await vm.start_server()
+    try:
+        api = str(vm.make_url("/api/vm"))
+        hop = "<by=\tadmin>" + "x" * 300
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{api}/install",
+                json={"os": "debian", "version": "12", "name": "a"},
+                headers={"X-Forwarded-For": f"{hop}, 127.0.0.1"},
+            ) as resp,
+        ):
+            assert resp.status == 200, await resp.text()
+            await resp.read()
+        listing = await call("GET", f"{api}/list")
+        vmid = int(next(v["vmid"] for v in listing["list"] if v["name"] == "a"))
+        detail = await call("GET", f"{api}/{vmid}")
+        assert detail["created_by"] == "ip:'<by=\\tadmin>" + "x" * 53 + "'"
+    finally:
+        await vm.close()
