@@ -1,11 +1,12 @@
 """cairn installed the documented way into fresh Debian 12 and 13 roots, then `cairn up`.
 
-docs/deploy.md section 2, as root on a fresh machine: the checkout at /opt/cairn, then
-`cd /opt/cairn && ops/setup`. The root is a debootstrapped minbase system with systemd
-(tests.debian_root): no Python venv module, no Node.js, no npm, no compiler; ops/setup must
-bring what it needs from Debian's mirror, PyPI and npm. The checkout is copied as it stands
-(tracked and untracked files that git does not ignore: no .venv, no node_modules, no data),
-which is what a `git clone` gives once committed.
+docs/deploy.md section 2, as root on a fresh machine: cairn at /opt/cairn, then
+`cd /opt/cairn && ops/setup`. The root is a debootstrapped minbase system with systemd, sudo
+and python3 (tests.debian_root): no Python venv module, no Node.js, no npm, no compiler;
+ops/setup must bring what it needs from Debian's mirror, PyPI and npm. cairn comes either as a
+checkout, copied as it stands (tracked and untracked files that git does not ignore: no .venv,
+no node_modules, no data), which is what a `git clone` gives once committed; or as the release
+tarball `ops/bundle` makes of HEAD, with which the host must need no npm.
 
 Then a smoke test of `cairn up` started as ops/systemd/cairn.service would start it (as the
 user `cairn`, with the unit's environment; no Proxmox configured: the simulated cluster) in a
@@ -160,18 +161,50 @@ def timed(
     return took, out, err
 
 
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release tarball ops/bundle makes (HEAD plus ops/node_modules), made once."""
+    out = tmp_path_factory.mktemp("bundle") / "cairn.tar.gz"
+    subprocess.run([str(REPO / "ops/bundle"), str(out)], cwd=REPO, check=True, timeout=900)
+    return out
+
+
+def unpack_bundle(tarball: Path, dest: Path) -> None:
+    """docs/deploy.md's way with a release tarball: unpack, move to /opt/cairn."""
+    work = dest.parent / "bundle-unpacked"
+    work.mkdir()
+    subprocess.run(["tar", "-xzf", str(tarball), "-C", str(work)], check=True)
+    (top,) = work.iterdir()
+    top.rename(dest)
+    work.rmdir()
+
+
+DPKG_STATUS = "dpkg-query -W -f='${db:Status-Status}\\n' %s 2>/dev/null; true"
+
+
+@pytest.mark.parametrize("source", ["checkout", "bundle"])
 @pytest.mark.parametrize("version", ["12", "13"], ids=["debian12", "debian13"])
-def test_the_documented_install_runs_cairn(version: str, tmp_path: Path) -> None:
+def test_the_documented_install_runs_cairn(
+    version: str, source: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """From a checkout (git clone) or from the release tarball (ops/bundle), which must then
+    need no npm on the host."""
     started = time.monotonic()
     root = unpack(version, tmp_path / "root")
-    copy_checkout(root.path / HOME.lstrip("/"))
-    status = "dpkg-query -W -f='${db:Status-Status}\\n' python3-venv nodejs npm 2>/dev/null; true"
+    if source == "bundle":
+        unpack_bundle(request.getfixturevalue("bundle"), root.path / HOME.lstrip("/"))
+    else:
+        copy_checkout(root.path / HOME.lstrip("/"))
+    status = DPKG_STATUS % "python3-venv nodejs npm"
     assert "installed" not in root.sh(status).split(), "a prerequisite is in the fresh root"
     trust = network_trust(root)
     prepared = time.monotonic() - started
 
     setup, _, setup_said = timed(root, f"cd {HOME} && ops/setup", env=trust)
     again, _, _ = timed(root, f"cd {HOME} && ops/setup", env=trust)
+    npm = root.sh(DPKG_STATUS % "npm").split()
+    if source == "bundle":
+        assert npm != ["installed"], "the release tarball's install pulled npm in"
     footprint = root.sh(
         f"cd {HOME} && du -sm .venv ops/node_modules 2>/dev/null; "
         "node --version; python3 --version; dpkg-query -W -f='${Version}' nodejs"
@@ -188,8 +221,9 @@ def test_the_documented_install_runs_cairn(version: str, tmp_path: Path) -> None
         assert result.get("data") == 3, (language, result)
 
     print(
-        f"\ninstall debian{version}: unpack+copy {prepared:.0f} s, ops/setup {setup:.0f} s, "
+        f"\ninstall debian{version} from the {source}: unpack+copy {prepared:.0f} s, "
+        f"ops/setup {setup:.0f} s, "
         f"ops/setup again {again:.1f} s, cairn up smoke {smoke:.0f} s, "
-        f"cairn's RSS after the runs {seen['rss_mb'].get('cairn')} MB\n"
+        f"cairn's RSS after the runs {seen['rss_mb'].get('cairn')} MB, npm {npm}\n"
         f"footprint (MB, path):\n{footprint}\nops/setup said:\n{setup_said[-1500:]}"
     )
