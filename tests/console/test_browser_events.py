@@ -93,7 +93,7 @@ def test_an_event_leads_to_what_it_concerns(
     page.go_back()
     entries.filter(has_text="switch.png").get_by_role("link", name="homelab/rack/").click()
     expect(page).to_have_url(stack.url("images/homelab/rack"))
-    expect(page.get_by_text("switch.png")).to_be_visible()
+    expect(page.locator('li.tile[data-name="switch.png"]')).to_be_visible()
 
     page.go_back()
     vmid = seeded["vm"]
