@@ -36,7 +36,10 @@ class OsImage:
     @property
     def cache_name(self) -> str:
         # Rocky's "latest" names repeat across versions only by number; prefix keeps them apart.
-        return f"{self.os}-{self.version}-{self.filename}"
+        # A name that already starts with its os and version (Debian's) is kept as it is, not
+        # doubled ("debian-12-debian-12-generic-amd64.qcow2").
+        prefix = f"{self.os}-{self.version}-"
+        return self.filename if self.filename.startswith(prefix) else prefix + self.filename
 
 
 def _debian(version: str, codename: str) -> OsImage:

@@ -58,3 +58,11 @@ def test_checksum_formats() -> None:
     )
     assert checksum_for(bsd, "Rocky-9-GenericCloud-Base.latest.x86_64.qcow2") == "ab" * 32
     assert checksum_for(bsd, "missing.qcow2") is None
+
+
+def test_cache_names_are_unique_and_never_doubled() -> None:
+    names = {(i.os, i.version): i.cache_name for v in MATRIX.values() for i in v.values()}
+    assert names[("debian", "12")] == "debian-12-generic-amd64.qcow2"
+    assert all(not n.startswith(f"{os}-{v}-{os}-{v}-") for (os, v), n in names.items())
+    assert all(n.startswith(f"{os}-{v}-") for (os, v), n in names.items())
+    assert len(set(names.values())) == len(names)
