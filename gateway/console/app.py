@@ -5,6 +5,7 @@
 | ``GET /`` | the page (a Preact app in ES modules, ``static/``) |
 | ``GET /console/static/…``, ``/console/vendor/…`` | its scripts and styles, all local |
 | ``GET /console/vendor/codemirror/editor.js`` | the code editor, bundled once (``editor.py``) |
+| ``GET /console/vendor/xterm/terminal.js`` | a VM's serial console's terminal, likewise |
 | ``GET|POST|DELETE /console/svc/<service>/<path>`` | the service's own API (``proxy.py``) |
 | ``GET /console/events`` | every event, live, as SSE (``feed.py``) |
 | ``GET /console/api/search/<db>/documents`` | a database's files: indexed or dismissed |

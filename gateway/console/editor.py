@@ -2,6 +2,9 @@
 (``ops/package.json``), bundled by esbuild (already there for TypeScript functions) into one ES
 module from ``editor/entry.js``, the first time a page asks for it; kept in memory after that.
 
+``GET /console/vendor/xterm/terminal.js`` is a VM's serial console's terminal, xterm.js from
+npm, bundled the same way from ``terminal/entry.js``.
+
 Bundled here rather than at set-up so a checkout needs no build step beyond ``npm install``; it
 takes esbuild well under a second. Without esbuild or the packages the route says what to run
 (503), and the pages keep a plain text box.
@@ -16,10 +19,19 @@ from aiohttp import web
 
 ENTRY = Path(__file__).resolve().parent / "editor" / "entry.js"
 OPS = Path(__file__).resolve().parents[2] / "ops"
-ESBUILD_ARGS = ("--bundle", "--format=esm", "--minify", "--legal-comments=none", "--loader=js")
+TERMINAL_ENTRY = Path(__file__).resolve().parent / "terminal" / "entry.js"
+# A stylesheet imported by an entry comes in as text (xterm.css, adopted as a constructed sheet).
+ESBUILD_ARGS = (
+    "--bundle",
+    "--format=esm",
+    "--minify",
+    "--legal-comments=none",
+    "--loader=js",
+    "--loader:.css=text",
+)
 MISSING = (
-    "the code editor is not available: {why}; run ops/setup, which installs the npm packages "
-    "of ops/package.json (CodeMirror and esbuild)"
+    "{what} is not available: {why}; run ops/setup, which installs the npm packages "
+    "of ops/package.json ({packages} and esbuild)"
 )
 
 
@@ -29,9 +41,17 @@ def esbuild_command(ops: Path = OPS) -> list[str]:
 
 
 class EditorBundle:
-    def __init__(self, ops: Path = OPS, entry: Path = ENTRY) -> None:
+    def __init__(
+        self,
+        ops: Path = OPS,
+        entry: Path = ENTRY,
+        what: str = "the code editor",
+        packages: str = "CodeMirror",
+    ) -> None:
         self.ops = ops
         self.entry = entry
+        self.what = what
+        self.packages = packages
         self._body: bytes | None = None
         self._lock = asyncio.Lock()
 
@@ -62,7 +82,8 @@ class EditorBundle:
         try:
             body = await self.build()
         except RuntimeError as exc:
-            return web.Response(status=503, text=MISSING.format(why=exc))
+            why = MISSING.format(what=self.what, why=exc, packages=self.packages)
+            return web.Response(status=503, text=why)
         return web.Response(
             body=body,
             content_type="text/javascript",
@@ -71,5 +92,15 @@ class EditorBundle:
         )
 
 
-def add_routes(app: web.Application, bundle: EditorBundle | None = None) -> None:
+def terminal_bundle(ops: Path = OPS) -> EditorBundle:
+    """The serial console's terminal: xterm.js, bundled the same way (``terminal/entry.js``)."""
+    return EditorBundle(ops, TERMINAL_ENTRY, "the serial console's terminal", "xterm.js")
+
+
+def add_routes(
+    app: web.Application,
+    bundle: EditorBundle | None = None,
+    terminal: EditorBundle | None = None,
+) -> None:
     app.router.add_get("/console/vendor/codemirror/editor.js", (bundle or EditorBundle()).serve)
+    app.router.add_get("/console/vendor/xterm/terminal.js", (terminal or terminal_bundle()).serve)

@@ -8,7 +8,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.console.editor import ENTRY, EditorBundle, add_routes
+from gateway.console.editor import ENTRY, EditorBundle, add_routes, terminal_bundle
 
 ROUTE = "/console/vendor/codemirror/editor.js"
 
@@ -47,3 +47,31 @@ async def test_without_esbuild_the_route_says_what_to_run(tmp_path: Path) -> Non
     finally:
         await client.close()
     assert "the code editor is not available" in text and "run ops/setup" in text
+
+
+async def test_the_serial_terminal_is_one_module_with_its_stylesheet_inside() -> None:
+    client = await client_for(EditorBundle())
+    try:
+        response = await client.get("/console/vendor/xterm/terminal.js")
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+        body = await response.text()
+    finally:
+        await client.close()
+    assert "openSerialConsole" in body
+    assert ".xterm-helper-textarea" in body  # xterm.css, as text for a constructed sheet
+    assert "import(" not in body and not body.lstrip().startswith("import")
+
+
+async def test_without_esbuild_the_terminal_route_says_what_to_run(tmp_path: Path) -> None:
+    app = web.Application()
+    add_routes(app, terminal=terminal_bundle(tmp_path))
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        response = await client.get("/console/vendor/xterm/terminal.js")
+        text = await response.text()
+    finally:
+        await client.close()
+    assert response.status == 503
+    assert "the serial console's terminal is not available" in text and "xterm.js" in text
