@@ -42,6 +42,9 @@ from gateway.identity import IDENTITY
 log = logging.getLogger(__name__)
 
 ROUTE = "/console/vm/{vmid}/serial"
+# Whether this console can open one at all (the VM page shows its button only then); a read,
+# so a viewer may ask: the page hides the button from roles below operator itself.
+AVAILABLE = "/console/serial"
 MAX_MESSAGE = 16 * 1024  # a paste of 16 KiB at once is plenty for a serial line
 UPSTREAM_MAX = 1 << 20
 _VMID = re.compile(r"[1-9][0-9]{2,8}")
@@ -77,6 +80,21 @@ def parse_control(text: str) -> tuple[int, int] | None:
     return None
 
 
+NEEDS_API = (
+    "the serial console needs the Proxmox API driver (PVE_DRIVER=api with "
+    "PVE_API_URL and PVE_API_TOKEN); this cairn drives Proxmox with qm over SSH"
+)
+
+
+def unavailable(env: Mapping[str, str]) -> str | None:
+    """Why this console cannot open a serial console, or None when it can."""
+    try:
+        settings = load_settings(env)
+    except SettingsError as exc:
+        return f"the VM settings are not usable here: {exc}"
+    return NEEDS_API if settings.driver != "api" or settings.api is None else None
+
+
 class SerialConsole:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
@@ -88,10 +106,7 @@ class SerialConsole:
             return None, f"the VM settings are not usable here: {exc}"
         api = settings.api
         if settings.driver != "api" or api is None:
-            return None, (
-                "the serial console needs the Proxmox API driver (PVE_DRIVER=api with "
-                "PVE_API_URL and PVE_API_TOKEN); this cairn drives Proxmox with qm over SSH"
-            )
+            return None, NEEDS_API
         fingerprint = normalize_fingerprint(api.fingerprint) if api.fingerprint else None
         client = PveClient(
             api.url,
@@ -101,6 +116,10 @@ class SerialConsole:
             timeout=api.timeout,
         )
         return client, ""
+
+    async def availability(self, _: web.Request) -> web.Response:
+        why = unavailable(self.env)
+        return web.json_response({"available": why is None, "why": why})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         vmid_text = request.match_info["vmid"]
@@ -197,4 +216,6 @@ class SerialConsole:
 
 
 def add_routes(app: web.Application, env: Mapping[str, str]) -> None:
-    app.router.add_get(ROUTE, SerialConsole(env).handle)
+    console = SerialConsole(env)
+    app.router.add_get(ROUTE, console.handle)
+    app.router.add_get(AVAILABLE, console.availability)

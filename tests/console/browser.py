@@ -130,7 +130,12 @@ class Stack:
         return "".join(self.lines)
 
 
-def start_stack(root: Path, databases: dict[str, dict[str, str]] | None = None) -> Stack:
+def start_stack(
+    root: Path,
+    databases: dict[str, dict[str, str]] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Stack:
+    """``extra_env``: e.g. a cluster's variables, for a stack that drives one of the test's."""
     root.mkdir(parents=True, exist_ok=True)
     env = up_env(root)  # its own data, config, inbox and free ports, as `cairn up` tests use
     env.update(
@@ -141,6 +146,7 @@ def start_stack(root: Path, databases: dict[str, dict[str, str]] | None = None) 
         VM_SSH_WAIT="15",
         RUN_WARM="0",
     )
+    env.update(extra_env or {})
     for db, files in (databases if databases is not None else {"notes": DOCUMENTS}).items():
         subprocess.run([CAIRN, "search", "add", db], env=env, cwd=root, check=True,
                        capture_output=True)  # fmt: skip
@@ -182,8 +188,8 @@ def stop_stack(stack: Stack) -> None:
 
 
 @contextlib.contextmanager
-def running_stack(root: Path) -> Iterator[Stack]:
-    stack = start_stack(root)
+def running_stack(root: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    stack = start_stack(root, extra_env=extra_env)
     try:
         yield stack
     finally:

@@ -199,3 +199,14 @@ async def test_roles_once_tokens_exist(serve: Serve, sim: SimCluster, runtime: R
             ws = await open_ws(http, base, Authorization=f"Bearer {made[role]}")
             await read_until(ws, b"login: ")
             await ws.close()
+
+
+async def test_the_page_is_told_whether_it_may_offer_one(serve: Serve, sim: SimCluster) -> None:
+    async with aiohttp.ClientSession() as http:
+        base = await serve("status", **api_env(sim))
+        async with http.get(f"{base}/console/serial") as resp:
+            assert await resp.json() == {"available": True, "why": None}
+        base = await serve("status", **{**api_env(sim), "PVE_DRIVER": "cli"})
+        async with http.get(f"{base}/console/serial") as resp:
+            body = await resp.json()
+    assert body["available"] is False and "PVE_DRIVER=api" in body["why"]

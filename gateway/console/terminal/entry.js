@@ -6,7 +6,7 @@
 // element, no style attribute. xterm.js 6 makes both: three <style> elements (its theme, the
 // cell size, the scrollbar) and, for 24-bit colours, style attributes on its cells. The
 // terminal is given a document of its own (xterm's documentOverride option): the page's
-// document, except that its createElement
+// document, except that its createElement (the page's own too, while the terminal opens)
 // - returns, for "style", a hidden stand-in whose text goes into a constructed style sheet
 //   adopted by the document (adopted sheets are not inline styles: the policy lets them be);
 // - returns elements whose setAttribute("style", …) sets the same declarations through the
@@ -24,15 +24,16 @@ function setAttributeSafely(name, value) {
   Element.prototype.setAttribute.call(this, name, value);
 }
 
-// The document xterm.js creates its elements with; `sheets` collects the sheets it adopts.
-function terminalDocument(doc, sheets) {
+// xterm.js's createElement; `sheets` collects the sheets it adopts.
+function terminalCreateElement(doc, sheets) {
+  const create = (tag, options) => Document.prototype.createElement.call(doc, tag, options);
   const adopt = (sheet) => {
     sheets.add(sheet);
     doc.adoptedStyleSheets = [...doc.adoptedStyleSheets, sheet];
   };
   const createElement = (tag, options) => {
     if (String(tag).toLowerCase() === "style") {
-      const standIn = doc.createElement("xterm-style");
+      const standIn = create("xterm-style");
       standIn.hidden = true;
       const sheet = new CSSStyleSheet();
       let text = "";
@@ -51,10 +52,15 @@ function terminalDocument(doc, sheets) {
       adopt(sheet);
       return standIn;
     }
-    const element = doc.createElement(tag, options);
+    const element = create(tag, options);
     element.setAttribute = setAttributeSafely;
     return element;
   };
+  return createElement;
+}
+
+// The document xterm.js creates its elements with: the page's, but for createElement.
+function terminalDocument(doc, createElement) {
   return new Proxy(doc, {
     get(target, prop) {
       if (prop === "createElement") return createElement;
@@ -70,6 +76,7 @@ function terminalDocument(doc, sheets) {
 export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
   const doc = parent.ownerDocument;
   const sheets = new Set();
+  const createElement = terminalCreateElement(doc, sheets);
   const base = new CSSStyleSheet();
   base.replaceSync(xtermCss);
   sheets.add(base);
@@ -82,9 +89,16 @@ export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
     fontSize: 14,
     scrollback: 2000,
     screenReaderMode: false,
-    documentOverride: terminalDocument(doc, sheets),
+    documentOverride: terminalDocument(doc, createElement),
   });
-  terminal.open(parent);
+  // xterm.js makes its scrollbar's <style> with the page's own document whatever the override
+  // (in Terminal.open): for that call the page's createElement is xterm's.
+  doc.createElement = createElement;
+  try {
+    terminal.open(parent);
+  } finally {
+    delete doc.createElement;
+  }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(`${scheme}//${location.host}/console/vm/${vmid}/serial`);
   socket.binaryType = "arraybuffer";

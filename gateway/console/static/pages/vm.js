@@ -7,6 +7,7 @@ import { gib, mib } from "../format.js";
 import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
+import { SerialConsole, useSerialAvailable } from "./serial.js";
 
 // `role`: the least role that may (gateway/roles.py); what the signed-in role may not do is
 // not shown.
@@ -115,6 +116,7 @@ export function VmDetail({ id }) {
   const [note, setNote] = useState(null);
   const [asking, setAsking] = useState(null);
   const abort = useRef(null);
+  const serial = useSerialAvailable();
   useEffect(() => () => abort.current?.abort(), []);
   const reload = useThrottled(() => detail.reload(), 1000); // at most one a second (vms.js)
   useEvents(() => reload(), (e) => e.stream === `vm:${id}` && e.type !== "vm.progress", [id]);
@@ -225,7 +227,8 @@ export function VmDetail({ id }) {
             <button type="submit" class="secondary" disabled=${!stopped || streaming || nodes.length === 0}>Migrate</button>
           </form>
         </section>` : null}
-      </div>` : detail.loading ? html`<p aria-busy="true">Loading…</p>` : null}
+      </div>
+      ${serial && state === "running" ? html`<${SerialConsole} id=${id} />` : null}` : detail.loading ? html`<p aria-busy="true">Loading…</p>` : null}
     ${records.length || streaming ? html`<${TaskStages} records=${records} running=${streaming} />` : vm?.last_task ? html`
       <section aria-labelledby="last-h">
         <h2 id="last-h">Last task</h2>
