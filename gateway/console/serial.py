@@ -170,6 +170,13 @@ class SerialConsole:
         browser = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=30)
         try:
             await browser.prepare(request)
+        except ConnectionResetError:
+            # The page went away while PVE was asked (closed, or the terminal closed at once):
+            # nothing to answer, PVE's session ends here.
+            await upstream.close()
+            log.info("console: serial console of VM %d: the page left before it opened", vmid)
+            return web.Response(status=499, text="the page left before its serial console opened")
+        try:
             log.info("console: serial console of VM %d on %s opened by %s", vmid, node, name)
             if first:
                 await browser.send_bytes(first)

@@ -96,6 +96,27 @@ def test_type_into_a_vms_serial_console_and_close_it(page: Page, stack: Stack) -
     expect(page.get_by_role("button", name="Serial console")).to_be_visible()
 
 
+def test_24_bit_colours_are_drawn_without_an_inline_style(page: Page, stack: Stack) -> None:
+    """xterm.js writes a cell's 24-bit colour as a style attribute, which the CSP refuses (the
+    simulated guest echoes no escape sequence, so the colour is written to the terminal
+    itself): it arrives through the CSSOM and shows, and the page reports nothing."""
+    open_vm(page, stack)
+    page.evaluate(
+        """async (vmid) => {
+            const holder = document.createElement("div");
+            holder.className = "serial-console";
+            document.querySelector("main").prepend(holder);
+            const { openSerialConsole } = await import("/console/vendor/xterm/terminal.js");
+            const session = openSerialConsole(holder, vmid);
+            session.terminal.write("\\x1b[38;2;200;30;40mcoloured\\x1b[0m plain\\r\\n");
+        }""",
+        VMID,
+    )
+    coloured = page.locator(".serial-console .xterm-rows span", has_text="coloured")
+    expect(coloured).to_have_css("color", "rgb(200, 30, 40)")
+
+
+# Last: once tokens exist, every page asks who is there.
 def test_a_viewer_is_not_offered_it_an_operator_is(
     browser: Browser, stack: Stack, watch: Watch
 ) -> None:

@@ -4,14 +4,18 @@
 //
 // The console's CSP allows styles from its own files only (style-src 'self'): no <style>
 // element, no style attribute. xterm.js 6 makes both: three <style> elements (its theme, the
-// cell size, the scrollbar) and, for 24-bit colours, style attributes on its cells. The
-// terminal is given a document of its own (xterm's documentOverride option): the page's
-// document, except that its createElement (the page's own too, while the terminal opens)
+// cell size, the scrollbar) and, for 24-bit colours, style attributes on its cells. While a
+// terminal is open, the createElement xterm.js uses (its documentOverride, and the page's own,
+// which parts of xterm.js call whatever the override says: the scrollbar's style, every cell's
+// span) is one that
 // - returns, for "style", a hidden stand-in whose text goes into a constructed style sheet
 //   adopted by the document (adopted sheets are not inline styles: the policy lets them be);
 // - returns elements whose setAttribute("style", …) sets the same declarations through the
 //   CSSOM (element.style.cssText), which the policy does not govern either.
-// xterm's own stylesheet (xterm.css) comes in the bundle as text, adopted the same way.
+// Neither changes what markup can do: parsed HTML never goes through createElement, so an
+// injected style attribute or <style> is still refused. Closing the terminal puts the page's
+// createElement back. xterm's own stylesheet (xterm.css) comes in the bundle as text, adopted
+// the same way.
 
 import { Terminal } from "@xterm/xterm";
 import xtermCss from "@xterm/xterm/css/xterm.css";
@@ -59,6 +63,19 @@ function terminalCreateElement(doc, sheets) {
   return createElement;
 }
 
+// Make `createElement` the page's own until the returned function is called.
+function borrowCreateElement(doc, createElement) {
+  const had = Object.getOwnPropertyDescriptor(doc, "createElement");
+  doc.createElement = createElement;
+  let done = false;
+  return () => {
+    if (done || doc.createElement !== createElement) return;
+    done = true;
+    if (had) Object.defineProperty(doc, "createElement", had);
+    else delete doc.createElement;
+  };
+}
+
 // The document xterm.js creates its elements with: the page's, but for createElement.
 function terminalDocument(doc, createElement) {
   return new Proxy(doc, {
@@ -91,14 +108,11 @@ export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
     screenReaderMode: false,
     documentOverride: terminalDocument(doc, createElement),
   });
-  // xterm.js makes its scrollbar's <style> with the page's own document whatever the override
-  // (in Terminal.open): for that call the page's createElement is xterm's.
-  doc.createElement = createElement;
-  try {
-    terminal.open(parent);
-  } finally {
-    delete doc.createElement;
-  }
+  // Parts of xterm.js use the page's own document whatever the override (the scrollbar's style
+  // in Terminal.open, the cells' spans at every render): while the terminal lives, the page's
+  // createElement is xterm's.
+  const restore = borrowCreateElement(doc, createElement);
+  terminal.open(parent);
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(`${scheme}//${location.host}/console/vm/${vmid}/serial`);
   socket.binaryType = "arraybuffer";
@@ -134,6 +148,7 @@ export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
     close() {
       socket.close(1000);
       terminal.dispose();
+      restore();
       doc.adoptedStyleSheets = doc.adoptedStyleSheets.filter((s) => !sheets.has(s));
       end("closed");
     },
