@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 from pvesim.cluster import SimCluster
 
 from tests.console.browser import CAIRN, Stack, Watch, running_stack
+from tests.console.test_browser_axe import AXE, RUN
 
 VMID = 150
 
@@ -114,6 +115,27 @@ def test_24_bit_colours_are_drawn_without_an_inline_style(page: Page, stack: Sta
     )
     coloured = page.locator(".serial-console .xterm-rows span", has_text="coloured")
     expect(coloured).to_have_css("color", "rgb(200, 30, 40)")
+
+
+def test_on_a_phone_in_dark_it_scrolls_sideways_and_axe_finds_nothing_serious(
+    browser: Browser, stack: Stack, watch: Watch
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    tab = context.new_page()
+    watch.attach(context, tab)
+    try:
+        open_vm(tab, stack)
+        tab.get_by_role("button", name="Serial console").click()
+        expect(tab.locator(".serial-console .xterm-rows")).to_contain_text("login:")
+        # The page itself does not grow wider than the phone: the terminal's box scrolls.
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 390
+        holder = tab.locator(".serial-console")
+        assert holder.evaluate("el => el.scrollWidth > el.clientWidth")
+        tab.evaluate(AXE.read_text(encoding="utf-8"))
+        assert tab.evaluate(RUN) == []
+    finally:
+        context.close()
+    watch.assert_clean()
 
 
 # Last: once tokens exist, every page asks who is there.
