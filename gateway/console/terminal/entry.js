@@ -104,6 +104,7 @@ export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
     cursorBlink: true,
     fontFamily: "ui-monospace, 'DejaVu Sans Mono', monospace",
     fontSize: 14,
+    lineHeight: 1.2, // at 1.0 the DOM renderer cuts the underscore off ("x86 64")
     scrollback: 2000,
     screenReaderMode: false,
     documentOverride: terminalDocument(doc, createElement),
