@@ -92,7 +92,14 @@ def test_type_into_a_vms_serial_console_and_close_it(page: Page, stack: Stack) -
     # What xterm.js styles itself is in force without any inline style: its rows are sized.
     box = page.locator(".serial-console .xterm-screen").bounding_box()
     assert box is not None and box["height"] > 100
-    page.get_by_role("button", name="Close serial console").click()
+    # Tab goes to the guest; Shift+Tab leaves the terminal (no keyboard trap).
+    terminal_input = page.get_by_label(f"Serial console of VM {VMID}")
+    expect(terminal_input).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(terminal_input).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_role("button", name="Close serial console")).to_be_focused()
+    page.keyboard.press("Enter")
     expect(page.locator(".serial-console")).to_have_count(0)
     expect(page.get_by_role("button", name="Serial console")).to_be_visible()
 

@@ -114,6 +114,10 @@ export function openSerialConsole(parent, vmid, { onClose = () => {} } = {}) {
   // createElement is xterm's.
   const restore = borrowCreateElement(doc, createElement);
   terminal.open(parent);
+  terminal.textarea?.setAttribute("aria-label", `Serial console of VM ${vmid}`);
+  // Tab is the guest's (completion), so the terminal would hold the keyboard for good:
+  // Shift+Tab is left to the browser, and moves the focus back out of it.
+  terminal.attachCustomKeyEventHandler((e) => !(e.key === "Tab" && e.shiftKey));
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(`${scheme}//${location.host}/console/vm/${vmid}/serial`);
   socket.binaryType = "arraybuffer";

@@ -38,7 +38,7 @@ export function SerialConsole({ id }) {
         session = openSerialConsole(holder.current, id, {
           onClose: (why) => !cancelled && setStatus(`The serial console is ${why}.`),
         });
-        setStatus(`Connected to VM ${id}'s serial console. Press Enter if no prompt shows.`);
+        setStatus(`Connected to VM ${id}'s serial console. Press Enter if no prompt shows; Shift+Tab leaves the terminal.`);
         // In view: xterm.js draws nothing while it is off screen, and the user looks there now.
         holder.current?.scrollIntoView({ block: "nearest" });
       })
