@@ -1,4 +1,6 @@
-"""A VM's serial console in the browser: ``GET /console/vm/<id>/serial`` (a websocket).
+"""A VM's serial console in the browser: ``GET /console/vm/<id>/serial`` (a websocket), and
+``GET /console/serial``, ``{"available": bool, "why": str | None}``, which tells the VM page
+whether to offer it (the page's terminal: ``terminal/entry.js``, ``static/pages/serial.js``).
 
 The console relays between the browser and PVE's ``vncwebsocket`` (actors/vm/pveapi/
 termproxy.py), only under the API driver (``PVE_DRIVER=api``; 409 otherwise, with why). The
