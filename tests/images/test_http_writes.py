@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -186,12 +187,23 @@ async def test_an_upload_path_naming_a_file_is_told_the_path_is_the_folder(
     assert images.layout.store.joinpath("cats", "a.png").is_file()
 
 
+async def cached_variants(images: Images) -> Path:
+    """The folder of the one image whose variants are cached (the variant is written to the
+    cache beside the answer, not before it: wait for it)."""
+
+    def found() -> list[Path]:
+        return [p for p in images.layout.cache.glob("*/*") if p.is_dir()]
+
+    await wait_for(lambda: bool(found()), what="a cached variant")
+    return found()[0]
+
+
 async def test_reupload_replaces_and_purges_variants(images: Images) -> None:
     async with await images.upload("r", "a.png", encoded("PNG", (40, 40))) as resp:
         assert resp.status == 201
     async with images.http.get("/c/img/r/a.png?w=10&t=png") as resp:
         assert decode(await resp.read()).size == (10, 10)
-    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    cache_dir = await cached_variants(images)
     async with await images.upload("r", "a.png", encoded("PNG", (80, 40))) as resp:
         assert resp.status == 201
     await wait_for(lambda: not cache_dir.exists(), what="variants purged")
@@ -205,7 +217,7 @@ async def test_delete_moves_to_trash_and_purges(images: Images, runtime: Runtime
         assert resp.status == 201
     async with images.http.get("/c/img/del/a.png?w=10&t=webp") as resp:
         assert resp.status == 200
-    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    cache_dir = await cached_variants(images)
     async with images.http.delete("/del/del/a.png") as resp:
         assert resp.status == 200
         assert await resp.json() == {"success": True, "message": "del/a.png deleted"}
@@ -265,7 +277,7 @@ async def test_an_event_from_another_host_purges_this_hosts_cache(
     images.put("shared/p.png", encoded("PNG", (40, 40)))
     async with images.http.get("/c/img/shared/p.png?w=10&t=png") as resp:
         assert resp.status == 200
-    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    cache_dir = await cached_variants(images)
     # what another host's store actor publishes after a delete
     payload = {
         "type": "images.deleted",
@@ -287,7 +299,7 @@ async def test_a_purge_from_another_host_is_not_lost_across_a_nats_restart(
     images.put("shared/q.png", encoded("PNG", (40, 40)))
     async with images.http.get("/c/img/shared/q.png?w=10&t=png") as resp:
         assert resp.status == 200
-    cache_dir = next(p for p in images.layout.cache.glob("*/*") if p.is_dir())
+    cache_dir = await cached_variants(images)
     # Another host on the same store, with its own relay and NATS connection.
     other = await EventStore.open(default_store_url(runtime.data_dir))
     other_nc = await nats_server.connect()
