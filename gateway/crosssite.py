@@ -39,7 +39,7 @@ REFUSED = "cross-site request refused"
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
-def _host_port(netloc: str, scheme: str) -> str:
+def host_port(netloc: str, scheme: str) -> str:
     """``host:port`` in lower case with the scheme's default port made explicit, so
     ``https://a.example`` and ``Host: a.example:443`` compare equal."""
     netloc = netloc.strip().lower()
@@ -71,8 +71,8 @@ def refusal(request: web.BaseRequest, hosts: HostPolicy | None = None) -> str | 
         return shown
     if parts.scheme not in _DEFAULT_PORTS or not parts.netloc:
         return shown  # "null" (a sandboxed frame, a file: page) or nonsense
-    target = _host_port(request.host, parts.scheme)
-    if _host_port(parts.netloc, parts.scheme) == target:
+    target = host_port(request.host, parts.scheme)
+    if host_port(parts.netloc, parts.scheme) == target:
         return None
     return f"{shown}, Host: {request.host[:200]}"
 

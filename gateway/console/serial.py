@@ -38,7 +38,7 @@ from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 from actors.vm.settings import SettingsError, load_settings
-from gateway.crosssite import _host_port
+from gateway.crosssite import host_port
 from gateway.identity import IDENTITY
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def origin_refusal(headers: Mapping[str, str], host: str) -> str | None:
     if match is None:
         return f"Origin: {origin[:200]}"
     scheme = match.group(1)
-    if _host_port(match.group(2), scheme) != _host_port(host, scheme):
+    if host_port(match.group(2), scheme) != host_port(host, scheme):
         return f"Origin: {origin[:200]}, Host: {host[:200]}"
     return None
 
