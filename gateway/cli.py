@@ -31,9 +31,6 @@ from events.release import VERSION
 from events.stamp import StoreTooNew
 from events.store import default_store_url
 from gateway import (
-    cli_fn,
-    cli_images,
-    cli_vm,
     cluster_cli,
     events_cli,
     pve_cli,
@@ -42,6 +39,7 @@ from gateway import (
     tokens_cli,
 )
 from gateway import services as catalogue
+from gateway.launcher import CLIENT_COMMANDS
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
 from gateway.logs import configure as configure_logging
@@ -288,8 +286,8 @@ def _build_parser() -> argparse.ArgumentParser:
     cluster_cli.register(sub)
     tokens_cli.register(sub)
     pve_cli.register(sub)
-    for client in (cli_vm, cli_fn, cli_images):  # clients of the running services (HTTP)
-        client.register(sub)
+    for client in CLIENT_COMMANDS.values():  # clients of the running services (HTTP)
+        importlib.import_module(client).register(sub)
     return parser
 
 
