@@ -13,26 +13,9 @@ import pytest
 
 from gateway import cli_common, cli_vm
 from tests.cli.conftest import Cairn
+from tests.vm.test_install_e2e import STAGES
 
-INSTALL_STEPS = [
-    "preparation > checking VMID",
-    "preparation > assigning IP",
-    "preparation > validating CPU and RAM",
-    "preparation > validating disk size",
-    "preparation > setting default config values",
-    "preparation > checking storage pool",
-    "OS preparation > getting OS image",
-    "OS preparation > validating OS image URL",
-    "OS preparation > downloading OS image",
-    "SSH preparation > checking SSH key",
-    "VM creation > creating VM",
-    "VM creation > importing disk image",
-    "VM initialization > initializing configuration",
-    "VM initialization > waiting for ready",
-    "VM initialization > SSH initialization",
-    "VM initialization > rebooting VM",
-    "VM initialization > finalizing",
-]
+INSTALL_STEPS = STAGES  # the install pipeline's stages, in order (docs/vm.md)
 
 
 def vm_row(cairn: Cairn, vmid: int) -> dict[str, Any] | None:
