@@ -39,6 +39,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from events.access import NatsAccess
+from events.children import end_child, kill_child, signal_child
 from events.credentials import Keyring, write_secret
 from events.permissions import Role, authorization_block
 
@@ -92,15 +93,12 @@ def find_binary() -> Path:
 async def end_server(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
     """Ask a nats-server to stop (SIGTERM; SIGCONT first, as a paused one cannot act on it),
     and kill it if it has not within ``grace`` seconds."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
+    signal_child(proc, signal.SIGCONT)
+    signal_child(proc, signal.SIGTERM)
     try:
         await asyncio.wait_for(proc.wait(), grace)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        await end_child(proc)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -367,8 +365,7 @@ class EmbeddedNats:
                     "nats-server (pid %d) has not answered for %.0f s; killing it",
                     proc.pid, PROBE_INTERVAL * 2 * PROBE_FAILURES,
                 )  # fmt: skip
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                kill_child(proc)
 
     async def _stop_and_collect(self) -> str:
         proc, self._proc = self._proc, None

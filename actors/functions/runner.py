@@ -44,6 +44,7 @@ from actors.functions.sandbox import (
     runtime_of,
     sandbox_argv,
 )
+from events.children import kill_child
 
 log = logging.getLogger(__name__)
 
@@ -361,8 +362,7 @@ def _kill_tree(proc: asyncio.subprocess.Process, slot: CgroupSlot | None) -> Non
     changes uid), and then it holds the pipes open."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGKILL)
+    kill_child(proc)  # not proc.send_signal: its poll would reap the child (events/children.py)
     if slot is not None:
         slot.kill_all()
     _reap(proc)

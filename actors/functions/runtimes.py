@@ -9,6 +9,7 @@ from typing import Any
 
 from actors.functions.languages import Language
 from actors.functions.sandbox import Runtimes
+from events.children import end_child
 
 _VERSION = re.compile(r"(\d+(?:\.\d+)+)")
 
@@ -30,8 +31,12 @@ async def _ask(program: str | None) -> str:
             stderr=asyncio.subprocess.STDOUT,
             env={},
         )
+    except OSError:
+        return ""
+    try:
         out, _ = await asyncio.wait_for(proc.communicate(), 10)
-    except (OSError, TimeoutError):
+    except TimeoutError:
+        await end_child(proc)  # a runtime that hangs on --version must not stay behind
         return ""
     return version_of(out.decode(errors="replace"))
 

@@ -17,6 +17,7 @@ from typing import Protocol
 import asyncssh
 
 from actors.vm.pve_output import CommandResult
+from events.children import end_child
 
 LineSink = Callable[[str], None]
 
@@ -80,17 +81,13 @@ class LocalTransport:
                 rc = await proc.wait()
         except TimeoutError:
             # A hung qm must not hold its VM busy forever.
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await end_child(proc)
             return CommandResult(
                 124, "".join(out), f"{argv[0]}: timed out after {self._timeout:g}s\n"
             )
         except asyncio.CancelledError:
             # Shutting down: the command must not outlive the service (nor stay a zombie).
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await end_child(proc)
             raise
         return CommandResult(rc, "".join(out), "".join(err))
 
