@@ -1,27 +1,36 @@
 """Document embedding while the machine is busy: chunks/s of the local model with and without a
-process that keeps one core busy, and the latency of query embeddings meanwhile.
+process that keeps one core busy, and the latency of query embeddings meanwhile; the embedder as
+it is beside its previous behaviour, for both ONNX Runtime models.
 
 Run: .venv/bin/python -m ops.bench.search_embed_load [--rounds N] [--chunks N]
+     [--runtimes onnx,onnx-int8] [--nice N] [--parts]
 
 What it measures, in this one process: this repository's docs cut by the service's chunker
 (real prose, ~600 characters, ~1.9 windows a chunk), embedded in calls of `EMBED_BATCH` chunks
-as the indexer makes them, by `LocalProvider` on its low-priority threads (one per core, nice
-+10), with ONNX Runtime float32 (the baseline: the previous default, `EMBEDDING_RUNTIME=onnx`)
-and with int8 weights (`onnx-int8`, the default where OpenVINO's bfloat16 is not used).
+as the indexer makes them, by `LocalProvider` on its low-priority threads (one per core), with
+ONNX Runtime float32 (`EMBEDDING_RUNTIME=onnx`, the issue's reference) and with int8 weights
+(`onnx-int8`, the default where OpenVINO's bfloat16 is not used). For each runtime two
+embedders: `before`, the previous behaviour (threads at nice +10, a call's batches handed out
+by the pool's queue, the call waiting for its slowest), and `after`, the service's defaults
+(`EMBED_NICE`, and a batch still late on a starved thread run again by a free one,
+`minilm_hedging`; `--nice` tries another nice value for `after`, `--parts` adds `nice only`,
+the after embedder without hedging). The line of each run says how many batches were run
+twice (`hedged`).
+
 The hog is one busy loop in a child process at the default priority (nice 0), started for the
 hog rounds and stopped for the `idle` ones, in two places: `hog` is in this process's session,
-so the embedder's nice +10 counts against it as it counts against the service's own threads
-(the worst case); `hog-apart` is in a session of its own, as another service, a VM or a user's
-job is for a cairn run by systemd: with the kernel's autogroups (or cgroups) the scheduler then
-shares the CPU between the two groups first, and nice only orders the threads within cairn's.
-While each configuration embeds, a thread at the service's priority embeds one uncached query
-every 100 ms, as the service does for a semantic query: its latency is printed per
-configuration (query latency must not suffer from what helps throughput).
+so the embedder's nice counts against it as it counts against the service's own threads and
+any other cairn process (the worst case); `hog-apart` is in a session of its own, as another
+service, a VM or a user's job is for a cairn run by systemd: with the kernel's autogroups (or
+cgroups) the scheduler then shares the CPU between the two groups first, and nice only orders
+the threads within cairn's. While each embedder runs, a thread at the service's priority
+embeds one uncached query every 100 ms, as the service does for a semantic query: its latency
+is printed per embedder (query latency must not suffer from what helps throughput).
 
-The machine is shared: configurations and scenarios are interleaved round by round (baseline,
-then the candidates, hog then idle, each round), medians over rounds are printed with each
-candidate's ratio to the baseline of the same rounds, and the load average is printed with
-every round. Targets (issue 28): >= 40 chunks/s with the hog, >= 70 idle, ONNX float32.
+The machine is shared: embedders and scenarios are interleaved round by round (each runtime's
+`before` then `after`, hog, hog-apart then idle, each round), medians over rounds are printed
+with the median of the rounds' ratios to `before`, and the load average is printed with every
+run. Targets (issue 28): >= 40 chunks/s with the hog, >= 70 idle.
 """
 
 from __future__ import annotations
@@ -34,11 +43,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import attrs
+import numpy as np
 
 from actors.search.chunker import chunk_text
 from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
+from actors.search.priority import EMBED_NICE
 
 from .stats import ms_line
 
@@ -51,6 +65,9 @@ QUERIES = [
     "functions written in typescript",
     "why is the console showing a sign in page",
 ]
+# The embedder's nice value before this benchmark's change (the `before` embedders).
+PREVIOUS_NICE = 10
+TARGETS = {"hog": 40.0, "hog-apart": 40.0, "idle": 70.0}
 
 
 def doc_chunks(count: int) -> list[str]:
@@ -89,6 +106,32 @@ class QueryProbe:
         self.thread.join()
 
 
+class Passes:
+    """Counts the forward passes a provider's document model runs (a hedged batch runs twice)."""
+
+    def __init__(self, provider: LocalProvider) -> None:
+        self.count = 0
+        run: Callable[[np.ndarray, np.ndarray], np.ndarray] = provider.model.run
+
+        def counted(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            self.count += 1
+            return run(ids, mask)
+
+        # Documents only: queries keep the shared model (`query_model`).
+        provider.model = attrs.evolve(provider.model, run=counted)
+
+
+def batches_of(provider: LocalProvider, chunks: list[str]) -> int:
+    """The forward passes embedding `chunks` takes without hedging."""
+    from actors.search.minilm import plan_batches
+
+    total = 0
+    for i in range(0, len(chunks), EMBED_BATCH):
+        windows = provider.model.windows(chunks[i : i + EMBED_BATCH])
+        total += len(plan_batches([len(w) for per in windows for w in per], provider._workers))
+    return total
+
+
 async def embed_rate(provider: LocalProvider, chunks: list[str]) -> tuple[float, float]:
     """Chunks/s and CPU ms per chunk (every thread of this process, the probe's included)."""
     started, cpu = time.perf_counter(), time.process_time()
@@ -107,69 +150,97 @@ def start_hog(own_session: bool) -> subprocess.Popen[bytes]:
 SCENARIOS = ("hog", "hog-apart", "idle")
 
 
+@attrs.frozen
+class Run:
+    rate: float
+    cpu_ms: float
+    hedged: int
+    load: float
+    queries: list[float]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=256)
+    parser.add_argument("--runtimes", default="onnx,onnx-int8")
+    parser.add_argument("--nice", type=int, default=EMBED_NICE, help="the after embedders' nice")
+    parser.add_argument(
+        "--parts", action="store_true", help="also `after` without hedging (`nice only`)"
+    )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    configs = {
-        "float32 (baseline)": LocalProvider(runtime="onnx"),
-        "int8": LocalProvider(runtime="onnx-int8"),
-    }
+    runtimes = args.runtimes.split(",")
+    configs: dict[str, LocalProvider] = {}
+    for runtime in runtimes:
+        configs[f"{runtime} before"] = LocalProvider(
+            runtime=runtime, nice=PREVIOUS_NICE, hedge=False
+        )
+        if args.parts:
+            configs[f"{runtime} nice only"] = LocalProvider(
+                runtime=runtime, nice=args.nice, hedge=False
+            )
+        configs[f"{runtime} after"] = LocalProvider(runtime=runtime, nice=args.nice)
     chunks = doc_chunks(args.chunks)
+    passes = {name: Passes(provider) for name, provider in configs.items()}
+    batches = batches_of(next(iter(configs.values())), chunks)
     for provider in configs.values():
         asyncio.run(provider.embed_chunks(chunks[:8]))  # load and warm up
     print(
-        f"embedding {len(chunks)} doc chunks in calls of {EMBED_BATCH} by ONNX Runtime, "
-        f"{cores} embedder threads at nice +10; a query embedded every "
-        "100 ms at nice 0 meanwhile. Baseline and candidates interleaved in each round on a "
-        "shared machine (load average printed): compare ratios within the run."
+        f"embedding {len(chunks)} doc chunks in calls of {EMBED_BATCH} ({batches} forward "
+        f"passes) on {cores} embedder threads: `before` at nice +{PREVIOUS_NICE} without "
+        f"hedging, `after` at nice +{args.nice} with; a query embedded every 100 ms at nice 0 "
+        "meanwhile. Interleaved in each round on a shared machine (load average printed): "
+        "compare ratios within the run."
     )
-    rates: dict[tuple[str, str], list[float]] = {}
-    cpu: dict[tuple[str, str], list[float]] = {}
-    latencies: dict[tuple[str, str], list[float]] = {}
+    runs: dict[tuple[str, str], list[Run]] = {}
     for round_no in range(args.rounds):
         for scenario in SCENARIOS:
             hog = start_hog(scenario == "hog-apart") if scenario != "idle" else None
             try:
                 time.sleep(1)  # let the scheduler place the hog
                 for name, provider in configs.items():
+                    passes[name].count = 0
                     with QueryProbe(provider) as probe:
                         rate, ms = asyncio.run(embed_rate(provider, chunks))
-                    key = (scenario, name)
-                    rates.setdefault(key, []).append(rate)
-                    cpu.setdefault(key, []).append(ms)
-                    latencies.setdefault(key, []).extend(probe.samples)
+                    hedged = passes[name].count - batches
+                    run = Run(rate, ms, hedged, os.getloadavg()[0], list(probe.samples))
+                    runs.setdefault((scenario, name), []).append(run)
                     print(
-                        f"  round {round_no + 1} {scenario:9} {name}: {rate:.1f} chunks/s, "
-                        f"{ms:.1f} ms CPU/chunk, load "
-                        f"{os.getloadavg()[0]:.1f}",
+                        f"  round {round_no + 1} {scenario:9} {name:19}: {rate:6.1f} chunks/s, "
+                        f"{ms:5.1f} ms CPU/chunk, {run.hedged} hedged, query embedding "
+                        f"median {statistics.median(probe.samples) * 1e3:.1f} ms, "
+                        f"load {run.load:.1f}",
                         flush=True,
                     )
             finally:
                 if hog is not None:
                     hog.kill()
                     hog.wait()
-    base = next(iter(configs))
+    loads = [run.load for per in runs.values() for run in per]
+    print(f"\nload average (1 min) at the runs: {min(loads):.1f}-{max(loads):.1f}")
     for scenario in SCENARIOS:
-        print(f"\n{scenario}: medians over {args.rounds} rounds")
-        for name in configs:
-            key = (scenario, name)
-            rate = statistics.median(rates[key])
-            # The median of each round's ratio: the baseline and this one ran minutes apart
-            # at most, under the same load.
-            ratio = statistics.median(
-                mine / theirs
-                for mine, theirs in zip(rates[key], rates[(scenario, base)], strict=True)
-            )
-            cpu_ratio = statistics.median(cpu[(scenario, base)]) / statistics.median(cpu[key])
-            queries = ms_line(latencies[key], ".1f", sep=", ")
-            print(
-                f"  {name}: {rate:.1f} chunks/s (x{ratio:.2f} the baseline, median of the "
-                f"rounds' ratios), {statistics.median(cpu[key]):.1f} ms CPU/chunk (x"
-                f"{cpu_ratio:.2f} fewer); query embedding {queries}"
-            )
+        print(
+            f"\n{scenario}: medians over {args.rounds} rounds (target >= "
+            f"{TARGETS[scenario]:.0f} chunks/s)"
+        )
+        for runtime in runtimes:
+            before = runs[(scenario, f"{runtime} before")]
+            labels = ["before", *(["nice only"] if args.parts else []), "after"]
+            for label in labels:
+                mine = runs[(scenario, f"{runtime} {label}")]
+                rate = statistics.median(r.rate for r in mine)
+                queries = ms_line([q for r in mine for q in r.queries], ".1f", sep=", ")
+                met = "met" if rate >= TARGETS[scenario] else "NOT met"
+                # The median of each round's ratio: they ran seconds apart under the same load.
+                ratio = statistics.median(
+                    a.rate / b.rate for a, b in zip(mine, before, strict=True)
+                )
+                print(
+                    f"  {runtime:9} {label:9}: {rate:6.1f} chunks/s ({met}), x{ratio:.2f} "
+                    f"before, {statistics.median(r.cpu_ms for r in mine):.1f} ms CPU/chunk, "
+                    f"{sum(r.hedged for r in mine)} hedged; query embedding {queries}"
+                )
 
 
 if __name__ == "__main__":
