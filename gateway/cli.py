@@ -39,7 +39,7 @@ from gateway import (
     tokens_cli,
 )
 from gateway import services as catalogue
-from gateway.launcher import CLIENT_COMMANDS
+from gateway.cli_clients import CLIENT_COMMANDS
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
 from gateway.logs import configure as configure_logging

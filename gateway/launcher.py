@@ -13,8 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# The first word of a command line that needs only an HTTP client, and the module behind it.
-CLIENT_COMMANDS = {"vm": "gateway.cli_vm", "fn": "gateway.cli_fn", "images": "gateway.cli_images"}
+from gateway.cli_clients import CLIENT_COMMANDS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
