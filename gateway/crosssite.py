@@ -26,7 +26,7 @@ of every service's app by ``gateway.services.build_app``.
 from __future__ import annotations
 
 import json
-from urllib.parse import urlsplit
+import re
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -48,6 +48,21 @@ def host_port(netloc: str, scheme: str) -> str:
     return netloc
 
 
+# What a browser sends as Origin: a scheme and a host with its port, nothing else (no path, no
+# user, no spaces); "null", a file: page or anything else never names a host of ours.
+_ORIGIN = re.compile(r"(https?)://([^/?#@\s]+)", re.IGNORECASE)
+
+
+def same_origin(origin: str, host: str) -> bool:
+    """Whether the ``Origin`` header ``origin`` names ``host`` (the request's ``Host``): the
+    cross-site guard's check for older browsers and the serial console's for websockets."""
+    match = _ORIGIN.fullmatch(origin.strip())
+    if match is None:
+        return False
+    scheme = match.group(1).lower()
+    return host_port(match.group(2), scheme) == host_port(host, scheme)
+
+
 def refusal(request: web.BaseRequest, hosts: HostPolicy | None = None) -> str | None:
     """Why this request is refused, or None when it may go on; ``hosts``: the Host names
     the service answers (without it, any Host counts as the service's own)."""
@@ -65,14 +80,7 @@ def refusal(request: web.BaseRequest, hosts: HostPolicy | None = None) -> str | 
         return f"{shown}, Sec-Fetch-Site: {fetch_site[:40]}"
     if origin is None:
         return None
-    try:
-        parts = urlsplit(origin.strip())
-    except ValueError:
-        return shown
-    if parts.scheme not in _DEFAULT_PORTS or not parts.netloc:
-        return shown  # "null" (a sandboxed frame, a file: page) or nonsense
-    target = host_port(request.host, parts.scheme)
-    if host_port(parts.netloc, parts.scheme) == target:
+    if same_origin(origin, request.host):
         return None
     return f"{shown}, Host: {request.host[:200]}"
 

@@ -38,7 +38,7 @@ from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 from actors.vm.settings import SettingsError, load_settings
-from gateway.crosssite import host_port
+from gateway.crosssite import same_origin
 from gateway.identity import IDENTITY
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,7 @@ def origin_refusal(headers: Mapping[str, str], host: str) -> str | None:
     origin = headers.get("Origin")
     if not origin:
         return "a websocket upgrade without Origin"
-    match = re.fullmatch(r"(https?)://([^/\s]+)", origin.strip())
-    if match is None:
-        return f"Origin: {origin[:200]}"
-    scheme = match.group(1)
-    if host_port(match.group(2), scheme) != host_port(host, scheme):
+    if not same_origin(origin, host):
         return f"Origin: {origin[:200]}, Host: {host[:200]}"
     return None
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from gateway.crosssite import refusal
+from gateway.console.serial import origin_refusal
+from gateway.crosssite import refusal, same_origin
 from gateway.hosts import HostPolicy
 
 HOST = "127.0.0.1:8000"
@@ -37,6 +38,13 @@ CASES = [
     ("POST", {"Origin": "file://"}, False),
     ("POST", {"Origin": "http://[::1"}, False),
     ("POST", {"Origin": ""}, False),
+    # A browser's Origin is a scheme and a host, nothing more: anything else is not ours.
+    ("POST", {"Origin": f"http://{HOST}/console"}, False),
+    ("POST", {"Origin": f"http://user@{HOST}"}, False),
+    ("POST", {"Origin": f"http://evil.example@{HOST}"}, False),
+    ("POST", {"Origin": f"http://{HOST}?x"}, False),
+    ("POST", {"Origin": f"ws://{HOST}"}, False),
+    ("POST", {"Origin": f"http://{HOST} http://evil.example"}, False),
 ]
 
 
@@ -44,6 +52,15 @@ CASES = [
 def test_the_rule(method: str, headers: dict[str, str], allowed: bool) -> None:
     request = make_mocked_request(method, "/x", headers={"Host": HOST, **headers})
     assert (refusal(request) is None) is allowed
+
+
+@pytest.mark.parametrize("origin", [case[1]["Origin"] for case in CASES if "Origin" in case[1]])
+def test_the_serial_consoles_websocket_check_is_the_same_rule(origin: str) -> None:
+    """One parser of Origin for both guards: the websocket upgrade (which Sec-Fetch-Site does
+    not protect) accepts exactly the Origins the cross-site guard takes from older browsers."""
+    by_guard = refusal(make_mocked_request("POST", "/x", headers={"Host": HOST, "Origin": origin}))
+    by_serial = origin_refusal({"Origin": origin}, HOST)
+    assert (by_serial is None) is same_origin(origin, HOST) is (by_guard is None)
 
 
 def test_default_ports_compare_equal_behind_a_tls_proxy() -> None:
