@@ -20,7 +20,7 @@ from pathlib import Path
 
 import attrs
 
-from events.nats_server import free_port
+from tests.ports import free_port
 
 SKIP_ENV = "CAIRN_TEST_NO_POSTGRES"
 

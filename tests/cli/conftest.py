@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 import pytest
 
-from events.nats_server import free_ports
 from gateway import cli_common, cli_fn, cli_images, cli_vm
+from tests.ports import free_ports
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 GROUPS = {"vm": cli_vm, "fn": cli_fn, "images": cli_images}

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from events.nats_server import free_port
+from tests.ports import free_port
 
 PROBE = """
 import sys

@@ -24,9 +24,9 @@ from pvesim.cli import read_printed_env
 from pvesim.cluster import SimCluster, VmView
 
 from events.nats_cluster import NatsCluster
-from events.nats_server import free_ports
 from tests.conftest import wait_for
 from tests.faults.conftest import end_strays
+from tests.ports import free_ports
 from tests.postgres import PostgresServer
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse

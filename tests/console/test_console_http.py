@@ -21,13 +21,14 @@ from actors.images.events import stored
 from actors.platform import Runtime
 from actors.search.events import DocumentDismissed
 from events.bus import BUS_DOWN
-from events.nats_server import EmbeddedNats, free_port
+from events.nats_server import EmbeddedNats
 from gateway import services as catalogue
 from gateway.console import assets
 from gateway.console.headers import CSP
 from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV
 from tests.images.imagedata import encoded
+from tests.ports import free_port
 
 
 @attrs.define

@@ -23,9 +23,9 @@ from pvesim.cluster import SimCluster
 
 from events.access import NatsAccess
 from events.credentials import Keyring
-from events.nats_server import free_ports
 from events.permissions import Role
 from tests.conftest import wait_for
+from tests.ports import free_ports
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
 from tests.vm.mirror import Mirror

@@ -19,11 +19,12 @@ from pvesim.cluster import SimCluster
 from actors.vm.commands import install_payload
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import DEADLINE_HEADER
-from events.nats_server import find_binary, free_port
+from events.nats_server import find_binary
 from events.permissions import Role
 from tests.conftest import wait_for
 from tests.faults.conftest import Cairn, StartCairn, children_named, stray_processes
 from tests.images.imagedata import encoded
+from tests.ports import free_port
 
 BUS_DOWN = "the message bus (NATS) is unavailable"
 PNG = encoded("PNG", (8, 8))

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from events.nats_server import free_ports
+from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 

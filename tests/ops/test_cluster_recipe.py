@@ -33,11 +33,12 @@ from events.access import NatsAccess
 from events.bus import flush_all
 from events.cluster_kit import ClusterKit
 from events.cluster_kit import Member as KitMember
-from events.nats_server import _TIED_TO_PARENT, end_server, find_binary, free_ports
+from events.nats_server import _TIED_TO_PARENT, end_server, find_binary
 from events.permissions import Role
 from tests.conftest import wait_for
 from tests.faults.conftest import stray_processes
 from tests.ops.test_systemd import unit_section
+from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = str(Path(sys.executable).parent / "cairn")

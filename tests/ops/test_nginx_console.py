@@ -21,9 +21,9 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from actors.platform import Runtime
-from events.nats_server import free_ports
 from gateway import services as catalogue
 from tests.nginx import EXAMPLES, running_nginx
+from tests.ports import free_ports
 
 SITE = "cairn.test"
 

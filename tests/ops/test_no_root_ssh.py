@@ -20,7 +20,7 @@ import pytest
 from actors.vm import qm
 from actors.vm.shacrypt import sha512_crypt
 from actors.vm.transport import SshTransport
-from events.nats_server import free_port
+from tests.ports import free_port
 
 HELPER = Path(__file__).resolve().parents[2] / "ops" / "pve" / "cairn_allow.py"
 

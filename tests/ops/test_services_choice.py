@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from actors.config import ConfigError
-from events.nats_server import free_port
 from gateway import services
 from tests.conftest import wait_for
+from tests.ports import free_port
 
 
 def names(env: dict[str, str]) -> list[str]:

@@ -20,8 +20,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from events.nats_server import free_port
 from tests.conftest import wait_for
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "ops" / "systemd"

@@ -17,9 +17,10 @@ from actors.platform import open_runtime
 from actors.search import minilm
 from actors.search.embedding import LocalProvider
 from actors.search.registry import Registry, state_root
-from events.nats_server import EmbeddedNats, free_port
+from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded, default_store_url
 from gateway import search
+from tests.ports import free_port
 from tests.search.fake_openai import FakeOpenAI
 
 

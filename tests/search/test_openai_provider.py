@@ -176,7 +176,7 @@ async def test_gives_up_after_the_last_attempt(
 
 
 async def test_unreachable_provider_is_transient(caplog: pytest.LogCaptureFixture) -> None:
-    from events.nats_server import free_port
+    from tests.ports import free_port
 
     provider = OpenAIProvider(
         f"http://127.0.0.1:{free_port()}/v1", MODEL, KEY, attempts=2, base_delay=0.01

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import aiohttp
 
-from events.nats_server import end_server, find_binary, free_port
+from events.nats_server import end_server, find_binary
 from tests.gateway.test_cli_up import start, up_env
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = str(Path(sys.executable).parent / "cairn")

@@ -11,8 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from events.nats_server import free_ports
 from tests.nginx import EXAMPLES, running_nginx
+from tests.ports import free_ports
 from tests.vm.conftest import Service, read_sse
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 from pvesim.cluster import SimCluster
 
-from events.nats_server import EmbeddedNats, free_port
+from events.nats_server import EmbeddedNats
 from tests.conftest import wait_for
+from tests.ports import free_port
 from tests.vm import drivers
 from tests.vm.conftest import Service, read_sse, service_env
 from tests.vm.mirror import Mirror
