@@ -226,7 +226,6 @@ class LocalProvider:
         cache_dir: Path | None = None,
         *,
         nice: int = EMBED_NICE,
-        hedge: bool = True,
     ) -> None:
         if cache_dir is not None:
             _MODEL_CACHE.setdefault("dir", cache_dir)
@@ -261,9 +260,8 @@ class LocalProvider:
         space = "int8v3" if self.model.runtime == "onnx-int8" else "float32"
         self.fingerprint = f"local:all-minilm-l6-v2:{space}:window{minilm.WINDOW}"
         self._workers = threads or os.cpu_count() or 1
-        # `nice` and `hedge` are the benchmark's knobs (ops/bench/search_embed_load.py runs the
-        # previous behaviour beside the current one); the service keeps the defaults.
-        self._hedge = hedge
+        # `nice` is the benchmark's knob (ops/bench/search_embed_load.py runs the previous
+        # value beside the current one); the service keeps the default.
         self._pool = ThreadPoolExecutor(
             self._workers,
             thread_name_prefix="embed",
@@ -275,17 +273,13 @@ class LocalProvider:
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
         vectors = await asyncio.to_thread(
-            self.model.encode, texts, workers=self._workers, pool=self._pool, hedge=self._hedge
+            self.model.encode, texts, workers=self._workers, pool=self._pool
         )
         return to_512(vectors)
 
     async def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
         windows = await asyncio.to_thread(
-            self.model.encode_windows,
-            texts,
-            workers=self._workers,
-            pool=self._pool,
-            hedge=self._hedge,
+            self.model.encode_windows, texts, workers=self._workers, pool=self._pool
         )
         return [to_512(w) for w in windows]
 

@@ -30,7 +30,6 @@ import attrs
 import numpy as np
 from tokenizers import Tokenizer
 
-from actors.search.minilm_hedging import hedged_map
 from actors.search.minilm_weights import DIMENSION, Weights, load_weights, model_dir
 
 __all__ = ["DIMENSION", "MAX_TOKENS", "WINDOW", "MiniLM", "forward", "load_weights", "model_dir"]
@@ -232,29 +231,19 @@ class MiniLM:
         return out
 
     def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        workers: int = 1,
-        pool: Executor | None = None,
-        hedge: bool = True,
+        self, texts: Sequence[str], *, workers: int = 1, pool: Executor | None = None
     ) -> np.ndarray:
         """Unit-length embeddings (len(texts), 384), in the order given, each text cut at
-        `MAX_TOKENS` as the reference does. See `encode_ids` for the keywords."""
-        return self.encode_ids(self._ids(texts), workers=workers, pool=pool, hedge=hedge)
+        `MAX_TOKENS` as the reference does. See `encode_ids` for `workers` and `pool`."""
+        return self.encode_ids(self._ids(texts), workers=workers, pool=pool)
 
     def encode_windows(
-        self,
-        texts: Sequence[str],
-        *,
-        workers: int = 1,
-        pool: Executor | None = None,
-        hedge: bool = True,
+        self, texts: Sequence[str], *, workers: int = 1, pool: Executor | None = None
     ) -> list[np.ndarray]:
         """One (windows, 384) array per text: every token of every text is embedded."""
         windows = self.windows(texts)
         flat = [w for per_text in windows for w in per_text]
-        vectors = self.encode_ids(flat, workers=workers, pool=pool, hedge=hedge)
+        vectors = self.encode_ids(flat, workers=workers, pool=pool)
         out, start = [], 0
         for per_text in windows:
             out.append(vectors[start : start + len(per_text)])
@@ -262,18 +251,11 @@ class MiniLM:
         return out
 
     def encode_ids(
-        self,
-        encoded: Sequence[Sequence[int]],
-        *,
-        workers: int = 1,
-        pool: Executor | None = None,
-        hedge: bool = True,
+        self, encoded: Sequence[Sequence[int]], *, workers: int = 1, pool: Executor | None = None
     ) -> np.ndarray:
         """Vectors of token id sequences. With `workers` > 1 the batches run on that many
         threads (numpy and ONNX Runtime release the GIL), on `pool` when given; with numpy the
-        caller should then keep BLAS itself single-threaded. On `pool`, a batch still running
-        late on a starved thread is run again by a free one (`minilm_hedging`); `hedge=False`
-        hands the batches out without (the previous behaviour, kept for the benchmark)."""
+        caller should then keep BLAS itself single-threaded."""
         out = np.zeros((len(encoded), DIMENSION), dtype=np.float32)
         if not encoded:
             return out
@@ -292,10 +274,7 @@ class MiniLM:
                 mask[row, : len(seq)] = 1
             return self.run(ids, mask)
 
-        if pool is not None and hedge:
-            costs = [len(members) * len(encoded[members[-1]]) for members in batches]
-            results = hedged_map(pool, workers, run, batches, costs)
-        elif pool is not None:
+        if pool is not None:
             results = list(pool.map(run, batches))
         elif workers > 1 and len(batches) > 1:
             with ThreadPoolExecutor(min(workers, len(batches))) as own:

@@ -19,9 +19,14 @@ __all__ = ["EMBED_NICE", "WRITER_NICE", "lower_this_thread"]
 # the event loop shared a core evenly, and a query arriving meanwhile waited for the loop's
 # turn. It still takes every cycle the loop leaves idle.
 WRITER_NICE = 5
-# Document embedding takes the CPU that queries and keyword indexing leave over, never the
-# other way round.
-EMBED_NICE = 10
+# Document embedding comes after queries and the keyword stage, but not further below than
+# that: nice orders threads within their scheduling group (a session's autogroup, a systemd
+# unit's cgroup), and the group's weight is spread over the cores by its threads' weights, so
+# embedder threads 10 below a busy nice-0 thread of their own group brought a sixth of a nice-0
+# weight to their core and lost it to any other group's work there (7-11 chunks/s against a
+# one-core hog on a busy machine; 6 below: x1.3-2.1, queries and the keyword stage no slower;
+# ops/bench/search_notes.md).
+EMBED_NICE = 6
 
 
 def lower_this_thread(by: int) -> None:

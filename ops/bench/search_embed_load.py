@@ -1,21 +1,17 @@
 """Document embedding while the machine is busy: chunks/s of the local model with and without a
-process that keeps one core busy, and the latency of query embeddings meanwhile; the embedder as
-it is beside its previous behaviour, for both ONNX Runtime models.
+process that keeps one core busy, and the latency of query embeddings meanwhile; the embedder at
+its nice value beside the previous one, for both ONNX Runtime models.
 
 Run: .venv/bin/python -m ops.bench.search_embed_load [--rounds N] [--chunks N]
-     [--runtimes onnx,onnx-int8] [--nice N] [--parts]
+     [--runtimes onnx,onnx-int8] [--nice N]
 
 What it measures, in this one process: this repository's docs cut by the service's chunker
 (real prose, ~600 characters, ~1.9 windows a chunk), embedded in calls of `EMBED_BATCH` chunks
 as the indexer makes them, by `LocalProvider` on its low-priority threads (one per core), with
 ONNX Runtime float32 (`EMBEDDING_RUNTIME=onnx`, the issue's reference) and with int8 weights
 (`onnx-int8`, the default where OpenVINO's bfloat16 is not used). For each runtime two
-embedders: `before`, the previous behaviour (threads at nice +10, a call's batches handed out
-by the pool's queue, the call waiting for its slowest), and `after`, the service's defaults
-(`EMBED_NICE`, and a batch still late on a starved thread run again by a free one,
-`minilm_hedging`; `--nice` tries another nice value for `after`, `--parts` adds `nice only`,
-the after embedder without hedging). The line of each run says how many batches were run
-twice (`hedged`).
+embedders: `before`, the previous behaviour (threads at nice +10), and `after`, the service's
+`EMBED_NICE` (`--nice` tries another value).
 
 The hog is one busy loop in a child process at the default priority (nice 0), started for the
 hog rounds and stopped for the `idle` ones, in two places: `hog` is in this process's session,
@@ -28,9 +24,10 @@ embeds one uncached query every 100 ms, as the service does for a semantic query
 is printed per embedder (query latency must not suffer from what helps throughput).
 
 The machine is shared: embedders and scenarios are interleaved round by round (each runtime's
-`before` then `after`, hog, hog-apart then idle, each round), medians over rounds are printed
-with the median of the rounds' ratios to `before`, and the load average is printed with every
-run. Targets (issue 28): >= 40 chunks/s with the hog, >= 70 idle.
+`before` then `after`, hog, hog-apart then idle, each round; every other round in reverse),
+medians over rounds are printed with the median of the rounds' ratios to `before`, and the
+load average is printed at the start and with every run. Targets (issue 28): >= 40 chunks/s
+with the hog, >= 70 idle.
 """
 
 from __future__ import annotations
@@ -43,11 +40,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-import numpy as np
 
 from actors.search.chunker import chunk_text
 from actors.search.embedding import LocalProvider
@@ -106,32 +101,6 @@ class QueryProbe:
         self.thread.join()
 
 
-class Passes:
-    """Counts the forward passes a provider's document model runs (a hedged batch runs twice)."""
-
-    def __init__(self, provider: LocalProvider) -> None:
-        self.count = 0
-        run: Callable[[np.ndarray, np.ndarray], np.ndarray] = provider.model.run
-
-        def counted(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            self.count += 1
-            return run(ids, mask)
-
-        # Documents only: queries keep the shared model (`query_model`).
-        provider.model = attrs.evolve(provider.model, run=counted)
-
-
-def batches_of(provider: LocalProvider, chunks: list[str]) -> int:
-    """The forward passes embedding `chunks` takes without hedging."""
-    from actors.search.minilm import plan_batches
-
-    total = 0
-    for i in range(0, len(chunks), EMBED_BATCH):
-        windows = provider.model.windows(chunks[i : i + EMBED_BATCH])
-        total += len(plan_batches([len(w) for per in windows for w in per], provider._workers))
-    return total
-
-
 async def embed_rate(provider: LocalProvider, chunks: list[str]) -> tuple[float, float]:
     """Chunks/s and CPU ms per chunk (every thread of this process, the probe's included)."""
     started, cpu = time.perf_counter(), time.process_time()
@@ -154,7 +123,6 @@ SCENARIOS = ("hog", "hog-apart", "idle")
 class Run:
     rate: float
     cpu_ms: float
-    hedged: int
     load: float
     queries: list[float]
 
@@ -165,33 +133,22 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=256)
     parser.add_argument("--runtimes", default="onnx,onnx-int8")
     parser.add_argument("--nice", type=int, default=EMBED_NICE, help="the after embedders' nice")
-    parser.add_argument(
-        "--parts", action="store_true", help="also `after` without hedging (`nice only`)"
-    )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     runtimes = args.runtimes.split(",")
     configs: dict[str, LocalProvider] = {}
     for runtime in runtimes:
-        configs[f"{runtime} before"] = LocalProvider(
-            runtime=runtime, nice=PREVIOUS_NICE, hedge=False
-        )
-        if args.parts:
-            configs[f"{runtime} nice only"] = LocalProvider(
-                runtime=runtime, nice=args.nice, hedge=False
-            )
+        configs[f"{runtime} before"] = LocalProvider(runtime=runtime, nice=PREVIOUS_NICE)
         configs[f"{runtime} after"] = LocalProvider(runtime=runtime, nice=args.nice)
     chunks = doc_chunks(args.chunks)
-    passes = {name: Passes(provider) for name, provider in configs.items()}
-    batches = batches_of(next(iter(configs.values())), chunks)
     for provider in configs.values():
         asyncio.run(provider.embed_chunks(chunks[:8]))  # load and warm up
     print(
-        f"embedding {len(chunks)} doc chunks in calls of {EMBED_BATCH} ({batches} forward "
-        f"passes) on {cores} embedder threads: `before` at nice +{PREVIOUS_NICE} without "
-        f"hedging, `after` at nice +{args.nice} with; a query embedded every 100 ms at nice 0 "
-        "meanwhile. Interleaved in each round on a shared machine (load average printed): "
-        "compare ratios within the run."
+        f"embedding {len(chunks)} doc chunks in calls of {EMBED_BATCH} on {cores} embedder "
+        f"threads: `before` at nice +{PREVIOUS_NICE}, `after` at nice +{args.nice}; a query "
+        "embedded every 100 ms at nice 0 meanwhile. Interleaved in each round (the order "
+        "reversed every other round) on a shared machine (load average printed): compare "
+        f"ratios within the run. Load average at start: {os.getloadavg()[0]:.2f}"
     )
     runs: dict[tuple[str, str], list[Run]] = {}
     for round_no in range(args.rounds):
@@ -199,16 +156,15 @@ def main() -> None:
             hog = start_hog(scenario == "hog-apart") if scenario != "idle" else None
             try:
                 time.sleep(1)  # let the scheduler place the hog
-                for name, provider in configs.items():
-                    passes[name].count = 0
+                order = list(configs.items())
+                for name, provider in order[::-1] if round_no % 2 else order:
                     with QueryProbe(provider) as probe:
                         rate, ms = asyncio.run(embed_rate(provider, chunks))
-                    hedged = passes[name].count - batches
-                    run = Run(rate, ms, hedged, os.getloadavg()[0], list(probe.samples))
+                    run = Run(rate, ms, os.getloadavg()[0], list(probe.samples))
                     runs.setdefault((scenario, name), []).append(run)
                     print(
-                        f"  round {round_no + 1} {scenario:9} {name:19}: {rate:6.1f} chunks/s, "
-                        f"{ms:5.1f} ms CPU/chunk, {run.hedged} hedged, query embedding "
+                        f"  round {round_no + 1} {scenario:9} {name:16}: {rate:6.1f} chunks/s, "
+                        f"{ms:5.1f} ms CPU/chunk, query embedding "
                         f"median {statistics.median(probe.samples) * 1e3:.1f} ms, "
                         f"load {run.load:.1f}",
                         flush=True,
@@ -226,20 +182,23 @@ def main() -> None:
         )
         for runtime in runtimes:
             before = runs[(scenario, f"{runtime} before")]
-            labels = ["before", *(["nice only"] if args.parts else []), "after"]
-            for label in labels:
+            for label in ("before", "after"):
                 mine = runs[(scenario, f"{runtime} {label}")]
                 rate = statistics.median(r.rate for r in mine)
-                queries = ms_line([q for r in mine for q in r.queries], ".1f", sep=", ")
+                samples = [q for r in mine for q in r.queries]
+                queries = ms_line(samples, ".1f", sep=", ")
+                slower = statistics.median(samples) / statistics.median(
+                    [q for r in before for q in r.queries]
+                )
                 met = "met" if rate >= TARGETS[scenario] else "NOT met"
                 # The median of each round's ratio: they ran seconds apart under the same load.
                 ratio = statistics.median(
                     a.rate / b.rate for a, b in zip(mine, before, strict=True)
                 )
                 print(
-                    f"  {runtime:9} {label:9}: {rate:6.1f} chunks/s ({met}), x{ratio:.2f} "
-                    f"before, {statistics.median(r.cpu_ms for r in mine):.1f} ms CPU/chunk, "
-                    f"{sum(r.hedged for r in mine)} hedged; query embedding {queries}"
+                    f"  {runtime:9} {label:6}: {rate:6.1f} chunks/s ({met}), x{ratio:.2f} "
+                    f"before, {statistics.median(r.cpu_ms for r in mine):.1f} ms CPU/chunk; "
+                    f"query embedding {queries} (x{slower:.2f} before's median)"
                 )
 
 
