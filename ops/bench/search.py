@@ -34,6 +34,7 @@ from actors.search.embedding import LocalProvider, Provider
 from actors.search.engine import EMBED_BATCH, Engine
 from actors.search.indexer import KEYWORD_BATCH
 from actors.search.keyword_stage import IndexReport
+from actors.search.priority import EMBED_NICE
 from actors.search.query_cache import QueryCache
 from actors.search.registry import Registry
 from actors.search.stemming import TYPO_MIN_LENGTH
@@ -145,7 +146,7 @@ async def embedding_rates(rng: np.random.Generator, count: int = 192) -> None:
     print(
         f"embedding {len(chunks)} chunks of English prose as chunk_text cuts them (median "
         f"{statistics.median(map(len, chunks)):.0f} characters, {statistics.median(tokens):.0f} "
-        f"tokens; {windows / len(chunks):.2f} windows per chunk), 2 threads at nice 10:"
+        f"tokens; {windows / len(chunks):.2f} windows per chunk), 2 threads at nice {EMBED_NICE}:"
     )
     runs = [
         ("numpy, previous path (batches of 16, cut at 256 tokens)", numpy_path, 16, False),
