@@ -24,8 +24,9 @@ WRITER_NICE = 5
 # unit's cgroup), and the group's weight is spread over the cores by its threads' weights, so
 # embedder threads 10 below a busy nice-0 thread of their own group brought a sixth of a nice-0
 # weight to their core and lost it to any other group's work there (7-11 chunks/s against a
-# one-core hog on a busy machine; 6 below: x1.3-2.1, queries and the keyword stage no slower;
-# ops/bench/search_notes.md).
+# one-core hog on a busy machine; 6 below: x1.5-2.2). The cost: a query embedded beside a busy
+# embedder takes 2-9% longer (median; float32 4.6 -> 4.9 ms), the keyword stage no longer
+# (ops/bench/search_notes.md, 2026-11-27 late).
 EMBED_NICE = 6
 
 
