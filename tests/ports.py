@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import socket
 from pathlib import Path
 
@@ -38,7 +39,10 @@ def _worker() -> int:
 
 _START = LOWEST + _worker() * SLICE
 _USABLE = _ephemeral_low() >= _START + SLICE
-_NEXT = itertools.count()
+# From a random point of the slice: two pytest sessions run at once on one machine (two
+# engineers' runs) walk the same slice, and from the same point they would pick the same
+# ports one after the other, each free when checked and taken a moment later.
+_NEXT = itertools.count(random.randrange(SLICE))
 
 
 def _bindable(host: str, port: int) -> bool:
