@@ -18,13 +18,17 @@ from tests.vm.drivers import DRIVERS
 pytestmark = pytest.mark.parametrize("pve_driver", DRIVERS, indirect=True)
 
 MARK = "cairn-cluster"
-# Names its process (so the test can see which host runs it), then works for a while.
+# Names its process (so the test can see which host runs it), then works for as long as its
+# input says. The six runs must all be seen running at once: on a loaded machine (the suite on
+# two workers) their starts spread over seconds, so they work for 20 s, not 8 (with 8, CI once
+# never saw all six at the same moment).
 CODE = (
     "import ctypes, time\n"
     f"ctypes.CDLL(None).prctl(15, b'{MARK}', 0, 0, 0)\n"
-    "time.sleep(8)\n"
+    "time.sleep(input.get('seconds', 0))\n"
     "return 'done'\n"
 )
+LONG = 20  # under the runs' 30 s time limit
 HOST_GONE = (
     "failed to run: the runner host stopped answering (it stopped, or lost its connection to NATS)"
 )
@@ -53,8 +57,9 @@ def _runs_by_host(hosts: list[Host]) -> dict[str, int]:
     return counts
 
 
-async def _run(host: Host, path: str) -> tuple[int, str]:
-    async with host.session.post(f"{host.functions_url}/run/{path}", json={}) as resp:
+async def _run(host: Host, path: str, seconds: float = 0) -> tuple[int, str]:
+    body = {"input": {"seconds": seconds}}
+    async with host.session.post(f"{host.functions_url}/run/{path}", json=body) as resp:
         return resp.status, await resp.text()
 
 
@@ -81,14 +86,17 @@ async def test_a_runner_host_dies_its_runs_fail_clearly_the_others_go_on(
 ) -> None:
     client = cluster.hosts[0]
     await _upload(client, "slow", CODE)
-    runs = [asyncio.create_task(_run(client, "slow")) for _ in range(6)]
+    runs = [asyncio.create_task(_run(client, "slow", LONG)) for _ in range(6)]
     counts: dict[str, int] = {}
 
     def all_started() -> bool:
         counts.update(_runs_by_host(cluster.hosts))
         return sum(counts.values()) == len(runs)
 
-    await wait_for(all_started, timeout=60, what="every run to start")
+    try:
+        await wait_for(all_started, timeout=LONG, what="every run to start")
+    except AssertionError:
+        raise AssertionError(f"not all six running at once: {counts}\n{dump(cluster)}") from None
     held = {name: n for name, n in counts.items() if n and name != client.name}
     assert held, f"every run landed on the client's own host: {counts}"  # (1/3)^6 odds
     victim = next(h for h in cluster.hosts if h.name == max(held, key=held.__getitem__))
