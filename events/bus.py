@@ -19,6 +19,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -163,8 +164,29 @@ def expired(msg: Msg) -> bool:
     return True
 
 
+# A request with a long deadline (a command: an install's reply comes after its store write)
+# first asks the server for a PONG within this: sent into a hung server (alive but not reading:
+# SIGSTOP, a full disk under JetStream, a stalled network), whose connection the client still
+# believes open until its pings go unanswered, it would otherwise wait out all of its deadline.
+BUS_CHECK_S = 2  # seconds (nats-py takes whole ones)
+# Requests with a deadline this long or longer are checked first; the queries' few seconds are
+# their own bound, and they stay one round trip.
+CHECKED_FROM_S = 10.0
+
+
+async def answering(nc: Client, within: int = BUS_CHECK_S) -> bool:
+    """Whether the server answers a PING within ``within`` seconds (one round trip)."""
+    try:
+        await nc.flush(timeout=within)
+    except (TimeoutError, ConnectionError, NatsError):
+        return False
+    return True
+
+
 async def request_json(nc: Client, subject: str, payload: Any, timeout: float = 5.0) -> Any:
     if not nc.is_connected:
+        raise BusUnavailable()
+    if timeout >= CHECKED_FROM_S and not await answering(nc):
         raise BusUnavailable()
     data = json.dumps(payload, separators=(",", ":")).encode()
     try:
