@@ -168,16 +168,17 @@ def expired(msg: Msg) -> bool:
 # first asks the server for a PONG within this: sent into a hung server (alive but not reading:
 # SIGSTOP, a full disk under JetStream, a stalled network), whose connection the client still
 # believes open until its pings go unanswered, it would otherwise wait out all of its deadline.
-BUS_CHECK_S = 2  # seconds (nats-py takes whole ones)
+BUS_CHECK_S = 2.0
 # Requests with a deadline this long or longer are checked first; the queries' few seconds are
 # their own bound, and they stay one round trip.
 CHECKED_FROM_S = 10.0
 
 
-async def answering(nc: Client, within: int = BUS_CHECK_S) -> bool:
-    """Whether the server answers a PING within ``within`` seconds (one round trip)."""
+async def answering(nc: Client, within: float = BUS_CHECK_S) -> bool:
+    """Whether the server answers a PING within ``within`` seconds: one round trip, where
+    :func:`flush_all` takes two to be sure of the commands queued before it."""
     try:
-        await nc.flush(timeout=within)
+        await nc.flush(within)  # type: ignore[arg-type]  # seconds; a float works (flush_all)
     except (TimeoutError, ConnectionError, NatsError):
         return False
     return True

@@ -46,6 +46,8 @@ _NEXT = itertools.count(random.randrange(SLICE))
 
 
 def _bindable(host: str, port: int) -> bool:
+    # Without SO_REUSEADDR, unlike events.nats_server.port_is_taken: a port still in TIME_WAIT
+    # counts as taken here, since not every server a test starts would bind it.
     with socket.socket() as sock, contextlib.suppress(OSError):
         sock.bind((host, port))
         return True

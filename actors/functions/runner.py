@@ -376,7 +376,7 @@ def _reap(proc: asyncio.subprocess.Process) -> None:
     """Keep ``proc`` until asyncio's child watcher has seen it exit. A process object dropped
     before that is closed by the garbage collector, whose ``poll()`` reaps the child behind the
     watcher's back (asyncio then logs "Unknown child process pid …, will report returncode
-    255", as a stop under load did)."""
+    255"). Signals go by pid for the same reason (events/children.py)."""
     if proc.returncode is not None:
         return
     with contextlib.suppress(RuntimeError):  # no running loop: nothing to keep it for
