@@ -15,11 +15,14 @@ a reader is simply rendered again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -32,6 +35,9 @@ def source_stamp(st: os.stat_result) -> str:
 
 TMP_PREFIX = ".tmp-"
 PRUNE_TO = 0.9  # of the bound
+WARN_EVERY_S = 60.0  # a full disk fails every render's store: say so once a minute
+
+log = logging.getLogger(__name__)
 
 
 class VariantCache:
@@ -41,6 +47,7 @@ class VariantCache:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()  # stores come from the render pool's threads
         self._bytes: int | None = None  # measured at the first store, then counted
+        self._warned_at = -WARN_EVERY_S
 
     def dir_for(self, relpath: str) -> Path:
         digest = hashlib.sha256(relpath.encode()).hexdigest()
@@ -62,6 +69,27 @@ class VariantCache:
             raise
         if self.max_bytes:
             self._account(len(data))
+
+    def keep(self, target: Path, data: bytes) -> bool:
+        """:meth:`store` for a reader that already holds the bytes it will answer with.
+
+        The cache is only a saving: a purge that removed the folder between ``mkdir`` and the
+        write (the stored event of an upload arrives after its 201), a full disk or a damaged
+        cache folder cost a render later, never the answer. False when nothing was kept.
+        """
+        try:
+            self.store(target, data)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # ENOENT: the purge race above, expected and harmless
+                now = time.monotonic()
+                with self._lock:
+                    warn = now - self._warned_at >= WARN_EVERY_S
+                    if warn:
+                        self._warned_at = now
+                if warn:
+                    log.warning("variant served but not cached: %s", exc.strerror or exc)
+            return False
+        return True
 
     def _account(self, added: int) -> None:
         with self._lock:

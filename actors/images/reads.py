@@ -87,12 +87,11 @@ class ImageReader:
 
     def _job(self, target: Path, cached: Path, variant: Variant) -> Callable[..., bytes]:
         def work(cancelled: Callable[[], bool]) -> bytes:
-            try:
-                return cached.read_bytes()
-            except FileNotFoundError:
-                pass
+            data = _read_or_none(cached)
+            if data is not None:
+                return data
             data = render(target, variant, self.max_pixels, cancelled)
-            self.disk.store(cached, data)
+            self.disk.keep(cached, data)
             return data
 
         return work
@@ -105,7 +104,9 @@ class ImageReader:
 
 
 def _read_or_none(path: Path) -> bytes | None:
+    """A cached variant's bytes, or None for a miss; a cache folder that cannot be read is a
+    miss too (the variant is rendered from its source, which is what counts)."""
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except OSError:
         return None

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from actors.images.cache import VariantCache
 from tests.images.conftest import ImagesFactory
-from tests.images.imagedata import encoded
+from tests.images.imagedata import decode, encoded
 
 
 def _size(root: Path) -> int:
@@ -67,3 +70,20 @@ async def test_over_http_the_cache_stays_bounded_and_evicted_variants_come_back(
     async with images.http.get("/c/img/big.jpg?w=100&f=png") as resp:  # long evicted
         assert resp.status == 200
         assert await resp.read() == bodies[100]
+
+
+async def test_a_cache_that_cannot_be_written_still_serves_every_variant(
+    make_images: ImagesFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The cache folder replaced by a file: every store fails (as on a full disk, or when a
+    # purge removes a folder between its mkdir and the write). The answer must not.
+    images = await make_images(IMAGES_HOT_CACHE="0")
+    images.put("a.png", encoded("PNG", (40, 20)))
+    shutil.rmtree(images.layout.cache, ignore_errors=True)
+    images.layout.cache.write_bytes(b"not a folder")
+    for width in (10, 20, 10):
+        async with images.http.get(f"/c/img/a.png?w={width}&t=png") as resp:
+            assert resp.status == 200
+            assert decode(await resp.read()).size == (width, width // 2)
+    warnings = [r for r in caplog.records if "not cached" in r.getMessage()]
+    assert len(warnings) == 1  # once a minute, not once per render
