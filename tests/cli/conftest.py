@@ -5,6 +5,7 @@ tests) or as the real `cairn` program (its exit code and its output as they arri
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 import attrs
 import pytest
+from pvesim.state import Store
 
 from gateway import cli_common, cli_fn, cli_images, cli_vm
 from tests.ports import free_ports
@@ -58,6 +60,25 @@ class Cairn:
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         return Result(done.returncode, done.stdout, done.stderr)
+
+    @contextlib.contextmanager
+    def sim_delays(self, scale: float) -> Iterator[None]:
+        """The simulated cluster's delays at ``scale`` (1: a real node's) while the block runs,
+        then as before: for a test that must act while an install still runs, however late a
+        loaded machine lets it act."""
+        store = Store(self.data / "pvesim")
+
+        def put(value: float) -> None:
+            with store.locked() as txn:
+                txn.cluster["settings"]["delay_scale"] = value
+                txn.save_cluster()
+
+        before = store.delay_scale()
+        put(scale)
+        try:
+            yield
+        finally:
+            put(before)
 
     def start(self, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
