@@ -32,15 +32,18 @@ def installed(cairn: Cairn, *more: str) -> int:
 
 
 def test_an_install_prints_each_stage_while_it_runs_and_exits_0(cairn: Cairn) -> None:
-    proc = cairn.start("vm", "install", "--os", "debian", "--version", "12", "--name", "web-1")
-    assert proc.stdout is not None and proc.stderr is not None
-    first = proc.stdout.readline()
-    assert first.startswith("install: VM "), first
-    vmid = int(first.split()[2].rstrip(","))
-    assert proc.stdout.readline() == "preparation > checking VMID\n"
-    # The first stage is on the terminal while the install still runs.
-    row = vm_row(cairn, vmid)
-    assert row is not None and row["state"] == "installing", row
+    # The first stage is on the terminal while the install still runs (at a real node's pace
+    # until then, so that a loaded machine cannot let the install end first).
+    with cairn.sim_delays(1):
+        argv = ("vm", "install", "--os", "debian", "--version", "12", "--name", "web-1")
+        proc = cairn.start(*argv)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        assert first.startswith("install: VM "), first
+        vmid = int(first.split()[2].rstrip(","))
+        assert proc.stdout.readline() == "preparation > checking VMID\n"
+        row = vm_row(cairn, vmid)
+        assert row is not None and row["state"] == "installing", row
     rest = proc.stdout.read()
     assert proc.wait(120) == 0, proc.stderr.read()
     assert proc.stderr.read() == ""
