@@ -137,7 +137,9 @@ async def test_wrong_state_unknown_vm_and_bad_ids(service: Service) -> None:
 
 
 async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
-    service: Service = await start_service(VM_SSH_WAIT="1.5")
+    # The start waits VM_SSH_WAIT for a guest that never answers: long enough for the two
+    # requests below on a loaded machine.
+    service: Service = await start_service(VM_SSH_WAIT="4")
     vmid = await service.installed()
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     service.sim.inject_failure("guest boot", vmid=vmid)
@@ -150,7 +152,7 @@ async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
         assert await service.post(f"/vm/{vmid}/set/cpu", {"cpu": 1}) == (409, busy(vmid))
         rest = await read_sse(resp)
     assert rest.closed and rest.last["status"] == "error"
-    assert "not ready after 1.5s" in rest.last["message"]
+    assert "not ready after 4s" in rest.last["message"]
 
 
 BAD_BODIES: list[tuple[str, Any, str]] = [
