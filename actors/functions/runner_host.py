@@ -255,6 +255,10 @@ class RunnerHost:
                     started = await self._ready[runtime].get()
                     self._warm_roots.discard(started.proc.pid)
                     slot = started.slot
+                    # Refill now, not when this run ends: with fewer waiting sandboxes than
+                    # slots (RUN_WARM < RUN_CONCURRENCY, or a burst of one runtime) the next run
+                    # then waits for a sandbox's start, never for another run's whole time.
+                    self._refill(runtime)
                 else:
                     await self._free.get()
                     slot = self._new_slot()
@@ -263,8 +267,6 @@ class RunnerHost:
                 await asyncio.wait([task])
                 self._running.pop(job.id, None)
                 self._background(self._release(slot))
-                if self.settings.warm:
-                    self._refill(runtime)
             finally:
                 self._held.pop(job.id, None)
                 self.pending -= 1
@@ -319,7 +321,7 @@ class RunnerHost:
 
     async def _spawn_into_pool(self, runtime: str) -> None:
         # Starting a process blocks the loop for a few ms (fork, pipes, a watcher thread):
-        # let the answer of the run that just ended reach its client first.
+        # let the run that just took a sandbox send it its code first.
         await asyncio.sleep(PREPARE_DELAY_S)
         retry = 0.05
         while True:

@@ -1,6 +1,8 @@
 """POST /run/*targetPath and /run-now over real HTTP: results, versions, errors, time-outs."""
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from yarl import URL
@@ -254,3 +256,34 @@ async def test_without_waiting_sandboxes_each_run_starts_cold(runtime: Runtime) 
             assert reply.json() == {"data": code.split("'")[1], "type": "string"}
         await wait_for(lambda: runner.settled, what="the runner to be idle")
         assert runner.leftovers() == set()
+
+
+def _processes_named(name: str) -> int:
+    count = 0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            count += comm.read_text().strip() == name
+        except OSError:
+            continue  # ended meanwhile
+    return count
+
+
+async def test_fewer_waiting_sandboxes_than_slots_still_fill_every_slot(runtime: Runtime) -> None:
+    # RUN_WARM below RUN_CONCURRENCY: a run that finds its runtime's pool empty waits for a
+    # sandbox being started (the pool refills as soon as one is taken), never for a run to end.
+    mark = "cairn-slots"
+    code = (
+        "import ctypes, time\n"
+        f"ctypes.CDLL(None).prctl(15, b'{mark}', 0, 0, 0)\n"  # PR_SET_NAME: the host sees it
+        "time.sleep(input['seconds'])\n"
+        "return 'done'\n"
+    )
+    env = {"RUN_CONCURRENCY": "3", "RUN_WARM": "1", "RUN_TIMEOUT": "30"}
+    async with start_service(runtime, **env) as service:
+        runs = [
+            asyncio.create_task(service.run_now("python", code, input={"seconds": 10}))
+            for _ in range(3)
+        ]
+        await wait_for(lambda: _processes_named(mark) == 3, timeout=10, what="three runs at once")
+        replies = await asyncio.gather(*runs)
+    assert [r.json() for r in replies] == [{"data": "done", "type": "string"}] * 3
