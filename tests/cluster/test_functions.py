@@ -96,7 +96,10 @@ async def test_a_runner_host_dies_its_runs_fail_clearly_the_others_go_on(
     try:
         await wait_for(all_started, timeout=LONG, what="every run to start")
     except AssertionError:
-        raise AssertionError(f"not all six running at once: {counts}\n{dump(cluster)}") from None
+        ended = [run.result() for run in runs if run.done() and not run.exception()]
+        raise AssertionError(
+            f"not all six running at once: {counts}, ended: {ended}\n{dump(cluster)}"
+        ) from None
     held = {name: n for name, n in counts.items() if n and name != client.name}
     assert held, f"every run landed on the client's own host: {counts}"  # (1/3)^6 odds
     victim = next(h for h in cluster.hosts if h.name == max(held, key=held.__getitem__))
