@@ -81,8 +81,12 @@ class Cairn:
             put(before)
 
     def start(self, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        """`cairn ARGV` as its own process, still running, with Ctrl-C (SIGINT) acting as at a
+        terminal: a test run in the background (`ops/test &`, nohup) passes SIGINT on ignored,
+        and Python then never raises KeyboardInterrupt."""
         return subprocess.Popen(
-            [CAIRN, *argv], env={**self.env, **(env or {})}, cwd=self.data.parent,
+            ["env", "--default-signal=INT", CAIRN, *argv], env={**self.env, **(env or {})},
+            cwd=self.data.parent,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
