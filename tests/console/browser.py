@@ -23,7 +23,15 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright, Route
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    Playwright,
+    Route,
+    expect,
+)
 
 from tests.gateway.test_cli_up import up_env
 
@@ -47,11 +55,17 @@ DOCUMENTS = {
     "scan.xyz": "not a format search reads\n",
 }
 T = TypeVar("T")
+# How long an `expect(...)` assertion waits for what a user would see. Playwright's own default
+# is 5 s, and a context's set_default_timeout does not change it (it is for actions): on a loaded
+# machine 5 s is short for a page that waits on the server (a save, a run, the editor bundle
+# esbuild builds on its first request). Passing assertions end as soon as they hold.
+EXPECT_TIMEOUT_MS = 30_000
 
 
 def launch(playwright: Playwright) -> Browser:
     if not os.access(CHROMIUM, os.X_OK):
         raise RuntimeError(f"{CHROMIUM} is missing: `ops/setup --dev` installs Debian's chromium")
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
