@@ -106,7 +106,10 @@ async def test_a_wrong_secret_is_a_401_with_an_empty_body(sim: SimCluster) -> No
 async def test_create_holds_lock_create_until_its_task_ends(
     sim: SimCluster, api: PveClient
 ) -> None:
-    sim.set_delay_scale(0.5)  # the create task takes a second
+    # The create task takes 4 s: the two requests below must land while it runs, and on a
+    # loaded machine the one second it took at 0.5 may not be enough for both (as for the
+    # busy-VM check of tests/vm/test_lifecycle_e2e.py).
+    sim.set_delay_scale(2)
     upid = await api.post("/nodes/pve2/qemu", {"vmid": 140, "memory": 512})
     assert (await api.get("/nodes/pve2/qemu/140/config"))["lock"] == "create"
     with pytest.raises(errors.ApiError, match=r"VM is locked \(create\)"):
