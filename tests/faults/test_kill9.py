@@ -107,6 +107,11 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
     # with its Proxmox command running. qm create takes 8 s: the restart comes while it still
     # holds the new VM's config locked ('lock: create', no description yet).
     sim.set_delay_scale(4 if step == "VM creation > creating VM" else 0.05)
+    # And the install never ends by itself: its guest never answers after the reboot. A kill
+    # that lands a little late (this test is slow to read the step on a loaded machine) still
+    # lands in the install, in a later stage that asks as much of the recovery; without this,
+    # at "finalizing" (the reboot's 1.2 s boot) a late kill would find the install ended.
+    sim.inject_failure("guest boot", vmid=vmid, after=1)
     cairn = await start_cairn("up", PVE_DRIVER=driver)
     # A warm sandbox (bwrap, python3) is ready for functions by now.
     await cairn.wait_log(r"cairn: ready")
