@@ -4,7 +4,6 @@ VM Proxmox made (docs/vm.md, "What is verified"). Real SSH over loopback, both d
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ import attrs
 import pytest
 
 from actors.vm.guest import GuestError, ensure_key, run_init
+from tests.ports import free_port
 from tests.vm import drivers
 from tests.vm.conftest import Service
 from tests.vm.test_failures_e2e import assert_clean
@@ -132,9 +132,7 @@ async def test_the_init_script_is_never_sent_to_another_host_key(tmp_path: Path)
     key = tmp_path / "id_ed25519"
     ensure_key(key)
     proved = asyncssh.generate_private_key("ssh-ed25519")  # the key the real guest showed
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.77", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port("127.0.0.77")  # not an ephemeral one: see tests/ports.py
     async with impostor("127.0.0.77", port) as seen:
         with pytest.raises(GuestError, match="the host key is not the one it showed first"):
             await run_init(
