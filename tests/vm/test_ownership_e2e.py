@@ -173,6 +173,9 @@ async def test_a_restart_leaves_a_vm_that_replaced_the_half_built_one(
     await service.install_until(142, step, then=start_service.stop_last)  # dies mid-install
     sim = service.sim
     qm = LocalTransport(sim.env())
+    # The admin removes the half-built VM. It is stopped first: the service stops in the same
+    # event loop as the install, which a loaded machine can let start the VM meanwhile.
+    assert (await qm.run(["qm", "stop", "142", "--skiplock"])).ok
     assert (await qm.run(["qm", "destroy", "142", "--purge", "--skiplock"])).ok
     sim.add_gui_vm(142, "pve1", running=True)
     before = files_of(sim, 142, "pve1")
