@@ -68,6 +68,9 @@ async def test_restart_during_an_install_cleans_up_and_frees_the_id(
     step = "VM initialization > initializing configuration"
     if driver == "api":
         step = "VM creation > importing disk image"
+    # Its guest never answers: however long the stop takes (it runs in the install's own event
+    # loop), the install cannot end first.
+    service.sim.inject_failure("guest boot", vmid=140)
     await service.install_until(140, step, then=start_service.stop_last)
     assert service.sim.vm(140) is not None
 
@@ -76,6 +79,7 @@ async def test_restart_during_an_install_cleans_up_and_frees_the_id(
     sse = await whole_task(again, 140)
     assert sse.last["status"] == "error"
     assert "interrupted by a restart" in sse.last["message"]
+    service.sim.clear_failures()
     assert await again.get("/vm/140/status") == (404, "VM 140 not found")
     retry = await again.install(id=140)
     assert retry.last["status"] == "success" and retry.last["vm_id"] == 140, retry.records[-2:]
