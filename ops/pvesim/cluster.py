@@ -381,14 +381,9 @@ class SimCluster:
 
     # --- settings and failure injection --------------------------------------------------------
 
-    def _update_settings(self, **values: Any) -> None:
-        with self.store.locked() as txn:
-            txn.cluster["settings"].update(values)
-            txn.save_cluster()
-
     def set_delay_scale(self, scale: float) -> None:
         self.delay_scale = scale
-        self._update_settings(delay_scale=scale)
+        self.store.update_settings(delay_scale=scale)
 
     async def set_node_online(self, node: str, online: bool) -> None:
         """Take a non-main node off the network (its SSH server stops) or bring it back."""
@@ -468,11 +463,11 @@ class SimCluster:
 
     def set_pvesm_kib_header(self, kib: bool) -> None:
         """True: `Total (KiB)` headers (libpve-storage-perl >= 9.0.14); False: the older ones."""
-        self._update_settings(pvesm_kib_header=kib)
+        self.store.update_settings(pvesm_kib_header=kib)
 
     def set_statd_lag(self, seconds: float | None) -> None:
         self.statd_lag = seconds
-        self._update_settings(statd_lag=seconds)
+        self.store.update_settings(statd_lag=seconds)
 
     def inject_failure(
         self, command: str, *, message: str | None = None, exit_code: int | None = None,

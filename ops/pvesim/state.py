@@ -270,6 +270,13 @@ class Store:
                 txn._cluster = cluster
                 txn.save_cluster()
 
+    def update_settings(self, **values: Any) -> None:
+        """Change cluster-wide settings (delay scale, statd lag, ...); the fake commands read
+        them at their next run."""
+        with self.locked() as txn:
+            txn.cluster["settings"].update(values)
+            txn.save_cluster()
+
     def add_storage(self, name: str, info: dict[str, Any]) -> None:
         with self.locked() as txn:
             txn.cluster["storages"][name] = info

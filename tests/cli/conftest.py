@@ -67,18 +67,12 @@ class Cairn:
         then as before: for a test that must act while an install still runs, however late a
         loaded machine lets it act."""
         store = Store(self.data / "pvesim")
-
-        def put(value: float) -> None:
-            with store.locked() as txn:
-                txn.cluster["settings"]["delay_scale"] = value
-                txn.save_cluster()
-
         before = store.delay_scale()
-        put(scale)
+        store.update_settings(delay_scale=scale)
         try:
             yield
         finally:
-            put(before)
+            store.update_settings(delay_scale=before)
 
     def start(self, *argv: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
         """`cairn ARGV` as its own process, still running, with Ctrl-C (SIGINT) acting as at a

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 from yarl import URL
@@ -10,6 +9,7 @@ from yarl import URL
 from actors.platform import Runtime
 from tests.conftest import wait_for
 from tests.functions.conftest import Service, start_service
+from tests.functions.test_hardening import processes_named
 
 TYPE_CASES = {
     "python": {
@@ -258,16 +258,6 @@ async def test_without_waiting_sandboxes_each_run_starts_cold(runtime: Runtime) 
         assert runner.leftovers() == set()
 
 
-def _processes_named(name: str) -> int:
-    count = 0
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            count += comm.read_text().strip() == name
-        except OSError:
-            continue  # ended meanwhile
-    return count
-
-
 async def test_fewer_waiting_sandboxes_than_slots_still_fill_every_slot(runtime: Runtime) -> None:
     # RUN_WARM below RUN_CONCURRENCY: a run that finds its runtime's pool empty waits for a
     # sandbox being started (the pool refills as soon as one is taken), never for a run to end.
@@ -284,6 +274,8 @@ async def test_fewer_waiting_sandboxes_than_slots_still_fill_every_slot(runtime:
             asyncio.create_task(service.run_now("python", code, input={"seconds": 10}))
             for _ in range(3)
         ]
-        await wait_for(lambda: _processes_named(mark) == 3, timeout=10, what="three runs at once")
+        await wait_for(
+            lambda: len(processes_named(mark)) == 3, timeout=10, what="three runs at once"
+        )
         replies = await asyncio.gather(*runs)
     assert [r.json() for r in replies] == [{"data": "done", "type": "string"}] * 3
