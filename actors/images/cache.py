@@ -70,12 +70,12 @@ class VariantCache:
         if self.max_bytes:
             self._account(len(data))
 
-    def keep(self, target: Path, data: bytes) -> bool:
+    def keep(self, target: Path, data: bytes) -> None:
         """:meth:`store` for a reader that already holds the bytes it will answer with.
 
         The cache is only a saving: a purge that removed the folder between ``mkdir`` and the
         write (the stored event of an upload arrives after its 201), a full disk or a damaged
-        cache folder cost a render later, never the answer. False when nothing was kept.
+        cache folder cost a render later, never the answer.
         """
         try:
             self.store(target, data)
@@ -88,8 +88,6 @@ class VariantCache:
                         self._warned_at = now
                 if warn:
                     log.warning("variant served but not cached: %s", exc.strerror or exc)
-            return False
-        return True
 
     def _account(self, added: int) -> None:
         with self._lock:
