@@ -96,7 +96,7 @@ def slide(paragraphs: Sequence[Sequence[str]]) -> str:
     )
 
 
-def pptx(slides: Mapping[int, str], extra: Mapping[str, str] | None = None) -> bytes:
+def pptx(slides: Mapping[int, str | bytes], extra: Mapping[str, str] | None = None) -> bytes:
     """A PPTX with `ppt/slides/slide<n>.xml` for each entry (numbered as given)."""
     parts: dict[str, str | bytes] = {
         "ppt/presentation.xml": f'<?xml version="1.0"?><p:presentation xmlns:p="{P_NS}"/>'

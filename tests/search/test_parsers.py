@@ -97,6 +97,60 @@ def test_docx_attacks_and_damage(data: bytes, message: str) -> None:
         parse(Path("evil.docx"), data)
 
 
+EXTERNAL_ENTITY = (
+    '<?xml version="1.0"?><!DOCTYPE w:document [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+    f'<w:document xmlns:w="{documents.W_NS}"><w:body><w:p><w:r><w:t>&x;</w:t></w:r></w:p>'
+    "</w:body></w:document>"
+)
+# How a part may be encoded: a filter that searches the raw bytes for "<!DOCTYPE" sees none of
+# it in UTF-16, while expat decodes the part and would expand its entities.
+ENCODINGS = {
+    "utf-8": ("UTF-8", b""),
+    "utf-16le": ("UTF-16", b"\xff\xfe"),
+    "utf-16be": ("UTF-16", b"\xfe\xff"),
+    "utf-16le-no-bom": ("UTF-16", b""),
+}
+
+
+def encoded(xml: str, encoding: str) -> bytes:
+    """`xml` in `encoding`, its declaration saying so (with a byte-order mark or without)."""
+    declared, bom = ENCODINGS[encoding]
+    xml = xml.replace('<?xml version="1.0"?>', f'<?xml version="1.0" encoding="{declared}"?>')
+    return bom + xml.encode(encoding.removesuffix("-no-bom"))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("xml", [BILLION_LAUGHS, EXTERNAL_ENTITY], ids=["laughs", "external"])
+def test_docx_dtd_is_refused_whatever_the_encoding(xml: str, encoding: str) -> None:
+    data = documents.zipped({"word/document.xml": encoded(xml, encoding)})
+    with pytest.raises(ParseError) as caught:
+        parse(Path("evil.docx"), data)
+    assert str(caught.value) == (
+        "word/document.xml declares a DOCTYPE (entity declarations are refused)"
+    )
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_pptx_dtd_is_refused_whatever_the_encoding(encoding: str) -> None:
+    xml = BILLION_LAUGHS.replace("w:document", "p:sld")
+    data = documents.pptx({1: documents.slide([["fine"]]), 2: encoded(xml, encoding)})
+    with pytest.raises(ParseError) as caught:
+        parse(Path("evil.pptx"), data)
+    assert str(caught.value) == (
+        "ppt/slides/slide2.xml declares a DOCTYPE (entity declarations are refused)"
+    )
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_docx_in_any_encoding_without_a_dtd_is_read(encoding: str) -> None:
+    xml = (
+        f'<?xml version="1.0"?><w:document xmlns:w="{documents.W_NS}"><w:body>'
+        "<w:p><w:r><w:t>Grüße &amp; 日本語</w:t></w:r></w:p></w:body></w:document>"
+    )
+    data = documents.zipped({"word/document.xml": encoded(xml, encoding)})
+    assert parse(Path("fine.docx"), data) == "Grüße & 日本語"
+
+
 def test_docx_part_above_the_size_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # The cap is read from the zip's declared size, before anything is decompressed.
     monkeypatch.setattr(parsers, "MAX_XML_BYTES", 1000)
@@ -231,3 +285,41 @@ async def test_every_format_is_indexed_and_found(harness: SearchHarness) -> None
     assert [m["content"] for m in body["keyword"][0]["matches"]] == [
         "Walrus migration report\n\nAppendix about narwhals"
     ]
+
+
+async def test_office_files_with_a_dtd_are_dismissed_and_the_rest_indexed(
+    harness: SearchHarness,
+) -> None:
+    harness.registry.add("docs")
+    laughs_slide = BILLION_LAUGHS.replace("w:document", "p:sld")
+    bad = {
+        "laughs-utf16le.docx": documents.zipped(
+            {"word/document.xml": encoded(BILLION_LAUGHS, "utf-16le")}
+        ),
+        "external-utf16be.docx": documents.zipped(
+            {"word/document.xml": encoded(EXTERNAL_ENTITY, "utf-16be")}
+        ),
+        "laughs-utf16be.pptx": documents.pptx({1: encoded(laughs_slide, "utf-16be")}),
+    }
+    good = {
+        "minutes.docx": documents.docx(
+            "<w:p><w:r><w:t>The capybara budget passed</w:t></w:r></w:p>"
+        ),
+        "deck.pptx": documents.pptx({1: documents.slide([["Ocelot roadmap"]])}),
+    }
+    for name, data in {**bad, **good}.items():
+        harness.write(f"docs/{name}", data)
+    await harness.start(EMBEDDING_PROVIDER="none")
+    for name in good:
+        assert (await harness.event("search.document_indexed", name))["chunks"] >= 1
+    for name in bad:
+        dismissed = await harness.event("search.document_dismissed", name)
+        assert dismissed["reason"].endswith(
+            "declares a DOCTYPE (entity declarations are refused)"
+        ), name
+    for word, source in {"capybara": "minutes.docx", "ocelot": "deck.pptx"}.items():
+        _, body = await harness.get("/api/search", db="docs", q=word, target="keyword")
+        assert [g["source"] for g in body["keyword"]] == [source], word
+    # A billion laughs expanded would have put its "a"s in the index.
+    _, body = await harness.get("/api/search", db="docs", q="aaaaaaaaaa", target="keyword")
+    assert body["keyword"] == []
