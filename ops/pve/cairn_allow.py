@@ -19,21 +19,41 @@ root (`qm set --hookscript`, `--args`, `--sshkeys <file>`, a disk `import-from=<
 `--cicustom`), another VM's disks, `qm disk import` from outside cairn's image cache (and
 through a symlink), VM ids outside cairn's range (`--vmids`, the env's
 ASSIGN_IP_START-ASSIGN_IP_END), and every `pvesh` call but the reads cairn makes.
+
+`qm disk import` never reads cairn's path itself: the cache folder is cairn's to write, so a
+file checked there could be swapped for a symlink before qm opens it, and a qcow2 or VMDK image
+can name other files (a backing file, an external data file, extents) that qemu would read as
+root. So the helper opens the image once, component by component without following a symlink,
+copies what it opened into a folder of its own (`--tmp`, root-only), checks that copy with
+`qemu-img info` (qcow2, raw or VMDK naming no file but itself) and imports the copy, which it
+removes after.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import re
 import shlex
 import shutil
+import signal
+import stat
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 # The folder cairn's CLI driver downloads OS images to (CAIRN_DATA of the systemd unit).
 DEFAULT_IMAGES = "/var/lib/cairn/vm/images"
 DEFAULT_BIN = "/usr/sbin:/usr/bin"
+# Where the private copy of an image being imported is made (a root-only folder inside it).
+DEFAULT_TMP = "/var/tmp"
 REFUSED = 126
+# Formats qm may import; qcow2 is what cairn downloads.
+FORMATS = ("qcow2", "raw", "vmdk")
+QEMU_IMG_TIMEOUT = 60
 
 ANY = re.compile(r"(?s).*")
 INT = re.compile(r"[0-9]{1,9}")
@@ -206,6 +226,121 @@ def _pvesh(rest: list[str]) -> None:
     raise Refused("pvesh: only the reads cairn makes (cluster resources, a node's status)")
 
 
+def open_image(path: str) -> int:
+    """A read-only descriptor of the file at `path` (absolute), opened one component at a time
+    from `/` without following any symlink: whatever the path names after this call, the
+    descriptor stays on the file that was checked."""
+    directory = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        raise Refused(f"{path!r} is not a file")
+    at = os.open("/", directory)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, directory, dir_fd=at)
+            os.close(at)
+            at = inner
+        # O_NONBLOCK: a FIFO put there must not hang the open.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        image = os.open(parts[-1], flags, dir_fd=at)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(f"{path!r} is reached through a symlink") from exc
+        raise Refused(f"{path!r} cannot be opened: {exc.strerror}") from exc
+    finally:
+        os.close(at)
+    if not stat.S_ISREG(os.fstat(image).st_mode):
+        os.close(image)
+        raise Refused(f"{path!r} is not a file")
+    return image
+
+
+def copy_image(image: int, folder: str, name: str) -> str:
+    """Copy what descriptor `image` reads into `folder`/`name` (a new file); its path."""
+    target = os.path.join(folder, name)
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        offset = 0
+        while sent := os.sendfile(out, image, offset, 1 << 30):
+            offset += sent
+    finally:
+        os.close(out)
+    return target
+
+
+def check_format(path: str, qemu_img: str) -> None:
+    """Raises Refused unless `qemu-img info` reads `path` as an image that names no file but
+    itself (qm would read such a file as root, and put its bytes in a VM's disk)."""
+    try:
+        done = subprocess.run(
+            [qemu_img, "info", "--output=json", path],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=QEMU_IMG_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise Refused(f"qemu-img info took more than {QEMU_IMG_TIMEOUT} s on the image") from exc
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise Refused(f"qemu-img cannot read the image: {why[0]}")
+    try:
+        info = json.loads(done.stdout)
+    except ValueError as exc:
+        raise Refused("qemu-img info did not answer JSON") from exc
+    kind = info.get("format")
+    if kind not in FORMATS:
+        raise Refused(f"the image is {kind!r}, not one of {', '.join(FORMATS)}")
+    backing = info.get("full-backing-filename") or info.get("backing-filename")
+    if backing is not None:
+        raise Refused(f"the image names a backing file ({backing!r})")
+    data = (info.get("format-specific") or {}).get("data") or {}
+    if "data-file" in data:
+        raise Refused(f"the image names an external data file ({data['data-file']!r})")
+    for extent in data.get("extents") or []:
+        if extent.get("filename") != path:
+            raise Refused(f"the image names an extent outside itself ({extent.get('filename')!r})")
+
+
+class _Stopped(Exception):
+    """A signal ended the import: the private copy is removed on the way out."""
+
+
+def _stop(signum: int, _frame: FrameType | None) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def import_disk(command: list[str], *, bin_path: str, tmp: str, environ: dict[str, str]) -> int:
+    """Run `qm disk import VMID IMAGE STORAGE` on a checked private copy of IMAGE."""
+    qm, qemu_img = shutil.which("qm", path=bin_path), shutil.which("qemu-img", path=bin_path)
+    if qm is None or qemu_img is None:
+        print(f"cairn_allow: qm or qemu-img not found in {bin_path}", file=sys.stderr)
+        return 127
+    for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    image = open_image(command[4])
+    folder = None
+    try:
+        try:
+            folder = tempfile.mkdtemp(prefix="cairn-import-", dir=tmp)  # mode 0700, root's
+            copy = copy_image(image, folder, os.path.basename(command[4]))
+        except OSError as exc:
+            print(f"cairn_allow: cannot copy the image to {tmp}: {exc.strerror}", file=sys.stderr)
+            return 1
+        finally:
+            os.close(image)
+        check_format(copy, qemu_img)
+        argv = [*command[:4], copy, *command[5:]]
+        return subprocess.run(argv, env=environ, executable=qm, check=False).returncode
+    except _Stopped as exc:
+        print(f"cairn_allow: stopped by {exc}", file=sys.stderr)
+        return 130
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def parse_vmids(text: str) -> range:
     low, _, high = text.partition("-")
     if not (low.isdigit() and high.isdigit() and 100 <= int(low) <= int(high)):
@@ -214,16 +349,18 @@ def parse_vmids(text: str) -> range:
 
 
 def main(argv: Sequence[str], environ: dict[str, str]) -> int:
-    images, bin_path, vmids = DEFAULT_IMAGES, DEFAULT_BIN, None
+    images, bin_path, tmp, vmids = DEFAULT_IMAGES, DEFAULT_BIN, DEFAULT_TMP, None
     args = list(argv)
     while args:
         flag = args.pop(0)
-        if flag in ("--images", "--bin", "--vmids") and args:
+        if flag in ("--images", "--bin", "--tmp", "--vmids") and args:
             value = args.pop(0)
             if flag == "--images":
                 images = value
             elif flag == "--bin":
                 bin_path = value
+            elif flag == "--tmp":
+                tmp = value
             else:
                 vmids = parse_vmids(value)
         else:
@@ -233,6 +370,8 @@ def main(argv: Sequence[str], environ: dict[str, str]) -> int:
     try:
         command = shlex.split(asked)
         check(command, images=images, vmids=vmids)
+        if command[:3] == ["qm", "disk", "import"]:
+            return import_disk(command, bin_path=bin_path, tmp=tmp, environ=environ)
     except (ValueError, Refused) as exc:
         print(f"cairn_allow: refused: {exc}", file=sys.stderr)
         return REFUSED

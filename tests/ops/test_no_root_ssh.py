@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -140,6 +143,140 @@ def test_no_image_through_a_symlink(images: Path, tmp_path: Path) -> None:
              "local-lvm"],
             images=str(linked), vmids=VMIDS,
         )  # fmt: skip
+
+
+QEMU_IMG = shutil.which("qemu-img")
+needs_qemu_img = pytest.mark.skipif(
+    QEMU_IMG is None, reason="qemu-img (Debian qemu-utils, in ops/apt-packages-dev.txt) is missing"
+)
+
+
+def make_image(path: Path, *options: str) -> bytes:
+    assert QEMU_IMG is not None
+    subprocess.run([QEMU_IMG, "create", "-q", *options, str(path), "1M"], check=True)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def node_bin(tmp_path: Path) -> Path:
+    """A stand-in for /usr/sbin/qm that says which file it was given and prints that file; and a
+    private folder for the helper's copies."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (tmp_path / "private").mkdir()
+    fake = folder / "qm"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$4"\ncat "$4"\n')
+    fake.chmod(0o755)
+    return folder
+
+
+def run_helper(
+    command: list[str], images: Path, node_bin: Path
+) -> subprocess.CompletedProcess[bytes]:
+    """The helper as sshd runs it, asked for `command` (qemu-img from the system)."""
+    assert QEMU_IMG is not None
+    return subprocess.run(
+        [sys.executable, str(HELPER), "--images", str(images), "--vmids", "100-199",
+         "--bin", f"{node_bin}:{os.path.dirname(QEMU_IMG)}",
+         "--tmp", str(node_bin.parent / "private")],
+        env={**os.environ, "SSH_ORIGINAL_COMMAND": shlex.join(command)},
+        capture_output=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+@needs_qemu_img
+def test_import_reads_the_file_checked_even_if_swapped_before_qm_opens_it(
+    images: Path, node_bin: Path, tmp_path: Path
+) -> None:
+    image = images / "debian-12-generic-amd64.qcow2"
+    content = make_image(image, "-f", "qcow2")
+    secret = tmp_path / "root-only"
+    secret.write_text("root's secret\n")
+    secret.chmod(0o600)
+    # qm opens its file a moment after the helper's check: a process running as cairn swaps the
+    # image for a link to a root-only file in between (here, qm itself does it first).
+    (node_bin / "qm").write_text(
+        f'#!/bin/sh\nrm "{image}" && ln -s "{secret}" "{image}"\n'
+        + (node_bin / "qm").read_text().removeprefix("#!/bin/sh\n")
+    )
+    done = run_helper(qm.import_disk(120, str(image), "local-lvm"), images, node_bin)
+    assert done.returncode == 0, done.stderr
+    given, _, read = done.stdout.partition(b"\n")
+    assert read == content
+    assert b"secret" not in done.stdout
+    # qm was handed the helper's private copy, which is gone once qm is done.
+    assert not given.startswith(str(images).encode())
+    assert given.endswith(b"/debian-12-generic-amd64.qcow2")
+    assert list((tmp_path / "private").iterdir()) == []
+
+
+@needs_qemu_img
+@pytest.mark.parametrize("kind", ["qcow2", "raw", "vmdk"])
+def test_import_of_a_self_contained_image_reaches_qm(
+    kind: str, images: Path, node_bin: Path
+) -> None:
+    image = images / f"ubuntu-24.04-server-cloudimg-amd64.{kind}"
+    content = make_image(image, "-f", kind)
+    done = run_helper(qm.import_disk(120, str(image), "local-lvm"), images, node_bin)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.partition(b"\n")[2] == content
+
+
+@needs_qemu_img
+@pytest.mark.parametrize("kind", ["backing", "data-file", "vmdk-extent", "not-an-image"])
+def test_import_of_an_image_naming_another_file_is_refused(
+    kind: str, images: Path, node_bin: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "root-only"
+    secret.write_bytes(b"root's secret\n".ljust(1 << 20, b"\0"))
+    image = images / "debian-12-generic-amd64.qcow2"
+    if kind == "backing":
+        make_image(image, "-f", "qcow2", "-b", str(secret), "-F", "raw")
+        why = f"the image names a backing file ('{secret}')"
+    elif kind == "data-file":
+        make_image(image, "-f", "qcow2", "-o", f"data_file={secret},data_file_raw=on")
+        why = f"the image names an external data file ('{secret}')"
+    elif kind == "vmdk-extent":
+        # A descriptor VMDK whose one extent is a root-only file elsewhere.
+        image.write_text(
+            "# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\n"
+            'createType="monolithicFlat"\n'
+            f'RW 2048 FLAT "{secret}" 0\n'
+            'ddb.virtualHWVersion = "4"\n'
+        )
+        why = f"the image names an extent outside itself ('{secret}')"
+    else:
+        image.write_bytes(b"QFI\xfb truncated")
+        why = "qemu-img cannot read the image: "
+    done = run_helper(qm.import_disk(120, str(image), "local-lvm"), images, node_bin)
+    assert done.returncode == 126
+    assert done.stdout == b""  # qm never ran
+    assert done.stderr.decode().startswith(f"cairn_allow: refused: {why}")
+    assert list((tmp_path / "private").iterdir()) == []
+
+
+def test_an_image_is_opened_without_following_any_link(images: Path, tmp_path: Path) -> None:
+    # The path is checked first; a folder of it turned into a link before the open is caught
+    # by the open itself.
+    secret = tmp_path / "elsewhere" / "debian.qcow2"
+    secret.parent.mkdir()
+    secret.write_bytes(b"QFI\xfb")
+    linked = tmp_path / "vm" / "linked"
+    linked.symlink_to(secret.parent)
+    for path in (linked / "debian.qcow2", images / "evil.qcow2"):
+        if path.parent == images:
+            path.symlink_to(secret)
+        with pytest.raises(allow.Refused, match="is reached through a symlink"):
+            allow.open_image(str(path))
+    fifo = images / "fifo.qcow2"
+    os.mkfifo(fifo)
+    with pytest.raises(allow.Refused, match="is not a file"):
+        allow.open_image(str(fifo))
+    descriptor = allow.open_image(str(images / "debian-12-debian-12-generic-amd64.qcow2"))
+    try:
+        assert os.read(descriptor, 4) == b"QFI\xfb"
+    finally:
+        os.close(descriptor)
 
 
 class _Node(asyncssh.SSHServer):
