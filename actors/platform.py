@@ -20,7 +20,7 @@ from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.access import NatsAccess
 from events.credentials import Keyring, KeyringError
-from events.integrity import quick_check
+from events.integrity import Verdict, damaged_file, quick_check
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
 from events.leases import LeaseSettings, holder_name
 from events.nats_server import EmbeddedNats
@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 
 # The roles a cairn process plays, each on a connection of its own (events/permissions.py).
 PROCESS_ROLES = (Role.HOST, Role.GATEWAY, Role.RUNNER)
+
+
+class StoreUnreadable(Exception):
+    """The event store's own records (its format stamp, the relay's position) sit in damaged
+    pages of its SQLite file: no service can record anything, so cairn does not start."""
 
 
 @attrs.frozen
@@ -115,11 +120,15 @@ async def open_runtime(
         retry = RetryPolicy(budget=env_float(env, "CAIRN_STORE_RETRY", 10.0, min=0))
         url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(root)
         damage = await check_store_file(url, env_float(env, "CAIRN_STORE_CHECK", 10.0, min=0))
-        store = await EventStore.open(url, retry)
-        stack.push_async_callback(store.close)
-        Journal().attach(store)
-        relay = OutboxRelay(store, nc, stream=stream_settings(env), signer=signer)
-        await relay.start()
+        try:
+            store = await EventStore.open(url, retry)
+            stack.push_async_callback(store.close)
+            Journal().attach(store)
+            relay = OutboxRelay(store, nc, stream=stream_settings(env), signer=signer)
+            await relay.start()
+        except Exception as exc:
+            refuse_if_damaged(url, damage, exc)
+            raise
         stack.push_async_callback(relay.stop)
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
@@ -147,6 +156,21 @@ async def check_store_file(url: str, timeout: float) -> str | None:
     message = verdict.message()
     log.error("%s; services that read the damaged pages stay down, the others start", message)
     return message
+
+
+def refuse_if_damaged(url: str, damage: str | None, exc: BaseException) -> None:
+    """Raise StoreUnreadable, naming the damage and the way out, when opening the store failed
+    on a damaged page (a service's own events in such a page only stop that service; these
+    records every service needs)."""
+    words = damaged_file(exc)
+    if words is None:
+        return
+    if damage is None:  # the check was skipped, or timed out before it reached the page
+        damage = Verdict(Path(make_url(url).database or "events.sqlite3"), damage=words).message()
+    raise StoreUnreadable(
+        "cannot start: the event store's own records (its format, where its relay stands) are "
+        f"in the damaged pages ({words}), so no service could record anything: {damage}"
+    ) from None
 
 
 def external_nats(env: Mapping[str, str]) -> NatsAccess | None:

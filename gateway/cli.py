@@ -24,7 +24,7 @@ from aiohttp import web
 from sqlalchemy.engine import make_url
 
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
-from actors.platform import Runtime, open_runtime
+from actors.platform import Runtime, StoreUnreadable, open_runtime
 from events.integrity import Verdict, damaged_file
 from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cairn: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (NatsServerError, StoreTooNew) as exc:
+    except (NatsServerError, StoreTooNew, StoreUnreadable) as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
 

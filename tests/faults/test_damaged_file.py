@@ -105,6 +105,51 @@ async def test_a_damaged_event_store_file_stops_only_what_needs_it(
     assert await third.stop() == 0
 
 
+def zero_page_of(db: Path, table: str) -> int:
+    """Overwrite the page holding ``table`` with zeros (a page a failing disk gave back
+    blank); returns its number."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        (page,) = conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (table,)).fetchone()
+    with db.open("r+b") as fh:
+        fh.seek((int(page) - 1) * page_size)
+        fh.write(bytes(page_size))
+    return int(page)
+
+
+async def test_a_damaged_page_of_the_stores_own_records_refuses_the_start_in_one_line(
+    start_cairn: StartCairn, sim: SimCluster, tmp_path: Path
+) -> None:
+    # Where the relay stands is read before any service starts and needed by every one of
+    # them: with its page blank, cairn says so in one line and does not start (no traceback).
+    first = await start_cairn("up")
+    assert (await first.upload_image("t/a.png", PNG))[0] == 201
+    assert await first.stop() == 0
+    store = tmp_path / "data" / "events.sqlite3"
+    zero_page_of(store, "cursors")
+
+    proc = await asyncio.create_subprocess_exec(
+        CAIRN, "up", env=first.env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    said = out.decode(errors="replace")
+    assert proc.returncode == 1, said
+    assert "Traceback" not in said and "sqlalchemy" not in said, said
+    assert "cairn: ready" not in said, said
+    refusal = [line for line in said.splitlines() if line.startswith("cairn: cannot start")]
+    assert len(refusal) == 1, said
+    line = refusal[0]
+    assert line.startswith(
+        "cairn: cannot start: the event store's own records (its format, where its relay "
+        "stands) are in the damaged pages (database disk image is malformed), so no service "
+        f"could record anything: the SQLite file {store} is damaged (PRAGMA quick_check"
+    ), line
+    for way_out in ("cairn store backup", ".dump", "cairn store check"):
+        assert way_out in line, line
+
+
 async def store_check(env: dict[str, str], cwd: Path) -> tuple[int, dict[str, object]]:
     proc = await asyncio.create_subprocess_exec(
         CAIRN, "store", "check", "--json",
