@@ -15,7 +15,7 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
 from actors.platform import Runtime, StoreUnreadable, open_runtime
+from events.errors import reason
 from events.integrity import Verdict, damaged_file
 from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
@@ -40,6 +41,8 @@ from gateway import (
 )
 from gateway import services as catalogue
 from gateway.cli_clients import CLIENT_COMMANDS
+from gateway.down import down_app
+from gateway.hosts import HostPolicy
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.logs import ACCESS_LOG, access_logger_for
 from gateway.logs import configure as configure_logging
@@ -135,12 +138,16 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         for service in chosen:
             try:
                 listening.append(await _start_service(runtime, service, stack, settings))
+            except ConfigError:
+                raise  # a setting to fix: nothing starts (exit 2)
             except Exception as exc:
-                # A damaged event store file stops the services that read its damaged pages
-                # (events/integrity.py); the others start, and /status says which and why.
-                if (words := damaged_file(exc)) is None:
-                    raise
-                _down(runtime, service.name, _damage_reason(runtime, words))
+                # One service that cannot start (its stored events in a damaged page of the
+                # store file, its files on a full disk) is down; the others start, and /status
+                # and that service's own port say which and why.
+                report = _down(runtime, service.name, _start_failure(runtime, exc))
+                listening.append(
+                    await _start_service(runtime, service, stack, settings, down=report)
+                )
         settle_heap()
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
@@ -166,15 +173,34 @@ def _damage_reason(runtime: Runtime, words: str) -> str:
     return f"it cannot read its stored events: {damage}"
 
 
-def _down(runtime: Runtime, name: str, reason: str) -> None:
+def _start_failure(runtime: Runtime, exc: BaseException) -> str:
+    """Why a service could not start, in one plain sentence (never a traceback, which only
+    the debug log gets)."""
+    log.debug("start-up failure", exc_info=exc)
+    if (words := damaged_file(exc)) is not None:
+        return _damage_reason(runtime, words)
+    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+    return f"it could not start: {reason(exc)}{where}"
+
+
+def _down(runtime: Runtime, name: str, why: str) -> Down:
     """Say, and show in /status, that service ``name`` did not start and why."""
-    print(f"cairn: {name} is down: {reason}", flush=True)
-    log.error("%s is down: %s", name, reason)
+    print(f"cairn: {name} is down: {why}", flush=True)
+    log.error("%s is down: %s", name, why)
 
     def report() -> dict[str, Any]:
-        return {"service": name, "status": "down", "problems": [reason], "warnings": []}
+        return {"service": name, "status": "down", "problems": [why], "warnings": []}
 
     runtime.health[name] = report
+    return Down(why, report)
+
+
+@attrs.frozen
+class Down:
+    """A service that did not start: why, and its health report."""
+
+    why: str
+    report: Callable[[], dict[str, Any]]
 
 
 def settle_heap() -> None:
@@ -240,9 +266,15 @@ async def _start_service(
     service: ServiceDef,
     stack: contextlib.AsyncExitStack,
     settings: ServerSettings,
+    down: Down | None = None,
 ) -> Listening:
+    """Serve ``service``, or with ``down`` what answers in its place (gateway/down.py)."""
     host, port = runtime.listen[service.name]
-    app = await catalogue.build_app(service, runtime)
+    if down is None:
+        app = await catalogue.build_app(service, runtime)
+    else:
+        hosts = HostPolicy.from_env(runtime.env, host)
+        app = down_app(service.name, down.why, down.report, hosts, json_errors=service.json_errors)
     app.middlewares.insert(0, body_guard(settings.body_timeout))
     # keepalive_timeout is also how long a new connection may take to send its headers
     # (aiohttp arms it at connect): the slowloris time-out.
@@ -261,6 +293,9 @@ async def _start_service(
     except OSError as exc:
         rule = f"cannot listen on {host}:{port}: {exc.strerror}"
         raise ConfigError(service.port_env, rule) from None
+    if down is not None:
+        print(f"cairn: {service.name} on http://{host}:{port} answers 503 (down)", flush=True)
+        return Listening(runner, site)
     print(f"cairn: {service.name} on http://{host}:{port}", flush=True)
     for line in route_lines(app):
         print(f"    {line}", flush=True)

@@ -265,7 +265,14 @@ async def build(runtime: Runtime) -> web.Application:
     if moved_from is not None:
         log.warning("search: moved the registry and indexes of %s to %s", moved_from, root)
     # Loading the local model takes a second or more: not on the event loop.
-    provider = await asyncio.to_thread(make_provider, env, model_cache(env))
+    cache_dir = model_cache(env)
+    try:
+        provider = await asyncio.to_thread(make_provider, env, cache_dir)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        # A write into the model cache (a full disk) names no file: name the folder.
+        raise OSError(exc.errno, exc.strerror, str(cache_dir)) from exc
     cache_size = int(env.get("SEARCH_QUERY_CACHE_SIZE") or 10_000)
     root.mkdir(parents=True, exist_ok=True)
     cache = QueryCache(root / "query_cache.sqlite", cache_size)

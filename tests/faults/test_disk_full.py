@@ -136,3 +136,45 @@ async def not_healthy(cairn: Cairn) -> bool:
 
 async def healthy(cairn: Cairn) -> bool:
     return (await cairn.health())[0] == 200
+
+
+async def test_a_model_cache_that_cannot_be_written_at_start_downs_search_alone(
+    start_cairn: StartCairn, sim: SimCluster, mountpoint: Path
+) -> None:
+    # Search's state, and with it the embedding model it builds at a first start, on a disk
+    # with no room for the model: the build's write fails with ENOSPC.
+    cairn = await start_cairn(
+        "up",
+        wrapper=namespace_wrapper(mountpoint, "2m"),
+        SEARCH_DATA=str(mountpoint / "search"),
+        EMBEDDING_PROVIDER="local",
+    )
+    why = f"it could not start: the disk is full ({mountpoint}/search/models)"
+    log = cairn.log()
+    assert f"cairn: search is down: {why}\n" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+    status, text = await cairn.request("GET", cairn.url("status") + "/status")
+    assert status == 503, text
+    services = json.loads(text)["services"]
+    assert services["search"]["status"] == "down" and services["search"]["problems"] == [why]
+    for name in ("vm", "functions", "images"):
+        assert services[name]["status"] == "up", (name, services[name])
+    # Search's own port says the same, whatever is asked.
+    async with cairn.session.get(cairn.url("search") + "/health") as resp:
+        assert resp.status == 503
+        health = await resp.json()
+    assert health["status"] == "down" and health["problems"] == [why], health
+    status, text = await cairn.request("GET", cairn.url("search") + "/api/search?db=x&q=rock")
+    assert (status, json.loads(text)) == (503, {"error": f"search is unavailable: {why}"})
+    # What stands in for search keeps its guard against DNS rebinding.
+    status, text = await cairn.request(
+        "GET", cairn.url("search") + "/health", headers={"Host": "evil.example"}
+    )
+    assert status == 403 and "evil.example" in json.loads(text)["error"], text
+
+    # The other services work.
+    assert (await cairn.upload_image("t/a.png", PNG))[0] == 201
+    assert (await cairn.upload_function("hello", "return 41 + 1"))[0] == 200
+    assert json.loads((await cairn.run_function("hello"))[1]) == {"data": 42, "type": "number"}
+    assert await cairn.stop() == 0
