@@ -30,6 +30,7 @@ import attrs
 import cattrs
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -481,6 +482,19 @@ class EventStore:
 
     @staticmethod
     async def _save_cursor(conn: AsyncConnection, name: str, position: int) -> None:
+        # One statement that inserts or updates: hosts sharing a store write the same row at
+        # once (every host's health check writes "~probe"), and an update that found nothing
+        # followed by an insert lost that race with a duplicate key.
+        dialect = {"postgresql": postgresql, "sqlite": sqlite}.get(conn.dialect.name)
+        if dialect is not None:
+            upsert = dialect.insert(cursors_table).values(name=name, position=position)
+            await conn.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=[cursors_table.c.name],
+                    set_={"position": upsert.excluded.position},
+                )
+            )
+            return
         updated = await conn.execute(
             cursors_table.update().where(cursors_table.c.name == name).values(position=position)
         )

@@ -61,15 +61,23 @@ class StoreCheck:
         self._running = asyncio.create_task(self._probe(), name="health-store-check")
 
     async def _probe(self) -> None:
-        try:
-            async with asyncio.timeout(STORE_CHECK_TIMEOUT):
-                await self.store.probe_writable()
-        except StoreWriteFailed as exc:
-            self.problem = exc.message
-        except TimeoutError:
-            self.problem = f"the event store did not take a write within {STORE_CHECK_TIMEOUT:g} s"
-        else:
-            self.problem = None
+        # A problem found is looked at again every STORE_CHECK_EVERY seconds without waiting
+        # for a request: the next /health then says the store is back, rather than repeating
+        # a look that may be minutes old.
+        while True:
+            try:
+                async with asyncio.timeout(STORE_CHECK_TIMEOUT):
+                    await self.store.probe_writable()
+            except StoreWriteFailed as exc:
+                self.problem = exc.message
+            except TimeoutError:
+                took = f"the event store did not take a write within {STORE_CHECK_TIMEOUT:g} s"
+                self.problem = took
+            else:
+                self.problem = None
+                return
+            await asyncio.sleep(STORE_CHECK_EVERY)
+            self._at = time.monotonic()
 
 
 _checks: weakref.WeakKeyDictionary[EventStore, StoreCheck] = weakref.WeakKeyDictionary()

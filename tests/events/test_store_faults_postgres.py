@@ -181,3 +181,21 @@ async def test_a_host_stalled_inside_its_append_holds_the_others_up_only_briefly
         for host in (stalled, other):
             with contextlib.suppress(Exception):
                 await host.close()
+
+
+async def test_hosts_probing_a_fresh_store_at_once_do_not_refuse_each_other(
+    postgres: PostgresServer,
+) -> None:
+    # Every host's /health looks at the shared store with the same small write: on a fresh
+    # database their first looks insert the same row at once, and none may fail for it.
+    for _ in range(5):
+        url = postgres.url(postgres.new_database())
+        stores = [await EventStore.open(url, RetryPolicy(budget=0)) for _ in range(3)]
+        try:
+            await asyncio.gather(*(store.probe_writable() for store in stores))
+            # Cursors saved by several hosts under one name at once are upserts as well.
+            await asyncio.gather(*(store.save_cursor("relay", n) for n, store in enumerate(stores)))
+            assert await stores[0].load_cursor("relay") in (0, 1, 2)
+        finally:
+            for store in stores:
+                await store.close()
