@@ -174,13 +174,16 @@ def _damage_reason(runtime: Runtime, words: str) -> str:
 
 
 def _start_failure(runtime: Runtime, exc: BaseException) -> str:
-    """Why a service could not start, in one plain sentence (never a traceback, which only
-    the debug log gets)."""
-    log.debug("start-up failure", exc_info=exc)
+    """Why a service could not start, in one plain sentence. A damaged store file or a
+    refusal of the machine's (a full disk, a permission) is the operator's to fix and gets no
+    traceback; anything else is a fault of cairn's, whose traceback goes to the log."""
     if (words := damaged_file(exc)) is not None:
         return _damage_reason(runtime, words)
-    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
-    return f"it could not start: {reason(exc)}{where}"
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"it could not start: {reason(exc)}{where}"
+    log.error("start-up failure", exc_info=exc)
+    return f"it could not start: {reason(exc)}"
 
 
 def _down(runtime: Runtime, name: str, why: str) -> Down:
