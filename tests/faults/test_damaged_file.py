@@ -75,6 +75,11 @@ async def test_a_damaged_event_store_file_stops_only_what_needs_it(
     assert vm["status"] == "down", vm
     assert any(str(store) in p and "cairn store check" in p for p in vm["problems"]), vm
     assert body["store"]["damaged"].startswith(f"the SQLite file {store} is damaged"), body
+    # The VM service's own port says so too, to any request (plain text, as its errors are).
+    status, text = await again.request("GET", again.api + "/vm/list")
+    assert status == 503 and text.startswith("vm is unavailable: it cannot read its stored")
+    status, text = await again.request("GET", again.url("vm") + "/health")
+    assert status == 503 and json.loads(text)["problems"] == vm["problems"], text
     for name in ("functions", "images", "search"):
         assert body["services"][name]["status"] == "up", (name, body["services"][name])
     # ... and they work: what they stored before is there, and they store more.
