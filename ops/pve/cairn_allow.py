@@ -249,9 +249,15 @@ def open_image(path: str) -> int:
         raise Refused(f"{path!r} cannot be opened: {exc.strerror}") from exc
     finally:
         os.close(at)
-    if not stat.S_ISREG(os.fstat(image).st_mode):
+    found = os.fstat(image)
+    if not stat.S_ISREG(found.st_mode):
         os.close(image)
         raise Refused(f"{path!r} is not a file")
+    if found.st_nlink != 1:
+        # Another name of a file elsewhere (where fs.protected_hardlinks is off): a download
+        # of cairn's has one name.
+        os.close(image)
+        raise Refused(f"{path!r} has other hard links")
     return image
 
 

@@ -268,6 +268,9 @@ def test_an_image_is_opened_without_following_any_link(images: Path, tmp_path: P
             path.symlink_to(secret)
         with pytest.raises(allow.Refused, match="is reached through a symlink"):
             allow.open_image(str(path))
+    os.link(secret, images / "hard.qcow2")
+    with pytest.raises(allow.Refused, match="has other hard links"):
+        allow.open_image(str(images / "hard.qcow2"))
     fifo = images / "fifo.qcow2"
     os.mkfifo(fifo)
     with pytest.raises(allow.Refused, match="is not a file"):
