@@ -20,7 +20,7 @@ from pathlib import Path
 
 import attrs
 
-from actors.functions import seccomp
+from actors.functions import seccomp, supervise
 from actors.functions.cgroups import Cgroups, CgroupSlot
 from actors.functions.languages import Language
 from actors.functions.limits import SandboxLimits
@@ -54,6 +54,15 @@ CHUNK = 65536
 DRAIN_AFTER_KILL_S = 2.0
 
 LineSink = Callable[[str], None]
+# V8's last words when its heap, or the memory under it, runs out.
+V8_OOM = ("JavaScript heap out of memory", "Fatal process out of memory")
+# The errors a runtime raises when the memory rlimit refuses an allocation.
+REFUSED_MEMORY = (
+    "MemoryError",
+    "RangeError: Array buffer allocation failed",
+    "RangeError: WebAssembly.Memory.grow(): Unable to grow instance memory",
+    "RangeError: WebAssembly.Memory(): could not allocate memory",
+)
 
 
 @attrs.frozen
@@ -147,17 +156,12 @@ class Sandbox:
         user: HostUser | None,
         runtimes: Runtimes | None = None,
         wrappers: Path = WRAPPERS,
-        *,
-        sandboxes: int = 1,
     ) -> None:
-        """``sandboxes``: how many may exist at once (RLIMIT_NPROC, used without a pids
-        cgroup, counts the tasks of all of them together)."""
         if user is None and os.geteuid() == 0:
             raise ValueError("a sandbox never runs as root: give it the host user to run as")
         self.limits = limits
         self.user = user
         self.runtimes = runtimes or Runtimes()
-        self.sandboxes = sandboxes
         # Read once: every sandbox gets the wrappers and the filter by content.
         self.files = {
             **{f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
@@ -196,7 +200,6 @@ class Sandbox:
                 cgroup_procs=slot.procs_files() if slot else [],
                 memory_cgroup=bool(slot and slot.memory),
                 pids_cgroup=bool(slot and slot.pids),
-                user_processes=self.limits.processes * self.sandboxes,
             )
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -279,7 +282,8 @@ class Sandbox:
             return RunFailure("input is not valid JSON")
         slot = started.slot
         oom_before = slot.oom_kills() if slot else 0
-        run = _Run(started.proc, started.streams, payload, self.limits, on_line, slot)
+        watch = supervise.Watch.of(self.limits, memory_cgroup=bool(slot and slot.memory))
+        run = _Run(started.proc, started.streams, payload, self.limits, on_line, slot, watch)
         try:
             await run.wait()
         finally:
@@ -299,7 +303,8 @@ class Sandbox:
         proc, streams = await self._spawn(program, slot, result=False)
         oom_before = slot.oom_kills() if slot else 0
         limits = attrs.evolve(self.limits, output_bytes=output_cap)
-        run = _Run(proc, streams, stdin, limits, None, slot)
+        watch = supervise.Watch.of(limits, memory_cgroup=bool(slot and slot.memory))
+        run = _Run(proc, streams, stdin, limits, None, slot, watch)
         try:
             await run.wait()
         finally:
@@ -311,7 +316,8 @@ class Sandbox:
             stderr=run.stderr_tail.decode("utf-8", "replace"),
             timed_out=run.timed_out,
             output_exceeded=run.output.exceeded,
-            oom_killed=slot is not None and slot.oom_kills() > oom_before,
+            oom_killed=run.limit == supervise.MEMORY
+            or (slot is not None and slot.oom_kills() > oom_before),
         )
 
 
@@ -394,9 +400,13 @@ class _Run:
         limits: SandboxLimits,
         on_line: LineSink | None,
         slot: CgroupSlot | None,
+        watch: supervise.Watch | None = None,
     ) -> None:
         self.proc = proc
         self.slot = slot
+        self.watch = watch
+        # The limit the supervisor killed the run at (supervise.MEMORY or FILES), if any.
+        self.limit: str | None = None
         self.streams = streams
         self.payload = payload
         self.limits = limits
@@ -410,9 +420,17 @@ class _Run:
     def kill(self) -> None:
         _kill_tree(self.proc, self.slot)
 
+    def _over(self, reason: str) -> None:
+        self.limit = reason
+        self.kill()
+
     async def wait(self) -> None:
         readers = self.streams.readers
         feeder = asyncio.create_task(self._feed())
+        watcher = None
+        if self.watch is not None:
+            watching = supervise.supervise(self.proc.pid, self.watch, self._over)
+            watcher = asyncio.create_task(watching)
         work = [
             asyncio.create_task(self._pump(readers[0], keep=True)),
             asyncio.create_task(self._pump(readers[1], keep=False)),
@@ -426,6 +444,8 @@ class _Run:
         finally:
             # Also on cancellation (the caller went away): nothing of the run may outlive it.
             feeder.cancel()
+            if watcher is not None:
+                watcher.cancel()
             if self.proc.returncode is None or not all(task.done() for task in work):
                 self.kill()
                 # Read the pipes to their end: what the tree printed before it died still
@@ -479,10 +499,17 @@ class _Run:
         if self.output.exceeded:
             return RunFailure(f"output limit of {limits.output_bytes} bytes exceeded")
         stderr = self.stderr_tail.decode("utf-8", "replace")
-        if oom_killed or "JavaScript heap out of memory" in stderr:
-            return RunFailure(f"memory limit of {limits.memory_mib} MiB exceeded")
+        memory = RunFailure(f"memory limit of {limits.memory_mib} MiB exceeded")
+        if self.limit == supervise.FILES:
+            return RunFailure(f"tmpfs limit of {limits.tmpfs_files} files exceeded")
+        if oom_killed or self.limit == supervise.MEMORY or any(m in stderr for m in V8_OOM):
+            return memory
         stdout = b"".join(self.stdout).decode("utf-8", "replace")
         reported = from_channel(bytes(self.result), stdout)
+        if isinstance(reported, RunFailure) and reported.message.startswith(REFUSED_MEMORY):
+            # The code did not catch a refused allocation: it ended at the memory limit (an
+            # rlimit refuses where a cgroup's OOM killer kills; one message either way).
+            return memory
         if reported is not None:
             return reported
         if code == 0:

@@ -86,11 +86,7 @@ class RunnerHost:
     def __init__(self, nc: Client, settings: FunctionsSettings, data_dir: Path) -> None:
         self.nc = nc
         self.settings = settings
-        # At once: a sandbox per slot (see start), and an esbuild one per run transpiling.
-        sandboxes = 2 * settings.concurrency + settings.warm * len(RUNTIMES)
-        self.sandbox = Sandbox(
-            settings.limits, settings.user, settings.runtimes, sandboxes=sandboxes
-        )
+        self.sandbox = Sandbox(settings.limits, settings.user, settings.runtimes)
         # esbuild gets a sandbox and fresh groups of its own, with the limits of a run.
         self.transpiler = Transpiler(
             settings.esbuild,

@@ -40,6 +40,9 @@ LAUNCH_FAILED = 125
 # Go reserves about 70 MiB of writable address space before it allocates anything: without a
 # memory cgroup, esbuild's RLIMIT_DATA is the run's memory plus this.
 GO_RUNTIME_DATA = 80 * MIB
+# node does not boot under an RLIMIT_DATA of 32 MiB and does under 48 MiB (measured, node 20):
+# without a memory cgroup its RLIMIT_DATA is the run's memory, never less than this.
+NODE_MIN_DATA = 64 * MIB
 
 
 # Who uid 65534 is inside, so getpwuid() (Python's pwd and getpass, node's os.userInfo())
@@ -91,9 +94,14 @@ class Program:
     # only its arguments): neither its path nor its directory need be visible, or reachable
     # by the sandbox's user.
     executable: str | None = None
-    # How memory is capped where no memory cgroup is usable: "-v" (RLIMIT_AS), "-d"
-    # (RLIMIT_DATA) or None (node: V8 fails under RLIMIT_AS; its heap flag caps it).
-    memory_rlimit: str | None = None
+    # How memory is capped per process where no memory cgroup is usable: "-v" (RLIMIT_AS) or
+    # "-d" (RLIMIT_DATA: private writable mappings only, which V8 and Go survive where they
+    # fail under RLIMIT_AS: both reserve far more address space than they use).
+    memory_rlimit: str = "-v"
+    # Bytes the program reserves before it allocates anything (added to the run's memory),
+    # and the least it starts under.
+    reserved: int = 0
+    least: int = 0
 
 
 def runtime_of(language: Language) -> str:
@@ -114,15 +122,17 @@ def program_for(language: Language, runtimes: Runtimes, limits: SandboxLimits) -
         # -I: no environment or user site; -S: no site import (≈10 ms per run; the standard
         # library is all a function gets); -B: /usr is read-only anyway.
         return Program((runtimes.python, "-I", "-S", "-B", wrapper), files, None, "-v")
-    # V8 must fail cleanly ("heap out of memory") before the cgroup's OOM killer steps in;
-    # RLIMIT_AS is never used for node (V8 reserves far more address space than it uses).
+    # V8 must fail cleanly ("heap out of memory") before the cgroup's OOM killer (or, without
+    # one, RLIMIT_DATA) steps in. Buffers, ArrayBuffers, WebAssembly memories and worker
+    # threads live outside that heap: only the cgroup or RLIMIT_DATA holds them.
     heap_mib = max(16, limits.memory_mib * 3 // 4)
-    return Program((runtimes.node, f"--max-old-space-size={heap_mib}", wrapper), files)
+    argv = (runtimes.node, f"--max-old-space-size={heap_mib}", wrapper)
+    return Program(argv, files, None, "-d", least=NODE_MIN_DATA)
 
 
 def esbuild_program(esbuild: str, flags: Sequence[str]) -> Program:
     """esbuild reading TypeScript on stdin (Go: RLIMIT_DATA caps it where RLIMIT_AS cannot)."""
-    return Program(tuple(flags), executable=esbuild, memory_rlimit="-d")
+    return Program(tuple(flags), executable=esbuild, memory_rlimit="-d", reserved=GO_RUNTIME_DATA)
 
 
 @attrs.frozen
@@ -140,11 +150,19 @@ def bwrap_argv(
     *,
     limits: SandboxLimits,
     bwrap: str = "/usr/bin/bwrap",
+    inner_processes: int | None = None,
+    shell: str = "/bin/dash",
 ) -> list[str]:
     """The bubblewrap command line: every namespace unshared (so no network at all), uid 65534
     with no capabilities, an empty environment, read-only /usr, /proc read-only and no /sys, a
     fresh size-capped tmpfs for /tmp and the home directory, a read-only root and /dev (device
-    nodes still work), the program's files by content and the seccomp filter."""
+    nodes still work), the program's files by content and the seccomp filter.
+
+    ``inner_processes``: RLIMIT_NPROC set inside the sandbox, by a shell that then execs the
+    program (used where no pids cgroup exists). The kernel counts RLIMIT_NPROC per user *and
+    user namespace* (and checks each level up against the limit its creator had): inside,
+    uid 65534 of this sandbox's own namespace has only this run's tasks, so the limit holds
+    per run, while the launcher's larger one still bounds all sandboxes of the host user."""
     if len(given.files) != len(program.files) or (
         (program.executable is None) != (given.executable is None)
     ):
@@ -154,6 +172,9 @@ def bwrap_argv(
              for a in ("--ro-bind-data", str(fd), dest)]  # fmt: skip
     seccomp = ["--seccomp", str(given.seccomp)] if given.seccomp is not None else []
     command = [f"/proc/self/fd/{given.executable}"] if given.executable is not None else []
+    if inner_processes is not None:
+        cap = f'ulimit -p {inner_processes} || exit {LAUNCH_FAILED}\nexec "$@"'
+        command = [shell, "-c", cap, "sandbox", *command]
     return [
         bwrap,
         "--unshare-all",
@@ -211,27 +232,24 @@ def rlimits(
     limits: SandboxLimits,
     *,
     memory_cgroup: bool,
-    pids_cgroup: bool,
-    user_processes: int,
 ) -> list[Rlimit]:
-    """The rlimits of every process of a run. Memory and process caps come from the cgroup when
-    there is one; without, the program's memory rlimit, and RLIMIT_NPROC at
-    ``user_processes``: the kernel counts every task of the sandbox's host user against it, so
-    it must hold every sandbox that may exist at once (a fork bomb is then contained in
-    aggregate, not per run: the docs say so). The CPU limit is soft: SIGXCPU ends the process
-    with "CPU time limit exceeded"; the hard limit a second later kills one that ignores it."""
+    """The rlimits the launcher sets for every process of a run. Memory comes from the cgroup
+    when there is one; without, from the program's memory rlimit per process (the supervisor
+    in ``supervise.py`` adds up the run's processes). Processes are never capped here: the
+    kernel would count every task of the host user against that cap (other sandboxes, and
+    cairn's own threads when they share its uid), so one run could starve the others; the
+    per-run cap is set inside the sandbox instead (see ``bwrap_argv``). The CPU limit is
+    soft: SIGXCPU ends the process with "CPU time limit exceeded"; the hard limit a second
+    later kills one that ignores it."""
     out = [
         Rlimit("-c", 0),
         Rlimit("-t", limits.cpu_seconds, limits.cpu_seconds + 1),
         Rlimit("-f", max(1, limits.tmpfs_bytes // 512)),  # dash counts 512-byte blocks
         Rlimit("-n", limits.open_files),
     ]
-    if not memory_cgroup and program.memory_rlimit == "-v":
-        out.append(Rlimit("-v", limits.memory_bytes // 1024))  # KiB
-    elif not memory_cgroup and program.memory_rlimit == "-d":
-        out.append(Rlimit("-d", (limits.memory_bytes + GO_RUNTIME_DATA) // 1024))
-    if not pids_cgroup:
-        out.append(Rlimit("-p", user_processes))
+    if not memory_cgroup:
+        memory = max(limits.memory_bytes + program.reserved, program.least)
+        out.append(Rlimit(program.memory_rlimit, memory // 1024))  # KiB
     return out
 
 
@@ -262,17 +280,18 @@ def sandbox_argv(
     cgroup_procs: Sequence[str],
     memory_cgroup: bool,
     pids_cgroup: bool,
-    user_processes: int,
 ) -> list[str]:
     """The whole command line of one sandbox running ``program``."""
-    inner = bwrap_argv(program, given, limits=limits, bwrap=runtimes.bwrap)
-    limit_lines = rlimits(
+    inner = bwrap_argv(
         program,
-        limits,
-        memory_cgroup=memory_cgroup,
-        pids_cgroup=pids_cgroup,
-        user_processes=user_processes,
+        given,
+        limits=limits,
+        bwrap=runtimes.bwrap,
+        # The outer bwrap is the run's too, but counts only in the host user's tally.
+        inner_processes=None if pids_cgroup else limits.processes - 1,
+        shell=runtimes.shell,
     )
+    limit_lines = rlimits(program, limits, memory_cgroup=memory_cgroup)
     launcher = launcher_script(cgroup_procs, limit_lines)
     drop = drop_argv(user, runtimes.setpriv)
     return [runtimes.shell, "-c", launcher, "cairn-sandbox", *drop, *inner]

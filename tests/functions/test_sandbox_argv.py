@@ -1,5 +1,6 @@
 """Golden tests: the sandbox command line, flag by flag."""
 
+import attrs
 import pytest
 
 from actors.functions.languages import Language
@@ -109,11 +110,11 @@ CPU = Rlimit("-t", 31, 32)
 
 
 def with_cgroups(program: Program) -> list[Rlimit]:
-    return rlimits(program, LIMITS, memory_cgroup=True, pids_cgroup=True, user_processes=640)
+    return rlimits(program, LIMITS, memory_cgroup=True)
 
 
 def without_cgroups(program: Program) -> list[Rlimit]:
-    return rlimits(program, LIMITS, memory_cgroup=False, pids_cgroup=False, user_processes=640)
+    return rlimits(program, LIMITS, memory_cgroup=False)
 
 
 def test_rlimits_with_cgroups_leave_memory_and_processes_to_them() -> None:
@@ -125,13 +126,35 @@ def test_rlimits_with_cgroups_leave_memory_and_processes_to_them() -> None:
 
 def test_rlimit_fallback_never_limits_address_space_for_node_or_go() -> None:
     python = without_cgroups(PYTHON)
-    assert Rlimit("-v", 262144) in python and Rlimit("-p", 640) in python
+    assert Rlimit("-v", 262144) in python
     for language in (Language.JAVASCRIPT, Language.TYPESCRIPT):
         node = without_cgroups(program_for(language, Runtimes(), LIMITS))
-        assert all(limit.flag not in ("-v", "-d") for limit in node)
-        assert Rlimit("-p", 640) in node
+        assert Rlimit("-d", 262144) in node and all(limit.flag != "-v" for limit in node)
+        # node does not boot under 32 MiB of RLIMIT_DATA: never less than 64 MiB.
+        tiny = attrs.evolve(LIMITS, memory_bytes=16 * MIB)
+        small = rlimits(program_for(language, Runtimes(), tiny), tiny, memory_cgroup=False)
+        assert Rlimit("-d", 64 * 1024) in small
     # Go reserves ~70 MiB of writable address space up front: RLIMIT_DATA leaves it room.
     assert Rlimit("-d", (256 + 80) * 1024) in without_cgroups(ESBUILD)
+    # Processes are capped per run inside the sandbox, never for the whole host user here.
+    assert all(limit.flag != "-p" for limit in [*python, *without_cgroups(ESBUILD)])
+
+
+def test_without_a_pids_cgroup_the_run_caps_its_processes_inside() -> None:
+    given = Descriptors(files=(5, 6, 7), seccomp=8)
+    argv = bwrap_argv(PYTHON, given, limits=LIMITS, inner_processes=63)
+    end = argv.index("--")
+    assert argv[end + 1 :] == [
+        "/bin/dash", "-c", 'ulimit -p 63 || exit 125\nexec "$@"', "sandbox",
+        "/usr/bin/python3", "-I", "-S", "-B", "/cairn/run.py",
+    ]  # fmt: skip
+    assert argv[:end] == bwrap_argv(PYTHON, given, limits=LIMITS)[:end]
+    # The launcher's bwrap counts as the run's 64th process.
+    whole = sandbox_argv(
+        PYTHON, Runtimes(), LIMITS, user=USER, given=given, cgroup_procs=[],
+        memory_cgroup=False, pids_cgroup=False,
+    )  # fmt: skip
+    assert whole[-9:] == argv[-9:]
 
 
 def test_launcher_enters_cgroups_sets_limits_then_execs() -> None:
@@ -162,10 +185,9 @@ def test_whole_command_line_passes_the_rest_as_arguments_not_as_script_text() ->
         cgroup_procs=["/cg/cgroup.procs"],
         memory_cgroup=False,
         pids_cgroup=True,
-        user_processes=640,
     )
     assert argv[:2] == ["/bin/dash", "-c"]
-    limits = rlimits(PYTHON, LIMITS, memory_cgroup=False, pids_cgroup=True, user_processes=640)
+    limits = rlimits(PYTHON, LIMITS, memory_cgroup=False)
     assert argv[2] == launcher_script(["/cg/cgroup.procs"], limits)
     assert "ulimit -v 262144 || exit 125" in argv[2]
     # The cgroup entry and the rlimits need the server's rights; then the user switch, then
