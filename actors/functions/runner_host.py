@@ -123,8 +123,13 @@ class RunnerHost:
         # (each sandbox, started or running, has a slot of its own).
         count = self.settings.concurrency + self.settings.warm * len(RUNTIMES)
         if self.settings.cgroups:
-            self.cgroups = await asyncio.to_thread(cgroups.create, self.settings.limits)
-            log.info("runner: cgroup controllers %s", ", ".join(self.cgroups.controllers) or "none")
+            made = await asyncio.to_thread(cgroups.create, self.settings.limits)
+            self.cgroups = made if made.parents else None
+            if not made.parents:
+                log.warning("runner: no usable cgroups: %s", made.reason)
+            log.info("runner: %s", cgroups.describe(made))
+        else:
+            log.info("runner: %s", cgroups.describe(None))
         for _ in range(count):
             self._free.put_nowait(None)
         for runtime in RUNTIMES:

@@ -67,6 +67,7 @@ def _unprivileged_user() -> pwd.struct_passwd | None:
 
 @attrs.define
 class Service:
+    mode: str
     proc: asyncio.subprocess.Process
     port: int
     session: aiohttp.ClientSession
@@ -178,7 +179,7 @@ async def service(request: pytest.FixtureRequest) -> AsyncIterator[Service]:
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
     try:
         await wait_for(ready, timeout=120, what=f"cairn serve functions ({mode})")
-        yield Service(proc, port, session, output)
+        yield Service(mode, proc, port, session, output)
     finally:
         await session.close()
         if proc.returncode is None:
@@ -257,3 +258,19 @@ async def test_two_attacks_at_once_end_at_the_runs_limits(service: Service, atta
 
 def _tail(service: Service) -> str:
     return b"".join(service.output[-20:]).decode(errors="replace")
+
+
+START_LINE = {
+    "cgroups": "runner: sandbox limits on cgroup v1: memory by cgroup v1 memory.limit_in_bytes; "
+    "processes by cgroup v1 pids.max; CPU share cgroup v1 cpu.cfs_quota_us;",
+    "RUN_CGROUPS=0": "runner: sandbox limits on no cgroups (RUN_CGROUPS=0): memory by "
+    "RLIMIT_AS (Python) / RLIMIT_DATA (node) per process, summed every 20 ms; processes by "
+    "RLIMIT_NPROC in the sandbox's own user namespace; CPU share not held (no cgroup);",
+    "unprivileged": "runner: sandbox limits on no cgroups (cgroup v1 controllers are not "
+    "writable): memory by RLIMIT_AS (Python) / RLIMIT_DATA (node) per process",
+}
+
+
+async def test_the_start_says_which_limits_hold(service: Service) -> None:
+    log = b"".join(service.output).decode()
+    assert START_LINE[service.mode] in log, log
