@@ -7,7 +7,8 @@ while a run runs, its processes' anonymous memory is added up and its two tmpfs'
 counted every ``PERIOD_S``; past a limit the run is killed and the reason kept for its error.
 
 A run shorter than the period is never looked at, which keeps this off the cost of the usual
-run; its per-process rlimits bound it meanwhile.
+run; its per-process rlimits bound it meanwhile. A run below half its limits is looked at
+half as often each time (up to ``SLOWEST_S``), one past half every ``PERIOD_S``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from actors.functions.cgroups import process_tree
 from actors.functions.limits import SandboxLimits
 
 PERIOD_S = 0.02
+# A run far from its limits is looked at less and less often, up to this: its per-process
+# rlimits bound what it can do between two looks.
+SLOWEST_S = 0.16
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Where the sandbox's tmpfs are, seen through one of its processes' root.
 TMPFS = ("tmp", "home/sandbox")
@@ -69,22 +73,27 @@ def files_of(inside: int, size: int) -> int:
     return used
 
 
-def over(root: int, watch: Watch) -> str | None:
-    """Which limit the run under ``root`` (the sandbox's outer process) is past, if any."""
+def use(root: int, watch: Watch) -> dict[str, float]:
+    """How much of each watched limit the run under ``root`` (the sandbox's outer process)
+    uses: 1.0 is the limit."""
     tree = process_tree(root)
-    if watch.memory_bytes is not None and memory_of(tree) > watch.memory_bytes:
-        return MEMORY
+    used: dict[str, float] = {}
+    if watch.memory_bytes is not None:
+        used[MEMORY] = memory_of(tree) / watch.memory_bytes
     inside = next(iter(sorted(tree - {root})), None)  # any process in the sandbox's mounts
-    if inside is not None and files_of(inside, watch.tmpfs_bytes) > watch.files:
-        return FILES
-    return None
+    used[FILES] = files_of(inside, watch.tmpfs_bytes) / watch.files if inside is not None else 0
+    return used
 
 
 async def supervise(root: int, watch: Watch, kill: Callable[[str], None]) -> None:
-    """Check the run every ``PERIOD_S`` until cancelled; ``kill(reason)`` once past a limit."""
+    """Look at the run until cancelled; ``kill(reason)`` once past a limit."""
+    period = PERIOD_S
     while True:
-        await asyncio.sleep(PERIOD_S)
-        reason = over(root, watch)
-        if reason is not None:
-            kill(reason)
+        await asyncio.sleep(period)
+        used = use(root, watch)
+        past = [reason for reason, share in used.items() if share > 1]
+        if past:
+            kill(past[0])
             return
+        near = any(share > 0.5 for share in used.values())
+        period = PERIOD_S if near else min(period * 2, max(SLOWEST_S, PERIOD_S))

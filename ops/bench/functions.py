@@ -10,9 +10,15 @@
 2. TypeScript against ``tsx`` per run (what a naive service would do: tsx transpiles on every
    start), and against JavaScript.
 3. Runs per second at concurrency 4 (trivial Python).
+4. The fallback without cgroups (``RUN_CGROUPS=0``: rlimits, the per-run process cap set
+   inside the sandbox, the supervisor adding up memory and counting tmpfs files) against the
+   service as it runs by default here (cgroups), both started in this process: paced
+   ``/run-now`` medians (Python, JavaScript) and runs/s; and the fallback with its supervisor
+   never looking (its period made an hour), to show what the watching itself costs.
 
 Targets (issue 4, this 2-core machine): Python median <= 30 ms, JavaScript median <= 45 ms,
-TypeScript median within 1.2x JavaScript, >= 40 trivial runs/s.
+TypeScript median within 1.2x JavaScript, >= 40 trivial runs/s; the fallback within 1.2x of
+the default in latency and runs/s.
 
     .venv/bin/python -m ops.bench.functions [--runs 60] [--throughput 200]
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import statistics
@@ -28,14 +35,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
-from actors.functions import cgroups
+from actors.functions import cgroups, supervise
 from actors.functions.languages import Language
 from actors.functions.limits import SandboxLimits
 from actors.functions.runner import RunJob, Sandbox, tool_runner
@@ -108,7 +115,29 @@ async def run_argv(argv: list[str]) -> None:
         raise RuntimeError(f"{argv[0]} failed")
 
 
-async def bench(runs: int, throughput: int) -> int:
+@contextlib.asynccontextmanager
+async def serving(root: Path, **extra: str) -> AsyncIterator[aiohttp.ClientSession]:
+    """The functions service on its own NATS and data under ``root``, over HTTP."""
+    async with EmbeddedNats(root / "nats") as nats:
+        env = {**nats.client_env(), "CAIRN_DATA": str(root / "data"), **extra}
+        async with open_runtime(env, root / "data") as runtime:
+            app = await build(runtime)
+            host = app[FUNCTIONS_HOST].runner
+            if host is not None and host.cgroups is not None:
+                CPU_OF_SANDBOXES.append(host.cgroups.cpu_ns)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            port = free_port("127.0.0.1")
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            try:
+                async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+                    yield http
+            finally:
+                await runner.cleanup()
+                CPU_OF_SANDBOXES.clear()
+
+
+async def bench(runs: int, throughput: int, only_fallback: bool) -> int:
     settings = FunctionsSettings.from_env({})
     print(
         f"machine: {os.cpu_count()} cores; RUN_CONCURRENCY={settings.concurrency}, "
@@ -117,25 +146,95 @@ async def bench(runs: int, throughput: int) -> int:
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        async with EmbeddedNats(root / "nats") as nats:
-            env = {**nats.client_env(), "CAIRN_DATA": str(root / "data")}
-            async with open_runtime(env, root / "data") as runtime:
-                app = await build(runtime)
-                host = app[FUNCTIONS_HOST].runner
-                if host is not None and host.cgroups is not None:
-                    CPU_OF_SANDBOXES.append(host.cgroups.cpu_ns)
-                runner = web.AppRunner(app, access_log=None)
-                await runner.setup()
-                port = free_port("127.0.0.1")
-                await web.TCPSite(runner, "127.0.0.1", port).start()
-                base = f"http://127.0.0.1:{port}"
-                try:
-                    async with aiohttp.ClientSession(base_url=base) as http:
-                        failures += await measure(http, settings, root, runs, throughput)
-                finally:
-                    await runner.cleanup()
+        if not only_fallback:
+            async with serving(root / "main") as http:
+                failures += await measure(http, settings, root, runs, throughput)
+        failures += await fallback(root, runs, throughput)
     print("\nresult:", "all targets met" if not failures else "MISSED: " + "; ".join(failures))
     return 1 if failures else 0
+
+
+async def service_run(http: aiohttp.ClientSession, language: Language) -> None:
+    body = {"language": str(language), "code": CODE[language], "input": '{"n": 1}'}
+    async with http.post("/run-now", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{language}: {response.status} {await response.text()}")
+        await response.read()
+
+
+async def fallback(root: Path, runs: int, throughput: int) -> list[str]:
+    """The fallback without cgroups against the default: the three services run at once and
+    take their requests in turn, so a change in the machine's load falls on all of them."""
+    print("\nthe fallback without cgroups against the default (paced /run-now, runs/s)")
+    variants: dict[str, tuple[dict[str, str], float]] = {
+        "default (cgroups where writable)": ({}, supervise.PERIOD_S),
+        "RUN_CGROUPS=0, supervised": ({"RUN_CGROUPS": "0"}, supervise.PERIOD_S),
+        "RUN_CGROUPS=0, supervisor never looks": ({"RUN_CGROUPS": "0"}, 3600.0),
+    }
+    languages = (Language.PYTHON, Language.JAVASCRIPT)
+    period = supervise.PERIOD_S
+    latencies: dict[str, dict[Language, list[float]]] = {
+        name: {language: [] for language in languages} for name in variants
+    }
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            https = {
+                name: await stack.enter_async_context(serving(root / f"fallback-{i}", **extra))
+                for i, (name, (extra, _)) in enumerate(variants.items())
+            }
+            for http in https.values():  # every pool started, every path warm
+                for language in languages:
+                    await service_run(http, language)
+            for _ in range(runs):
+                for name, http in https.items():
+                    supervise.PERIOD_S = variants[name][1]
+                    for language in languages:
+                        await asyncio.sleep(PACE_S)
+                        begin = time.perf_counter()
+                        await service_run(http, language)
+                        latencies[name][language].append(time.perf_counter() - begin)
+            for _ in range(3):
+                for name, http in https.items():
+                    supervise.PERIOD_S = variants[name][1]
+                    once = partial(service_run, http)
+                    rates[name].append(await runs_per_second(once, throughput // 3, quiet=True))
+    finally:
+        supervise.PERIOD_S = period
+    medians = {
+        name: {language: statistics.median(values) for language, values in by.items()}
+        for name, by in latencies.items()
+    }
+    rate = {name: statistics.median(values) for name, values in rates.items()}
+    for name in variants:
+        print(
+            f"  {name:40} python {medians[name][Language.PYTHON] * 1e3:5.1f} ms"
+            f"  javascript {medians[name][Language.JAVASCRIPT] * 1e3:5.1f} ms"
+            f"  {rate[name]:5.1f} runs/s"
+        )
+    default, supervised = "default (cgroups where writable)", "RUN_CGROUPS=0, supervised"
+    unwatched = "RUN_CGROUPS=0, supervisor never looks"
+    print(
+        "  the supervisor's own cost: "
+        + ", ".join(
+            f"{language} {medians[supervised][language] / medians[unwatched][language]:.2f}x"
+            for language in languages
+        )
+        + f", runs/s {rate[unwatched] / rate[supervised]:.2f}x"
+    )
+    failures = []
+    for language in languages:
+        ratio = medians[supervised][language] / medians[default][language]
+        ok = ratio <= 1.2
+        print(f"  fallback {language} median: {ratio:.2f}x the default {'met' if ok else 'MISSED'}")
+        if not ok:
+            failures.append(f"fallback {language} {ratio:.2f}x")
+    ratio = rate[default] / rate[supervised]
+    ok = ratio <= 1.2
+    print(f"  runs/s: the default's is {ratio:.2f}x the fallback's {'met' if ok else 'MISSED'}")
+    if not ok:
+        failures.append(f"fallback runs/s {rate[supervised]:.1f} against {rate[default]:.1f}")
+    return failures
 
 
 async def measure(
@@ -162,13 +261,6 @@ async def measure(
     def done(slot: cgroups.CgroupSlot | None) -> None:
         if groups is not None and slot is not None:
             groups.retire(slot)
-
-    async def service_run(language: Language) -> None:
-        body = {"language": str(language), "code": CODE[language], "input": '{"n": 1}'}
-        async with http.post("/run-now", json=body) as response:
-            if response.status != 200:
-                raise RuntimeError(f"{language}: {response.status} {await response.text()}")
-            await response.read()
 
     async def sandbox_run(language: Language) -> None:
         code = CODE[language]
@@ -204,9 +296,9 @@ async def measure(
             print(f"  sandbox run, started cold    {fmt(cold)}")
             direct = [await prestarted_run(language) for _ in range(runs)]
             print(f"  sandbox run, pre-started     {fmt(direct)}   (no service)")
-            closed = await timed(runs, partial(service_run, language))
+            closed = await timed(runs, partial(service_run, http, language))
             print(f"  POST /run-now back to back   {fmt(closed)}   (closed loop: the pool drains)")
-            service = await paced(runs, partial(service_run, language), PACE_S)
+            service = await paced(runs, partial(service_run, http, language), PACE_S)
             medians[language] = statistics.median(service)
             ratio = medians[language] / statistics.median(direct)
             print(
@@ -230,7 +322,7 @@ async def measure(
                 if not ok:
                     failures.append(f"typescript {vs_js:.2f}x javascript")
         print("\nthroughput, trivial Python at concurrency 4")
-        rate = await runs_per_second(service_run, throughput)
+        rate = await runs_per_second(partial(service_run, http), throughput)
         ok = rate >= 40
         print(f"  {rate:.1f} runs/s   target >= 40: {'met' if ok else 'MISSED'}")
         if not ok:
@@ -263,7 +355,9 @@ async def tsx_per_run(root: Path, runs: int) -> list[float]:
     return await timed(max(10, runs // 3), once, warmup=1)
 
 
-async def runs_per_second(once: Callable[[Language], Awaitable[None]], total: int) -> float:
+async def runs_per_second(
+    once: Callable[[Language], Awaitable[None]], total: int, *, quiet: bool = False
+) -> float:
     remaining = total
 
     async def client() -> None:
@@ -280,6 +374,8 @@ async def runs_per_second(once: Callable[[Language], Awaitable[None]], total: in
     # CPU does not depend on what else the machine runs; a run's share of it bounds the rate
     # on an otherwise idle machine.
     cores = os.cpu_count() or 1
+    if quiet:
+        return total / elapsed
     if not CPU_OF_SANDBOXES:
         print("  CPU per run: unknown (no cpuacct cgroup)")
         return total / elapsed
@@ -306,8 +402,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--throughput", type=int, default=200)
+    parser.add_argument(
+        "--fallback", action="store_true", help="only the fallback against the default (4.)"
+    )
     args = parser.parse_args()
-    sys.exit(asyncio.run(bench(args.runs, args.throughput)))
+    sys.exit(asyncio.run(bench(args.runs, args.throughput, args.fallback)))
 
 
 if __name__ == "__main__":

@@ -223,13 +223,15 @@ def test_v2_moves_cairn_to_a_leaf_then_hands_the_controllers_down(
     assert "cgroup v2 memory.max" in cgroups.describe(made)
 
 
-def test_v2_without_swap_accounting_still_limits_memory(delegated: DelegatedTree) -> None:
+def test_v2_without_swap_accounting_still_limits_memory(
+    delegated: DelegatedTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse_swap(path: Path, value: int | str) -> None:
         if path.name in ("memory.swap.max", "memory.oom.group"):
             raise PermissionError(13, "Permission denied")  # no such file: the kernel's EACCES
         delegated.write(path, value)
 
-    cgroups._write = refuse_swap  # type: ignore[assignment]  # undone by monkeypatch
+    monkeypatch.setattr(cgroups, "_write", refuse_swap)
     made = cgroups.create(V2_LIMITS, proc=delegated.proc)
     slot = made.new_slot()
     assert made.version == 2 and slot is not None
