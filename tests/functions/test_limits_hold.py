@@ -274,3 +274,20 @@ START_LINE = {
 async def test_the_start_says_which_limits_hold(service: Service) -> None:
     log = b"".join(service.output).decode()
     assert START_LINE[service.mode] in log, log
+
+
+async def test_the_memory_of_all_a_runs_processes_counts(service: Service) -> None:
+    # Five processes of 48 MiB each: every one within any per-process limit, the run over its
+    # 128 MiB. A cgroup holds it at once; without one the supervisor adds them up and kills
+    # the run at its next look (between two looks the run may briefly hold more).
+    code = (
+        "import os, time\n"
+        "for _ in range(5):\n"
+        "    if os.fork() == 0:\n"
+        "        block = bytearray(48 << 20)\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "os.wait()  # the first to die (an OOM kill, or the supervisor's)"
+    )
+    assert await service.run_now("python", code) == (500, MEMORY), _tail(service)
+    await wait_for(lambda: not sandboxes(service.proc.pid), what="the run's processes to end")
