@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 import numpy as np
 
+from actors.config import ConfigError
 from actors.search import minilm, minilm_openvino
 from actors.search.priority import EMBED_NICE, lower_this_thread
 
@@ -238,8 +239,8 @@ class LocalProvider:
             if runtime == "numpy":
                 log.warning("onnxruntime is not installed: embedding with numpy (~1.3x slower)")
         if runtime not in RUNTIMES:
-            raise ValueError(
-                f"EMBEDDING_RUNTIME must be onnx, onnx-int8, openvino or numpy, not {runtime!r}"
+            raise ConfigError(
+                "EMBEDDING_RUNTIME", "must be onnx, onnx-int8, openvino or numpy", runtime
             )
         try:
             self.model = _shared_minilm(runtime)
@@ -451,7 +452,8 @@ def make_provider(env: Mapping[str, str], model_cache: Path | None = None) -> Pr
         url = env.get("EMBEDDING_URL") or "https://api.openai.com/v1"
         model = env.get("EMBEDDING_MODEL") or "text-embedding-3-small"
         return OpenAIProvider(url, model, env.get("EMBEDDING_API_KEY") or None)
-    raise ValueError(f"EMBEDDING_PROVIDER must be local, e5, openai or none, not {kind!r}")
+    # A setting, not a fault of the service: the start stops with it like any other bad value.
+    raise ConfigError("EMBEDDING_PROVIDER", "must be local, e5, openai or none", kind)
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates e5_mean.npy, calibration_f32.npy

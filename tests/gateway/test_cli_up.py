@@ -170,3 +170,19 @@ async def test_a_taken_port_is_a_clear_configuration_error(tmp_path: Path) -> No
         _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{env['PORT']}" in err.decode()
+
+
+async def test_a_bad_embedding_provider_stops_the_start_as_a_setting(tmp_path: Path) -> None:
+    # A misspelt provider is the admin's setting to fix, not a fault that downs search alone
+    # and lets the rest start as if nothing were wrong.
+    env = up_env(tmp_path)
+    env["EMBEDDING_PROVIDER"] = "torch"
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "cairn"), "serve", "search",
+        cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, err.decode()
+    assert "EMBEDDING_PROVIDER: must be local, e5, openai or none (got 'torch')" in err.decode()
+    assert "Traceback" not in err.decode()

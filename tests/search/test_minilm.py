@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from actors.config import ConfigError
 from actors.search import minilm, minilm_openvino, minilm_weights
 from actors.search.embedding import (
     DIMENSIONS,
@@ -137,12 +138,17 @@ def test_make_provider_choices() -> None:
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": " Local "}), LocalProvider)
     numpy_path = make_provider({"EMBEDDING_RUNTIME": "numpy"})
     assert isinstance(numpy_path, LocalProvider) and numpy_path.model.runtime == "numpy"
-    with pytest.raises(ValueError, match="must be onnx, onnx-int8, openvino or numpy, not 'cuda'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"EMBEDDING_RUNTIME: must be onnx, onnx-int8, openvino or numpy \(got 'cuda'\)",
+    ):
         make_provider({"EMBEDDING_RUNTIME": "cuda"})
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "e5"}), E5Provider)
     assert isinstance(make_provider({"EMBEDDING_PROVIDER": "openai"}), OpenAIProvider)
     assert make_provider({"EMBEDDING_PROVIDER": "none"}) is None
-    with pytest.raises(ValueError, match="must be local, e5, openai or none, not 'torch'"):
+    with pytest.raises(
+        ConfigError, match=r"EMBEDDING_PROVIDER: must be local, e5, openai or none \(got 'torch'\)"
+    ):
         make_provider({"EMBEDDING_PROVIDER": "torch"})
     # Vectors of different models never share an index.
     assert len({default.fingerprint, E5Provider.fingerprint}) == 2
