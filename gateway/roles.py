@@ -15,6 +15,10 @@ One table for every service, read top to bottom, first match wins:
 | any | any other ``GET``, ``HEAD`` or ``OPTIONS`` | viewer |
 | any | any other method | admin |
 
+A rule keyed by ``GET`` binds ``HEAD`` too: aiohttp routes ``HEAD`` to every ``GET`` handler,
+so a ``HEAD`` that fell to the viewer's default would reach an operator's route (a websocket
+upgrade sent with ``HEAD`` is still an upgrade to the handler).
+
 Public (no token asked), by default: every service's health route, the spec's VM queries a
 client makes without credentials (``GET /api/vm/list``, ``/api/vm/<id>``,
 ``/api/vm/<id>/status``), the init scripts new VMs fetch (``GET /sh/*``) and image reads
@@ -99,6 +103,11 @@ class Rule:
         )
 
 
+def with_head(methods: frozenset[str]) -> frozenset[str]:
+    """``methods``, and ``HEAD`` wherever ``GET`` is: the router serves both with one handler."""
+    return methods | {"HEAD"} if "GET" in methods else methods
+
+
 def parse_public(entry: str) -> Rule:
     """``SERVICE METHOD PATH``; GET includes HEAD."""
     words = entry.split()
@@ -107,12 +116,12 @@ def parse_public(entry: str) -> Rule:
             ENV, "entries are 'SERVICE METHOD /path' (e.g. 'vm GET /api/vm/*')", entry
         )
     service, method, path = words[0].lower(), words[1].upper(), words[2]
-    methods = frozenset({"GET", "HEAD"}) if method == "GET" else frozenset({method})
-    return Rule(service, methods, compile_path(path))
+    return Rule(service, with_head(frozenset({method})), compile_path(path))
 
 
 _COMPILED_RULES = tuple(
-    (Rule(service, methods, compile_path(path)), role) for service, methods, path, role in _RULES
+    (Rule(service, with_head(methods), compile_path(path)), role)
+    for service, methods, path, role in _RULES
 )
 
 

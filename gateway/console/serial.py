@@ -222,5 +222,7 @@ class SerialConsole:
 
 def add_routes(app: web.Application, env: Mapping[str, str]) -> None:
     console = SerialConsole(env)
-    app.router.add_get(ROUTE, console.handle)
+    # A websocket opens with GET only: without the HEAD aiohttp adds to every GET route, any
+    # other method gets the router's 405 before the handler could upgrade anything.
+    app.router.add_get(ROUTE, console.handle, allow_head=False)
     app.router.add_get(AVAILABLE, console.availability)

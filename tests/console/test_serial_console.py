@@ -201,6 +201,34 @@ async def test_roles_once_tokens_exist(serve: Serve, sim: SimCluster, runtime: R
             await ws.close()
 
 
+async def test_only_a_get_upgrades_whatever_the_role(
+    serve: Serve, sim: SimCluster, runtime: Runtime
+) -> None:
+    """aiohttp routes HEAD to a GET handler and a websocket upgrade does not look at the
+    method: a viewer's HEAD upgrade reached the serial line. A viewer's HEAD is the operator's
+    route (403); no other method than GET upgrades, for any role (405), and PVE hears nothing."""
+    path = runtime.data_dir / "tokens.json"
+    made = {role: create(path, role.label, role) for role in Role}
+    base = await serve("status", **api_env(sim))
+    url = f"{base}/console/vm/{VMID}/serial"
+    async with aiohttp.ClientSession() as http:
+        viewer = {**UPGRADE, "Origin": base, "Authorization": f"Bearer {made[Role.VIEWER]}"}
+        async with http.head(url, headers=viewer) as resp:
+            assert resp.status == 403
+        async with http.get(url, headers=viewer) as resp:
+            assert resp.status == 403
+            assert "token 'viewer' has role viewer; this route needs operator" in await resp.text()
+        for role in (Role.OPERATOR, Role.ADMIN):
+            headers = {**UPGRADE, "Origin": base, "Authorization": f"Bearer {made[role]}"}
+            for method in ("HEAD", "POST", "PUT", "OPTIONS"):
+                # A method that changes things is an admin's: the operator's is refused first.
+                admins = role is Role.OPERATOR and method in ("POST", "PUT")
+                async with http.request(method, url, headers=headers) as resp:
+                    assert resp.status == (403 if admins else 405), (role, method)
+                    assert "Sec-WebSocket-Accept" not in resp.headers
+    assert not any("termproxy" in c for c in pve_calls(sim))
+
+
 async def test_the_page_is_told_whether_it_may_offer_one(serve: Serve, sim: SimCluster) -> None:
     async with aiohttp.ClientSession() as http:
         base = await serve("status", **api_env(sim))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from actors.config import ConfigError
 from gateway.roles import RouteRoles
@@ -81,3 +85,46 @@ def test_the_operator_replaces_the_public_list() -> None:
     assert closed.needed("status", "GET", "/console/login") is None  # nobody could sign in
     with pytest.raises(ConfigError, match="CAIRN_PUBLIC_ROUTES"):
         RouteRoles.from_env({"CAIRN_PUBLIC_ROUTES": "GET /health"})
+
+
+def documented_routes() -> list[tuple[str, str, set[str]]]:
+    """Every route of every service's OpenAPI document: (service, sample path, methods)."""
+    prefixes = {"vm": "/api", "search": "/api"}
+    found = []
+    for service in ("vm", "functions", "search", "images", "status"):
+        document = yaml.safe_load((OPENAPI / f"{service}.yaml").read_text())
+        for template, item in document["paths"].items():
+            path = prefixes.get(service, "") + re.sub(r"\{[^}]+\}", "150", template)
+            methods = {m.upper() for m in item if m in HTTP_METHODS}
+            found.append((service, path, methods))
+    return found
+
+
+OPENAPI = Path(__file__).parents[2] / "gateway" / "openapi"
+HTTP_METHODS = ("get", "head", "post", "put", "patch", "delete", "options")
+ROUTES = documented_routes()
+
+
+@pytest.mark.parametrize(("service", "path", "methods"), ROUTES)
+def test_head_needs_what_get_needs_on_every_route(
+    service: str, path: str, methods: set[str]
+) -> None:
+    """aiohttp routes HEAD to every GET handler: a HEAD must never need less than its GET (a
+    viewer's HEAD upgrade to the operator's serial console was let through)."""
+    if "GET" in methods:
+        assert DEFAULT.needed(service, "HEAD", path) == DEFAULT.needed(service, "GET", path)
+
+
+@pytest.mark.parametrize(("service", "path", "methods"), ROUTES)
+def test_any_other_method_needs_admin_on_every_route(
+    service: str, path: str, methods: set[str]
+) -> None:
+    """A method no rule names (PUT, PATCH, one made up) is an admin's, whatever the path."""
+    for method in ("PUT", "PATCH", "PROPFIND", "FOO"):
+        assert DEFAULT.needed(service, method, path) == A, (method, path)
+
+
+def test_head_of_the_serial_console_is_the_operators() -> None:
+    assert DEFAULT.needed("status", "HEAD", "/console/vm/150/serial") == OP
+    assert DEFAULT.needed("status", "head", "/console/vm/150/serial") == OP
+    assert DEFAULT.needed("status", "OPTIONS", "/console/vm/150/serial") == V  # 405 below
