@@ -72,6 +72,10 @@ class ClientFilter:
                 return hop
         return hops[0] if hops else peer
 
+    def from_proxy(self, peer: str) -> bool:
+        """The socket peer is a proxy named in TRUSTED_PROXIES, whose headers are believed."""
+        return _in(peer, self.proxies)
+
     def client(self, request: web.Request) -> str:
         return self.client_ip(request.remote or "", request.headers.get("X-Forwarded-For"))
 

@@ -101,7 +101,7 @@ class SignIn:
     async def logout(self, request: web.Request) -> web.StreamResponse:
         self.sessions.end(request)
         response = web.HTTPSeeOther(LOGIN)
-        self.sessions.clear_cookie(response)
+        self.sessions.clear_cookie(request, response)
         raise response
 
     async def whoami(self, request: web.Request) -> web.Response:

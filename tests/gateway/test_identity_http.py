@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from pathlib import Path
 
 import aiohttp
 import attrs
 import pytest
+from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
-from gateway.console.sessions import COOKIE
+from gateway import services as catalogue
+from gateway.console.sessions import COOKIE, SECURE_COOKIE
 from gateway.search import write_endpoint
 from gateway.search_client import ServiceError, get_json
 from gateway.tokens import Role, create, revoke
 from tests.conftest import Serve
+from tests.ops.test_nginx_console import certificate
 
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
 RUN = {"language": "python", "code": "def handler(x):\n    return 41 + 1\n"}
@@ -160,7 +164,7 @@ async def test_the_console_signs_in_and_forwards_the_identity(serve: Serve, toke
             cookie = resp.headers["Set-Cookie"]
             assert cookie.startswith(f"{COOKIE}=")
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie
-            assert "Secure" not in cookie  # plain HTTP here; over TLS it is set
+            assert "Secure" not in cookie  # plain HTTP here; over TLS it is __Host-, Secure
             assert tokens.viewer not in cookie
         async with http.get(f"{base}/console/whoami") as resp:
             assert await resp.json() == {"identities": True, "name": "viewer", "role": "viewer"}
@@ -185,18 +189,83 @@ async def test_a_broken_sign_in_form_is_a_400(serve: Serve, tokens: Tokens) -> N
         assert status == 400 and "That is not a token." in text
 
 
-async def test_a_secure_cookie_behind_tls(serve: Serve, tokens: Tokens) -> None:
-    base = await serve("status")
+async def sign_in(base: str, token: str, **headers: str) -> str:
+    """The Set-Cookie header of a sign-in with ``token``."""
     async with (
         aiohttp.ClientSession() as http,
         http.post(
-            f"{base}/console/login",
-            data={"token": tokens.admin},
-            headers={"X-Forwarded-Proto": "https"},
-            allow_redirects=False,
+            f"{base}/console/login", data={"token": token}, headers=headers, allow_redirects=False
         ) as resp,
     ):
-        assert "Secure" in resp.headers["Set-Cookie"]
+        assert resp.status == 303, await resp.text()
+        return resp.headers["Set-Cookie"]
+
+
+async def whoami(base: str, cookie: str, **headers: str) -> str | None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{base}/console/whoami", headers={"Cookie": cookie, **headers}) as resp,
+    ):
+        name: str | None = (await resp.json())["name"]
+        return name
+
+
+def cookie_value(set_cookie: str) -> str:
+    return set_cookie.split(";", 1)[0].split("=", 1)[1]
+
+
+async def test_a_host_cookie_behind_a_trusted_tls_proxy(serve: Serve, tokens: Tokens) -> None:
+    """Behind a proxy named in TRUSTED_PROXIES that says https, the session cookie is
+    `__Host-`: Secure, Path=/, no Domain, so no other port or subdomain gets or sets it. An
+    HTTPS request reads only that name, a plain one only the plain name."""
+    base = await serve("status", TRUSTED_PROXIES="127.0.0.1")
+    https = {"X-Forwarded-Proto": "https"}
+    cookie = await sign_in(base, tokens.admin, **https)
+    assert cookie.startswith(f"{SECURE_COOKIE}=")
+    attributes = [a.strip().lower() for a in cookie.split(";")[1:]]
+    assert "secure" in attributes and "path=/" in attributes and "httponly" in attributes
+    assert not any(a.startswith("domain") for a in attributes)
+    sid = cookie_value(cookie)
+    assert await whoami(base, f"{SECURE_COOKIE}={sid}", **https) == "admin"
+    # The same id under the plain name (set by another port of the host), or the __Host-
+    # cookie on a request that is not HTTPS: nobody.
+    assert await whoami(base, f"{COOKIE}={sid}", **https) is None
+    assert await whoami(base, f"{SECURE_COOKIE}={sid}") is None
+
+
+async def test_x_forwarded_proto_from_anyone_else_is_ignored(serve: Serve, tokens: Tokens) -> None:
+    """Without TRUSTED_PROXIES, a client's own `X-Forwarded-Proto: https` changes nothing: the
+    cookie stays the plain-HTTP one (a Secure cookie would not come back over plain HTTP)."""
+    base = await serve("status")
+    cookie = await sign_in(base, tokens.viewer, **{"X-Forwarded-Proto": "https"})
+    assert cookie.startswith(f"{COOKIE}=")
+    assert "secure" not in cookie.lower()
+    assert await whoami(base, f"{COOKIE}={cookie_value(cookie)}") == "viewer"
+
+
+async def test_a_host_cookie_over_the_consoles_own_tls(
+    runtime: Runtime, tokens: Tokens, tmp_path: Path
+) -> None:
+    cert, key = certificate(tmp_path / "tls")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    app = await catalogue.build_app(catalogue.load("status"), runtime)
+    server = TestServer(app, host="127.0.0.1", scheme="https")
+    await server.start_server(ssl=context)
+    try:
+        base = str(server.make_url("")).rstrip("/")
+        client = ssl.create_default_context(cafile=str(cert))
+        client.check_hostname = False
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as http,
+            http.post(
+                f"{base}/console/login", data={"token": tokens.operator}, allow_redirects=False
+            ) as resp,
+        ):
+            cookie = resp.headers["Set-Cookie"]
+        assert cookie.startswith(f"{SECURE_COOKIE}=") and "Secure" in cookie
+    finally:
+        await server.close()
 
 
 async def test_without_tokens_nothing_is_asked(serve: Serve, runtime: Runtime) -> None:
