@@ -47,11 +47,13 @@ from events.bus import (
 )
 from events.permissions import RUN_REPLIES
 from gateway.clients import ClientFilter
+from gateway.exposure import require_allow_ips_or_tokens
 from gateway.health import add_health, quarantined
 from gateway.identity import asked_by
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
 from gateway.sse import SSE_HEADERS, EventStream
+from gateway.tokens import FILE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -441,6 +443,13 @@ def _stream_event(message: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def build(runtime: Runtime) -> web.Application:
+    require_allow_ips_or_tokens(
+        "the functions service (FUNCTIONS_HOST)",
+        runtime.listen.get("functions", ("127.0.0.1", 0))[0],
+        runtime.env,
+        "whoever reaches it stores, deletes and runs code",
+        runtime.data_dir / FILE_NAME,
+    )
     settings = FunctionsSettings.from_env(runtime.env)
     cluster = leased_registry(runtime, runtime.cluster) if runtime.cluster is not None else None
     host = await FunctionsHost.start(runtime, settings, cluster=cluster)

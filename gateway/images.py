@@ -48,10 +48,12 @@ from events.bus import CommandFailed, CommandTimeout, NoResponders, command
 from events.errors import disk_full, reason
 from events.follow import Follower
 from gateway.clients import ClientFilter
+from gateway.exposure import require_allow_ips_or_tokens
 from gateway.health import add_health, quarantined
 from gateway.identity import asked_by
 from gateway.openapi import add_openapi
 from gateway.services import ServiceDef
+from gateway.tokens import FILE_NAME
 
 log = logging.getLogger("cairn.images")
 
@@ -479,6 +481,13 @@ def _clear_stale_tmp(tmp_dir: Path) -> None:
 
 
 async def build(runtime: Runtime) -> web.Application:
+    require_allow_ips_or_tokens(
+        "the image service (IMAGES_HOST)",
+        runtime.listen.get("images", ("127.0.0.1", 0))[0],
+        runtime.env,
+        "whoever reaches it uploads and deletes files",
+        runtime.data_dir / FILE_NAME,
+    )
     settings = ImageSettings.from_env(runtime.env)
     layout = StoreLayout.create(runtime.data_dir)
     await asyncio.to_thread(_clear_stale_tmp, layout.tmp)

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from actors.config import ConfigError, env_list
 from gateway.clients import ClientFilter
-from gateway.loopback import is_loopback_address
+from gateway.exposure import require_allow_ips
 
 
 def client_filter(env: Mapping[str, str]) -> ClientFilter:
@@ -30,14 +29,8 @@ def client_filter(env: Mapping[str, str]) -> ClientFilter:
 
 
 def check_exposure(host: str, env: Mapping[str, str]) -> None:
-    if is_loopback_address(host) or env_list(env, "ALLOW_IPS"):
-        return
-    raise ConfigError(
-        "ALLOW_IPS",
-        f"must be set when the console (CAIRN_PORT) listens on {host} (beyond loopback): "
-        "through it a browser installs, stops and destroys VMs; list the client addresses or "
-        "CIDRs allowed to, or set ALLOW_IPS=0.0.0.0 to allow every client that can reach it",
-    )
+    could = "through it a browser installs, stops and destroys VMs"
+    require_allow_ips("the console (CAIRN_PORT)", host, env, could)
 
 
 def is_console_path(path: str) -> bool:

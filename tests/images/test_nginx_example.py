@@ -5,6 +5,7 @@ Uploads from 127.0.0.1 pass the allowlist; 127.0.0.2 (also loopback, not listed)
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -32,6 +33,24 @@ def test_example_limits_match_the_service() -> None:
     reads = reads[: reads.index("}\n\n")]
     assert "proxy_read_timeout 120s;" in reads and "proxy_send_timeout 120s;" in reads
     assert not re.search(r"^\s*alias\s", text, re.M)
+
+
+def test_writes_are_allowed_only_from_what_the_docs_say_to_list() -> None:
+    """The shipped site let every RFC 1918 address upload and delete, the VMs cairn creates
+    included: now only this machine, until the admin adds each uploading host (docs)."""
+    text = EXAMPLE.read_text()
+    private = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
+    for location in ("/upload/", "/del/"):
+        block = text[text.index(f"    location {location} {{") :]
+        block = block[: block.index("    }")]
+        allowed = re.findall(r"^\s*allow\s+([^;]+);", block, re.M)
+        assert allowed == ["127.0.0.1"], (location, allowed)
+        for entry in allowed:
+            network = ipaddress.ip_network(entry, strict=False)
+            assert not any(network.overlaps(p) for p in private), entry
+    docs = (Path(__file__).parents[2] / "docs" / "images.md").read_text()
+    assert "one `allow` line for each host that uploads" in docs
+    assert "never a whole private range" in docs
 
 
 def _free_port() -> int:

@@ -60,7 +60,8 @@ class Proxied:
 async def proxied(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Proxied]:
     servers: list[TestServer] = []
     env = {**runtime.env, "IMAGES_MAX_UPLOAD": str(2 * 1024 * 1024),
-           "CAIRN_ALLOWED_HOSTS": SITE, "TRUSTED_PROXIES": "127.0.0.1"}  # fmt: skip
+           "CAIRN_ALLOWED_HOSTS": SITE, "TRUSTED_PROXIES": "127.0.0.1",
+           "ALLOW_IPS": "0.0.0.0"}  # fmt: skip
 
     async def start(name: str, listen: dict[str, tuple[str, int]]) -> int:
         rt = attrs.evolve(runtime, env=env, listen=listen)
