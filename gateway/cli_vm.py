@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.cli_common import Io, add_command, clean, size_mb, table
 from gateway.cli_http import (
+    DENIED,
     INTERRUPTED,
     REFUSED,
     UNREACHABLE,
@@ -136,6 +137,8 @@ def follow(events: Any, io: Io, what: str) -> dict[str, Any]:
             continue
         if ev.event == "stopping":  # cairn itself is stopping
             raise CliError(UNREACHABLE, str(data.get("message") or "cairn is stopping"))
+        if ev.event == "revoked":  # the token was revoked while the stream was open
+            raise CliError(DENIED, str(data.get("message") or "the token was revoked"))
         records.append(data)
         if live is not None:
             step = str(data.get("step", ""))

@@ -373,7 +373,12 @@ class FunctionsGateway:
         # No ids (a run cannot be re-attached) and no close event (the contract's every data
         # line is a stream event); heartbeats keep a proxy from cutting a long quiet run.
         async with EventStream(
-            request, close_event=False, numbered=False, follows_work=True, stopping=_stopping
+            request,
+            close_event=False,
+            numbered=False,
+            follows_work=True,
+            stopping=_stopping,
+            revoked=_revoked,
         ) as sse:
             message: dict[str, Any] | None = first
             try:
@@ -396,6 +401,12 @@ def _stopping(reason: str) -> tuple[str | None, dict[str, Any]]:
     cannot be followed again), said as the contract's error event."""
     said = f"{FAILED_TO_RUN}cairn is stopping: the run was cancelled ({reason.split(':')[0]})"
     return None, {"event": "error", "data": said, "type": "text"}
+
+
+def _revoked(reason: str) -> tuple[str | None, dict[str, Any]]:
+    """A run's last event when the token that started it is revoked, or its console session
+    ends, while it runs: the run is cancelled, said as the contract's error event."""
+    return None, {"event": "error", "data": f"{reason}: the run was cancelled", "type": "text"}
 
 
 async def _next(

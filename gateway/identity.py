@@ -9,15 +9,20 @@ one or more, every route but the public ones (``gateway/roles.py``) needs a toke
 No token: ``401 sign-in required: this route needs a token with role operator (send
 Authorization: Bearer <token>; cairn token create)``. An unknown or revoked token: ``401``.
 A token whose role is below the route's: ``403 token 'ana' has role viewer; this route needs
-operator``. The request goes on with ``request[IDENTITY]``. Tokens are never logged: only
-the token's name travels further (the access log, the audit ``by``).
+operator``. The request goes on with ``request[IDENTITY]``, and with ``request[GRANT]``: what
+let it in, which whatever the request keeps open (an event stream, a serial console) asks
+again while it runs (``gateway/revocation.py``), so a token revoked or a console session
+signed out ends those too. Tokens are never logged: only the token's name travels further
+(the access log, the audit ``by``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 
+import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
@@ -28,6 +33,33 @@ from gateway.tokens import Identity, Role, TokenError, TokenStore
 
 IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
 REALM = 'Bearer realm="cairn"'
+SessionLookup = Callable[[web.BaseRequest], str | None]
+
+
+@attrs.frozen
+class Grant:
+    """The token that let a request in, and the console session it came by (if any)."""
+
+    who: Identity
+    token: str = attrs.field(repr=False)
+    tokens: TokenStore
+    # The token of the request's console session as it is now (None: signed out or expired).
+    session: Callable[[], str | None] | None = None
+
+    def lapsed(self) -> str | None:
+        """Why this request would no longer be let in, or None while it still would."""
+        try:
+            self.tokens.enabled()  # re-reads the tokens file when it changed
+        except TokenError as exc:
+            return f"identities unavailable: {exc}"
+        if self.tokens.identify_as_read(self.token) is None:
+            return f"token {self.who.name!r} was revoked"
+        if self.session is not None and self.session() != self.token:
+            return f"the console session of {self.who.name!r} ended (signed out, or expired)"
+        return None
+
+
+GRANT: web.RequestKey[Grant] = web.RequestKey("grant", Grant)
 
 
 def bearer(request: web.BaseRequest) -> str | None:
@@ -70,9 +102,6 @@ def refusal_403(who: Identity, role: Role) -> str:
     return f"token {who.name!r} has role {who.role.label}; this route needs {needs(role)}"
 
 
-SessionLookup = Callable[[web.BaseRequest], str | None]
-
-
 def auth_guard(
     service: str,
     tokens: TokenStore,
@@ -106,8 +135,9 @@ def auth_guard(
         if role is None:
             return await handler(request)
         token = bearer(request)
-        if token is None and session_token is not None:
-            token = session_token(request)
+        by_session = session_token if token is None else None
+        if by_session is not None:
+            token = by_session(request)
         if token is None:
             if sign_in is not None and request.method == "GET" and request.path == "/":
                 raise web.HTTPSeeOther(sign_in)
@@ -118,6 +148,8 @@ def auth_guard(
         if who.role < role:
             return answer(403, refusal_403(who, role))
         request[IDENTITY] = who
+        session = functools.partial(by_session, request) if by_session is not None else None
+        request[GRANT] = Grant(who, token, tokens, session)
         return await handler(request)
 
     return guard

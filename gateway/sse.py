@@ -11,6 +11,10 @@ says cairn is stopping (``event: stopping``, or a record of the stream's own sha
 response ends, and the handler that fed it is cancelled, so no stream holds the stop. A stream
 that follows work which may end within the stop's grace (``follows_work``: an install, a run)
 is left to end by itself until the grace is over.
+
+A stream opened with a token ends the same way, its last event saying why (``event:
+revoked``, or a record of the stream's own shape), within seconds of that token being revoked
+or its console session ending (``gateway/revocation.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from gateway import revocation
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -59,6 +65,10 @@ StoppingEvent = Callable[[str], tuple[str | None, Any]]
 
 def stopping_event(reason: str) -> tuple[str | None, Any]:
     return "stopping", {"message": reason}
+
+
+def revoked_event(reason: str) -> tuple[str | None, Any]:
+    return "revoked", {"message": f"{reason}: this stream ends here"}
 
 
 # Every stream open in this process (the loop's thread only), for end_streams.
@@ -107,14 +117,18 @@ class EventStream:
         numbered: bool = True,
         follows_work: bool = False,
         stopping: StoppingEvent = stopping_event,
+        revoked: StoppingEvent = revoked_event,
     ) -> None:
         """``close_event=False`` for contracts whose every ``data:`` line must be one of their
         own records (the functions stream); the response still ends cleanly. ``numbered=False``
         leaves out the automatic ``id:`` lines where nothing can be re-attached to.
         ``follows_work``: the stream ends by itself when work that may finish within a stop's
-        grace does (module doc); ``stopping`` makes the event it ends with at a stop."""
+        grace does (module doc); ``stopping`` makes the event it ends with at a stop, and
+        ``revoked`` the one it ends with when the token that opened it lapses."""
         self.follows_work = follows_work
         self._stopping = stopping
+        self._revoked = revoked
+        self._watcher: asyncio.Task[None] | None = None
         self._handler: asyncio.Task[Any] | None = None
         self._request = request
         self._close_event = close_event
@@ -140,6 +154,7 @@ class EventStream:
         self._pinger = asyncio.create_task(self._ping())
         self._handler = asyncio.current_task()
         _OPEN.add(self)
+        self._watcher = revocation.watch(self._request, self._lapsed)
         return self
 
     async def __aexit__(
@@ -150,6 +165,8 @@ class EventStream:
     ) -> None:
         self._ending = True
         _forget(self)
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
         if self._pinger is not None:
             self._pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -178,11 +195,16 @@ class EventStream:
 
     async def stop(self, reason: str) -> None:
         """End the stream now with its stopping event and cancel the handler feeding it."""
+        await self._end(*self._stopping(reason))
+
+    async def _lapsed(self, reason: str) -> None:
+        await self._end(*self._revoked(reason))
+
+    async def _end(self, event: str | None, data: Any) -> None:
         if self.closed or self._ending:
             return
         self._ending = True
         _forget(self)
-        event, data = self._stopping(reason)
         await self._write(format_event(data, event=event))
         self.closed = True
         with contextlib.suppress(ConnectionError, RuntimeError):

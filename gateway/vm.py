@@ -294,6 +294,17 @@ def stopping_record(vmid: int, reason: str) -> tuple[str, dict[str, Any]]:
     }
 
 
+def revoked_record(vmid: int, reason: str) -> tuple[str, dict[str, Any]]:
+    """The last event of a task's stream whose token was revoked, or whose console session
+    ended, while it was open (gateway/revocation.py): the task itself goes on."""
+    return "revoked", {
+        "step": "revoked",
+        "status": "error",
+        "message": f"[-] {reason}: this stream ends here; the task goes on "
+        f"(GET /api/vm/{vmid}/task follows it again with a valid token)",
+    }
+
+
 def parse_event_id(value: str | None, vmid: int) -> int | None:
     """`<vmid>:<version>` (what we send) or a bare version."""
     if value is None:
@@ -483,11 +494,17 @@ class VmGateway:
         before the install's final record, and never stored."""
         headers = {"X-VM-Id": str(vmid), "X-Task-Id": task}
         stopping = functools.partial(stopping_record, vmid)
+        revoked = functools.partial(revoked_record, vmid)
         # Ids are the store's (`<vmid>:<version>`, what a re-attach resumes after): each once.
         # What is stored nowhere (a wait's note, the password, the close) carries no id, so a
         # client's Last-Event-ID stays on the last record it can resume after.
         async with EventStream(
-            request, headers=headers, follows_work=True, stopping=stopping, numbered=False
+            request,
+            headers=headers,
+            follows_work=True,
+            stopping=stopping,
+            revoked=revoked,
+            numbered=False,
         ) as sse:
             try:
                 async for item in follow_task(self.runtime, vmid, task, after):

@@ -12,10 +12,16 @@ cross-site guards in front of it, ``ALLOW_IPS`` in ``access.py``, all before the
 towards the service it is a plain client. The browser's address goes along in
 ``X-Forwarded-For``, and, when tokens exist, the caller's identity as ``Authorization:
 Bearer`` (its own, or its console session's).
+
+An answer still streaming when the caller's token is revoked or its console session signed
+out is cut (``gateway/revocation.py``); an event stream's last event then says why (``event:
+revoked``). The service ends its own stream at a revocation too, but a signed-out session's
+token may still be valid: only the console knows the session ended.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
@@ -25,10 +31,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from gateway import revocation
 from gateway.console.access import ConsoleAccess
 from gateway.console.sessions import Sessions
 from gateway.crosssite import SAFE_METHODS
 from gateway.identity import bearer
+from gateway.sse import format_event, revoked_event
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +168,28 @@ class ServiceProxy:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=headers
         )
+        lapsed: list[str] = []
         try:
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+            copying = asyncio.ensure_future(_copy(upstream, response))
+
+            async def cut(why: str) -> None:
+                lapsed.append(why)
+                copying.cancel()
+
+            watcher = revocation.watch(request, cut)
+            try:
+                await copying
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not lapsed or (task is not None and task.cancelling()):
+                    raise
+                if upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    event, data = revoked_event(lapsed[0])
+                    await response.write(format_event(data, event=event))
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
             await response.write_eof()
         except (ConnectionError, RuntimeError):
             # The browser left: leaving the `async with` closes the upstream connection, which
@@ -174,3 +200,8 @@ class ServiceProxy:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write_eof()
         return response
+
+
+async def _copy(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+    async for chunk in upstream.content.iter_any():
+        await response.write(chunk)

@@ -18,7 +18,9 @@ Guards, all before PVE is asked anything:
 Between the two sides: a binary message from the browser is typed bytes (framed here as
 termproxy's ``0:LEN:DATA``); a text message is ``{"resize": [cols, rows]}``. What PVE's
 terminal sends is passed on as binary messages. A browser message over ``MAX_MESSAGE`` bytes
-ends the session; either side closing closes the other.
+ends the session; either side closing closes the other. Revoking the token that opened it, or
+signing its console session out, ends it within seconds: the terminal is told why, and the
+websocket closes with 1008 and that reason (``gateway/revocation.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 from actors.vm.settings import SettingsError, load_settings
+from gateway import revocation
 from gateway.crosssite import same_origin
 from gateway.identity import IDENTITY
 
@@ -49,6 +52,7 @@ ROUTE = "/console/vm/{vmid}/serial"
 AVAILABLE = "/console/serial"
 MAX_MESSAGE = 16 * 1024  # a paste of 16 KiB at once is plenty for a serial line
 UPSTREAM_MAX = 1 << 20
+CLOSE_REASON_MAX = 123  # a close frame's reason, in bytes (RFC 6455)
 _VMID = re.compile(r"[1-9][0-9]{2,8}")
 
 
@@ -174,12 +178,38 @@ class SerialConsole:
             await upstream.close()
             log.info("console: serial console of VM %d: the page left before it opened", vmid)
             return web.Response(status=499, text="the page left before its serial console opened")
+        lapsed: list[str] = []
+        watcher: asyncio.Task[None] | None = None
         try:
             log.info("console: serial console of VM %d on %s opened by %s", vmid, node, name)
             if first:
                 await browser.send_bytes(first)
-            await self._relay(browser, upstream)
+            relay = asyncio.ensure_future(self._relay(browser, upstream))
+
+            async def cut(why: str) -> None:
+                lapsed.append(why)
+                relay.cancel()
+
+            watcher = revocation.watch(request, cut)
+            try:
+                await relay
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not lapsed or (task is not None and task.cancelling()):
+                    raise
+            if lapsed:
+                # The terminal shows why it stopped; the close frame says it to a program.
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await browser.send_bytes(
+                        f"\r\n[cairn: {lapsed[0]}: the serial console ends here]\r\n".encode()
+                    )
+                await browser.close(
+                    code=aiohttp.WSCloseCode.POLICY_VIOLATION,
+                    message=lapsed[0].encode()[:CLOSE_REASON_MAX],
+                )
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await upstream.close()
             await browser.close()
             log.info("console: serial console of VM %d closed", vmid)

@@ -5,6 +5,7 @@ oversized message), refused before PVE hears of them, and no ticket or token in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from pvesim.cluster import SimCluster
 
 from actors.platform import Runtime
 from actors.vm.pveapi.tasks import wait_task
-from gateway.tokens import Role, create
+from gateway.tokens import Role, create, revoke
 from tests.conftest import Serve
 from tests.pveapi.conftest import client_for
 
@@ -238,3 +239,58 @@ async def test_the_page_is_told_whether_it_may_offer_one(serve: Serve, sim: SimC
         async with http.get(f"{base}/console/serial") as resp:
             body = await resp.json()
     assert body["available"] is False and "PVE_DRIVER=api" in body["why"]
+
+
+async def closed_with(ws: aiohttp.ClientWebSocketResponse) -> tuple[bytes, int | None, str]:
+    """What the terminal got until the console closed it, the close code and its reason;
+    fails if that takes longer than the docs promise (5 s)."""
+    seen = b""
+    async with asyncio.timeout(5):
+        while True:
+            msg = await ws.receive()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                seen += msg.data
+                continue
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), msg
+            return seen, ws.close_code, str(msg.extra or "")
+
+
+async def test_revoking_the_token_ends_the_serial_console(
+    serve: Serve, sim: SimCluster, runtime: Runtime
+) -> None:
+    path = runtime.data_dir / "tokens.json"
+    made = {role: create(path, role.label, role) for role in Role}
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession() as http:
+        ws = await open_ws(http, base, Authorization=f"Bearer {made[Role.OPERATOR]}")
+        other = await open_ws(http, base, Authorization=f"Bearer {made[Role.ADMIN]}")
+        await read_until(ws, b"login: ")
+        await read_until(other, b"login: ")
+        assert revoke(path, "operator")
+        seen, code, reason = await closed_with(ws)
+        assert b"[cairn: token 'operator' was revoked: the serial console ends here]" in seen
+        assert (code, reason) == (1008, "token 'operator' was revoked")
+        # Another token's console goes on.
+        await other.send_bytes(b"debian\r")
+        await read_until(other, b"$ ")
+        await other.close()
+
+
+async def test_signing_out_ends_the_serial_console(
+    serve: Serve, sim: SimCluster, runtime: Runtime
+) -> None:
+    token = create(runtime.data_dir / "tokens.json", "ops", Role.OPERATOR)
+    base = await serve("status", **api_env(sim))
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.post(
+            f"{base}/console/login", data={"token": token}, allow_redirects=False
+        ) as resp:
+            assert resp.status == 303
+        ws = await open_ws(http, base)
+        await read_until(ws, b"login: ")
+        async with http.post(f"{base}/console/logout", allow_redirects=False) as resp:
+            assert resp.status == 303
+        seen, code, reason = await closed_with(ws)
+        said = "the console session of 'ops' ended (signed out, or expired)"
+        assert f"[cairn: {said}: the serial console ends here]".encode() in seen
+        assert (code, reason) == (1008, said)
