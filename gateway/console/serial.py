@@ -10,6 +10,11 @@ the API token never reach the page or a log line.
 Guards, all before PVE is asked anything:
 - the Host allow-list, ``ALLOW_IPS`` and (once tokens exist) the role: operator or admin
   (``gateway/roles.py``), applied by the middlewares in front of every console route;
+- the VM is cairn's: its id in cairn's range (``ASSIGN_IP_START``..``ASSIGN_IP_END``), checked
+  before PVE is asked anything, and cairn's mark in its description (``actors/vm/
+  ownership.py``), read from its config before the termproxy is asked for. A serial line is
+  usually a login or a root prompt: the console opens it for the VMs cairn made, not for
+  every VM its API token can see. ``VM_CONSOLE_FOREIGN=1`` lets it open any;
 - the ``Origin`` of the upgrade: a websocket is a GET, which the cross-site guard lets by, and
   browsers do not hold websockets to the same-origin policy, so a page elsewhere could open
   one with the user's cookie (cross-site websocket hijacking). The upgrade must carry an
@@ -35,11 +40,13 @@ from collections.abc import Mapping
 import aiohttp
 from aiohttp import web
 
+from actors.config import env_bool
+from actors.vm.ownership import MARK_PREFIX, marks
 from actors.vm.pveapi import errors
 from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
-from actors.vm.settings import SettingsError, load_settings
+from actors.vm.settings import SettingsError, VmSettings, load_settings
 from gateway import revocation
 from gateway.crosssite import same_origin
 from gateway.identity import IDENTITY
@@ -82,6 +89,32 @@ def parse_control(text: str) -> tuple[int, int] | None:
     return None
 
 
+FOREIGN = "VM_CONSOLE_FOREIGN"
+ONLY_OURS = f"the serial console opens only VMs cairn created ({FOREIGN}=1 opens any)"
+
+
+def outside_range(vmid: int, settings: VmSettings) -> str | None:
+    """Why ``vmid`` is none of cairn's ids, or None when it is one."""
+    if vmid in settings.id_range:
+        return None
+    return (
+        f"VM {vmid} is outside cairn's VM ids ({settings.ip_start}-{settings.ip_end}, "
+        f"ASSIGN_IP_START..ASSIGN_IP_END): {ONLY_OURS}"
+    )
+
+
+def unmarked(vmid: int, node: str, config: Mapping[str, object]) -> str | None:
+    """Why the VM of this config is not cairn's, or None when it carries cairn's mark."""
+    text = {k: str(v) for k, v in config.items()}
+    if marks(text):
+        return None
+    name = text.get("name") or str(vmid)
+    return (
+        f"VM {vmid} ({name}) on node {node} was not created by cairn (no '{MARK_PREFIX}…' "
+        f"line in its description): {ONLY_OURS}"
+    )
+
+
 NEEDS_API = (
     "the serial console needs the Proxmox API driver (PVE_DRIVER=api with "
     "PVE_API_URL and PVE_API_TOKEN); this cairn drives Proxmox with qm over SSH"
@@ -100,15 +133,17 @@ def unavailable(env: Mapping[str, str]) -> str | None:
 class SerialConsole:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
+        # Read at start: a bad value stops start-up naming the variable.
+        self.foreign = env_bool(env, FOREIGN)
 
-    def _client(self) -> tuple[PveClient | None, str]:
+    def _client(self) -> tuple[PveClient | None, VmSettings | None, str]:
         try:
             settings = load_settings(self.env)
         except SettingsError as exc:
-            return None, f"the VM settings are not usable here: {exc}"
+            return None, None, f"the VM settings are not usable here: {exc}"
         api = settings.api
         if settings.driver != "api" or api is None:
-            return None, NEEDS_API
+            return None, settings, NEEDS_API
         fingerprint = normalize_fingerprint(api.fingerprint) if api.fingerprint else None
         client = PveClient(
             api.url,
@@ -117,7 +152,7 @@ class SerialConsole:
             ca_file=api.ca_file,
             timeout=api.timeout,
         )
-        return client, ""
+        return client, settings, ""
 
     async def availability(self, _: web.Request) -> web.Response:
         why = unavailable(self.env)
@@ -134,9 +169,14 @@ class SerialConsole:
         if why is not None:
             log.warning("console: serial console of VM %d refused: cross-site (%s)", vmid, why)
             return web.Response(status=403, text=f"cross-site websocket refused ({why})")
-        client, why = self._client()
+        client, settings, why = self._client()
         if client is None:
             return web.Response(status=409, text=why)
+        assert settings is not None
+        if not self.foreign and (why := outside_range(vmid, settings)) is not None:
+            await client.close()
+            log.warning("console: serial console refused: %s", why)
+            return web.Response(status=403, text=why)
         try:
             return await self._serve(request, client, vmid)
         finally:
@@ -159,6 +199,12 @@ class SerialConsole:
             )
             if node is None:
                 return web.Response(status=404, text=f"VM {vmid} is not in the cluster")
+            if not self.foreign:
+                config = await client.get(f"/nodes/{node}/qemu/{vmid}/config")
+                why = unmarked(vmid, node, config if isinstance(config, dict) else {})
+                if why is not None:
+                    log.warning("console: serial console refused: %s", why)
+                    return web.Response(status=403, text=why)
             session = await term.open_session(client, node, vmid)
             upstream, first = await term.connect(client, session, max_msg_size=UPSTREAM_MAX)
         except errors.PermissionDenied as exc:

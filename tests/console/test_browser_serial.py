@@ -18,6 +18,7 @@ from pvesim.cluster import SimCluster
 
 from tests.console.browser import CAIRN, Stack, Watch, running_stack
 from tests.console.test_browser_axe import AXE, RUN
+from tests.console.test_serial_console import mark
 
 VMID = 150
 
@@ -33,6 +34,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     try:
         started.grant_api("/vms", ["VM.Console"])  # as `cairn pve bootstrap` grants
         started.add_gui_vm(VMID, "pve2", running=True)
+        # cairn's mark: the console opens only cairn's VMs.
+        asyncio.run_coroutine_threadsafe(mark(started, VMID, "pve2"), loop).result(60)
         yield started
     finally:
         asyncio.run_coroutine_threadsafe(cluster.__aexit__(None, None, None), loop).result(120)

@@ -15,7 +15,9 @@ import aiohttp
 import pytest
 from pvesim.cluster import SimCluster
 
+from actors.config import ConfigError
 from actors.platform import Runtime
+from actors.vm.ownership import mark_line
 from actors.vm.pveapi.tasks import wait_task
 from gateway.tokens import Role, create, revoke
 from tests.conftest import Serve
@@ -31,11 +33,21 @@ UPGRADE = {
 }
 
 
+async def mark(sim: SimCluster, vmid: int, node: str) -> None:
+    """Give VM ``vmid`` cairn's mark, as cairn's install does."""
+    client = client_for(sim)
+    try:
+        await client.put(f"/nodes/{node}/qemu/{vmid}/config", {"description": mark_line("t1")})
+    finally:
+        await client.close()
+
+
 @pytest.fixture
 async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
     async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
         cluster.grant_api("/vms", ["VM.Console"])  # as `cairn pve bootstrap` now grants
         cluster.add_gui_vm(VMID, "pve2", running=True)
+        await mark(cluster, VMID, "pve2")  # cairn's: the console opens only those
         yield cluster
 
 
@@ -156,7 +168,7 @@ async def test_a_vm_not_in_the_cluster_and_a_token_without_vm_console(
     base = await serve("status", **api_env(sim))
     async with aiohttp.ClientSession() as http:
         with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
-            await http.ws_connect(f"{base}/console/vm/999/serial", headers={"Origin": base})
+            await http.ws_connect(f"{base}/console/vm/151/serial", headers={"Origin": base})
         assert caught.value.status == 404
         sim.revoke_api("/vms", ["VM.Console"])
         async with http.get(
@@ -294,3 +306,46 @@ async def test_signing_out_ends_the_serial_console(
         said = "the console session of 'ops' ended (signed out, or expired)"
         assert f"[cairn: {said}: the serial console ends here]".encode() in seen
         assert (code, reason) == (1008, said)
+
+
+async def refusal(http: aiohttp.ClientSession, base: str, vmid: int) -> tuple[int, str]:
+    async with http.get(
+        f"{base}/console/vm/{vmid}/serial", headers={**UPGRADE, "Origin": base}
+    ) as resp:
+        return resp.status, await resp.text()
+
+
+async def test_a_vm_cairn_did_not_create_is_refused(serve: Serve, sim: SimCluster) -> None:
+    """The console's token sees every VM of the cluster; a serial line is usually a login or a
+    root prompt. A VM without cairn's mark, or outside cairn's ids, is refused before any
+    termproxy is asked for, saying why."""
+    sim.add_gui_vm(160, "pve1", running=True, name="payroll")  # someone else's, in the range
+    sim.add_gui_vm(300, "pve3", running=True)  # outside cairn's ids
+    base = await serve("status", **api_env(sim), ASSIGN_IP_START="100", ASSIGN_IP_END="199")
+    before = pve_calls(sim)
+    async with aiohttp.ClientSession() as http:
+        assert await refusal(http, base, 160) == (
+            403,
+            "VM 160 (payroll) on node pve1 was not created by cairn (no 'created by cairn, "
+            "install task …' line in its description): the serial console opens only VMs cairn "
+            "created (VM_CONSOLE_FOREIGN=1 opens any)",
+        )
+        assert await refusal(http, base, 300) == (
+            403,
+            "VM 300 is outside cairn's VM ids (100-199, ASSIGN_IP_START..ASSIGN_IP_END): the "
+            "serial console opens only VMs cairn created (VM_CONSOLE_FOREIGN=1 opens any)",
+        )
+    calls = pve_calls(sim)[len(before) :]
+    assert not any("termproxy" in c or "vncwebsocket" in c for c in calls), calls
+    assert not any("/300" in c for c in calls), calls  # outside the range: PVE never asked
+
+
+async def test_vm_console_foreign_opens_any_vm(serve: Serve, sim: SimCluster) -> None:
+    sim.add_gui_vm(300, "pve3", running=True)
+    base = await serve("status", **api_env(sim), VM_CONSOLE_FOREIGN="1")
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{base}/console/vm/300/serial", headers={"Origin": base})
+        assert b"login: " in await read_until(ws, b"login: ")
+        await ws.close()
+    with pytest.raises(ConfigError, match="VM_CONSOLE_FOREIGN"):
+        await serve("status", **api_env(sim), VM_CONSOLE_FOREIGN="maybe")
