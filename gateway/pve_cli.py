@@ -14,10 +14,12 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from actors.config import env_int
 from actors.vm.pveapi import errors
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.privileges import Layout, bootstrap, effective, needs
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
+from actors.vm.settings import VMID_MAX, VMID_MIN
 
 
 def register(sub: Any) -> None:
@@ -46,6 +48,10 @@ def _layout(args: argparse.Namespace, env: Mapping[str, str], release: str) -> L
         or "local",
         bridge=getattr(args, "bridge", None) or env.get("VM_BRIDGE", "").strip() or "vmbr0",
         pool=getattr(args, "pool", None) or env.get("PVE_API_POOL") or None,
+        vm_ids=(
+            env_int(env, "ASSIGN_IP_START", VMID_MIN, min=VMID_MIN, max=VMID_MAX) or VMID_MIN,
+            env_int(env, "ASSIGN_IP_END", VMID_MAX, min=VMID_MIN, max=VMID_MAX) or VMID_MAX,
+        ),
     )
 
 

@@ -48,8 +48,11 @@ def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dic
         "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
         "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Console",
     ]  # fmt: skip
+    # Without a pool, VM.Console only on cairn's ids (cairn pve bootstrap's CairnConsole).
+    console = {} if pool else {f"/vms/{i}": ["VM.Console"] for i in range(100, 255)}
     acl: dict[str, list[str]] = {
-        f"/pool/{pool}" if pool else "/vms": vm,
+        f"/pool/{pool}" if pool else "/vms": vm if pool else vm[:-1],
+        **console,
         f"/storage/{images_storage}": ["Datastore.AllocateSpace", "Datastore.Audit"],
         "/storage/local": ["Datastore.AllocateTemplate", "Datastore.AllocateSpace",
                            "Datastore.Audit"],

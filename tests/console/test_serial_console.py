@@ -171,6 +171,7 @@ async def test_a_vm_not_in_the_cluster_and_a_token_without_vm_console(
             await http.ws_connect(f"{base}/console/vm/151/serial", headers={"Origin": base})
         assert caught.value.status == 404
         sim.revoke_api("/vms", ["VM.Console"])
+        sim.revoke_api(f"/vms/{VMID}", ["VM.Console"])  # the bootstrap grants it on cairn's ids
         async with http.get(
             f"{base}/console/vm/{VMID}/serial",
             headers={**UPGRADE, "Origin": base},
@@ -349,3 +350,18 @@ async def test_vm_console_foreign_opens_any_vm(serve: Serve, sim: SimCluster) ->
         await ws.close()
     with pytest.raises(ConfigError, match="VM_CONSOLE_FOREIGN"):
         await serve("status", **api_env(sim), VM_CONSOLE_FOREIGN="maybe")
+
+
+async def test_the_bootstrapped_token_opens_only_cairns_ids(serve: Serve, sim: SimCluster) -> None:
+    """Without a pool, `cairn pve bootstrap` grants VM.Console on cairn's ids alone: even with
+    the console's own check off, Proxmox refuses the token any other VM's serial line."""
+    sim.revoke_api("/vms", ["VM.Console"])  # what the bootstrap grants is left
+    sim.add_gui_vm(300, "pve3", running=True)
+    base = await serve("status", **api_env(sim), VM_CONSOLE_FOREIGN="1")
+    async with aiohttp.ClientSession() as http:
+        status, text = await refusal(http, base, 300)
+        assert status == 403 and "Proxmox refused the console of VM 300" in text
+        assert "VM.Console" in text
+        ws = await open_ws(http, base)
+        await read_until(ws, b"login: ")
+        await ws.close()

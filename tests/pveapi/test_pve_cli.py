@@ -12,12 +12,12 @@ from pvesim.cluster import SimCluster
 
 from actors.vm.pveapi.privileges import Layout, bootstrap, roles
 from gateway.cli import main
-from gateway.pve_cli import check
+from gateway.pve_cli import check, run_bootstrap
 
 VM = (
     "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"
     "VM.Config.Cloudinit,VM.Config.Network,VM.Config.HWType,VM.Config.Options,VM.PowerMgmt,"
-    "VM.Migrate,VM.Console"
+    "VM.Migrate"
 )
 
 
@@ -25,6 +25,7 @@ def test_bootstrap_for_pve_8_4() -> None:
     assert bootstrap(Layout()) == [
         "pveum user add cairn@pve --comment 'cairn VM service'",
         f"pveum role add CairnVM --privs {VM}",
+        "pveum role add CairnConsole --privs VM.Console",
         "pveum role add CairnDisk --privs Datastore.AllocateSpace,Datastore.Audit",
         "pveum role add CairnImage --privs "
         "Datastore.AllocateTemplate,Datastore.AllocateSpace,Datastore.Audit",
@@ -34,6 +35,10 @@ def test_bootstrap_for_pve_8_4() -> None:
         "# prints the secret ONCE: keep it for PVE_API_TOKEN",
         "pveum acl modify /vms --users cairn@pve --roles CairnVM",
         "pveum acl modify /vms --tokens 'cairn@pve!driver' --roles CairnVM",
+        "for id in $(seq 100 254); do",
+        "  pveum acl modify /vms/$id --users cairn@pve --roles CairnConsole",
+        "  pveum acl modify /vms/$id --tokens 'cairn@pve!driver' --roles CairnConsole",
+        "done",
         "pveum acl modify /storage/local-lvm --users cairn@pve --roles CairnDisk",
         "pveum acl modify /storage/local-lvm --tokens 'cairn@pve!driver' --roles CairnDisk",
         "pveum acl modify /storage/local --users cairn@pve --roles CairnImage",
@@ -54,7 +59,33 @@ def test_bootstrap_by_version_and_pool() -> None:
     pooled = bootstrap(Layout(pool="cairn"))
     assert "pveum pool add cairn --comment 'VMs cairn manages'" in pooled
     assert "pveum acl modify /pool/cairn --users cairn@pve --roles CairnVM" in pooled
-    assert not any(" /vms " in line for line in pooled)
+    assert f"pveum role add CairnVM --privs {VM},VM.Console" in pooled  # the pool's VMs only
+    assert not any(" /vms" in line or "CairnConsole" in line for line in pooled)
+
+
+def test_without_a_pool_vm_console_is_granted_on_cairns_ids_only() -> None:
+    """VM.Console on /vms gave the token every VM's serial line (a login or a root prompt),
+    a GUI-made VM's included: only cairn's ids get it."""
+    narrowed = {r.name: r for r in roles(Layout(vm_ids=(120, 129)))}
+    assert "VM.Console" not in narrowed["CairnVM"].privs
+    assert narrowed["CairnVM"].paths == ("/vms",)
+    assert narrowed["CairnConsole"].privs == ("VM.Console",)
+    assert narrowed["CairnConsole"].paths == tuple(f"/vms/{i}" for i in range(120, 130))
+
+
+def test_the_bootstrap_command_takes_cairns_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"ASSIGN_IP_START": "150", "ASSIGN_IP_END": "199"}
+    args = argparse.Namespace(
+        release="8.4",
+        user="cairn@pve",
+        token="driver",
+        pool=None,
+        storage=None,
+        import_storage=None,
+        bridge=None,
+    )
+    assert run_bootstrap(args, env) == 0
+    assert "for id in $(seq 150 199); do" in capsys.readouterr().out
 
 
 def test_the_bootstrap_command_prints_them(capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,6 +110,7 @@ async def test_check_with_the_bootstrapped_token_says_ok_to_everything(sim: SimC
     lines = await check(env, None, _args())
     assert not [line for line in lines if not line.startswith("ok   ")], lines
     assert lines[0].startswith("ok   connect: Proxmox VE 8.4.1 at https://127.0.0.1:")
+    assert "ok   serial console" in lines
     assert "ok   storage local on pve1 (import)" in lines
 
 

@@ -34,6 +34,9 @@ class Layout:
     import_storage: str = "local"
     bridge: str = "vmbr0"
     pool: str | None = None
+    # cairn's VM ids (ASSIGN_IP_START, ASSIGN_IP_END): without a pool, the only VMs whose
+    # serial console the token may open.
+    vm_ids: tuple[int, int] = (100, 254)
 
 
 def _at_least(release: str, wanted: tuple[int, int]) -> bool:
@@ -44,11 +47,23 @@ def _at_least(release: str, wanted: tuple[int, int]) -> bool:
         return True
 
 
+CONSOLE = "CairnConsole"
+
+
 def roles(layout: Layout) -> list[Role]:
-    vm_path = f"/pool/{layout.pool}" if layout.pool else "/vms"
     space = ("Datastore.AllocateSpace", "Datastore.Audit")
+    if layout.pool:
+        vms = [Role("CairnVM", VM_PRIVS, (f"/pool/{layout.pool}",))]
+    else:
+        # VM.Console on /vms would open every VM's serial line (a login or a root prompt) to
+        # the token: only cairn's ids get it.
+        first, last = layout.vm_ids
+        vms = [
+            Role("CairnVM", tuple(p for p in VM_PRIVS if p != "VM.Console"), ("/vms",)),
+            Role(CONSOLE, ("VM.Console",), tuple(f"/vms/{i}" for i in range(first, last + 1))),
+        ]
     out = [
-        Role("CairnVM", VM_PRIVS, (vm_path,)),
+        *vms,
         Role("CairnDisk", space, (f"/storage/{layout.disk_storage}",)),
         Role(
             "CairnImage",
@@ -78,6 +93,15 @@ def bootstrap(layout: Layout, user: str = "cairn@pve", token: str = "driver") ->
         "--comment 'cairn API driver'   # prints the secret ONCE: keep it for PVE_API_TOKEN"
     )
     for role in roles(layout):
+        if role.name == CONSOLE and not layout.pool:
+            first, last = layout.vm_ids
+            lines += [
+                f"for id in $(seq {first} {last}); do",
+                f"  pveum acl modify /vms/$id --users {shlex.quote(user)} --roles {CONSOLE}",
+                f"  pveum acl modify /vms/$id --tokens {shlex.quote(tokenid)} --roles {CONSOLE}",
+                "done",
+            ]
+            continue
         for path in role.paths:
             # A privilege-separated token gets the intersection of its ACLs and its user's.
             lines.append(f"pveum acl modify {path} --users {shlex.quote(user)} --roles {role.name}")
@@ -112,7 +136,7 @@ def needs(layout: Layout, node: str) -> list[Need]:
         Need("destroy", vm, ("VM.Allocate",)),
         Need("set cpu/memory/disk", vm, ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk")),
         Need("migrate", vm, ("VM.Migrate",)),
-        Need("serial console", vm, ("VM.Console",)),
+        Need("serial console", vm if layout.pool else f"/vms/{layout.vm_ids[0]}", ("VM.Console",)),
     ]  # fmt: skip
     if _at_least(layout.release, (8, 2)):
         out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))
