@@ -109,7 +109,7 @@ async def open_runtime(
             embedded = EmbeddedNats(root / "nats")
             url = await embedded.start()
             stack.push_async_callback(embedded.stop)
-            log.info("embedded nats-server on %s (store %s)", url, root / "nats")
+            log.debug("embedded nats-server on %s (store %s)", url, root / "nats")
             access = NatsAccess(url, embedded.keyring)
         connected = {}
         for role in PROCESS_ROLES:

@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import re
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,9 +43,10 @@ from gateway import (
 from gateway import services as catalogue
 from gateway.cli_clients import CLIENT_COMMANDS
 from gateway.down import down_app
+from gateway.health import STARTING
 from gateway.hosts import HostPolicy
 from gateway.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
-from gateway.logs import ACCESS_LOG, access_logger_for
+from gateway.logs import ACCESS_LOG, access_logger_for, quiet_third_party_warnings
 from gateway.logs import configure as configure_logging
 from gateway.services import ServiceDef
 
@@ -90,8 +92,30 @@ def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool)
     if single:
         port = env_int(env, "PORT", None, min=1, max=65535)
     if port is None:
-        port = env_int(env, service.port_env, service.default_port, min=1, max=65535)
+        port = env_int(env, service.port_env, None, min=1, max=65535)
+    if port is None:  # not chosen: the service's default, which another program may hold
+        port = service.default_port
+        if port is not None and service.free_port_fallback and not _can_listen(host, port):
+            print(
+                f"cairn: {service.name}: port {port} is taken; listening on a free one "
+                f"(set {service.port_env} to choose)",
+                flush=True,
+            )
+            port = None
     return host, port if port is not None else free_port(host)
+
+
+def _can_listen(host: str, port: int) -> bool:
+    """Whether ``host:port`` is free to listen on, as aiohttp will (SO_REUSEADDR: a port left
+    in TIME_WAIT by the previous run is free)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @attrs.frozen
@@ -120,7 +144,10 @@ class Listening:
     site: GuardedSite
 
 
-async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[str]) -> int:
+async def serve(
+    names: Sequence[str], env: Mapping[str, str], flags: frozenset[str], *, routes: bool = False
+) -> int:
+    """Run ``names``; ``routes``: print every route of each (``-v``), not only its address."""
     single = len(names) == 1
     chosen = [catalogue.load(name) for name in names]
     settings = ServerSettings.from_env(env, len(chosen))
@@ -135,9 +162,12 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
         for service in chosen:
             runtime.listen[service.name] = listen_address(env, service, single=single)
         listening = []
+        waiting = {service.name for service in chosen}
         for service in chosen:
             try:
-                listening.append(await _start_service(runtime, service, stack, settings))
+                listening.append(
+                    await _start_service(runtime, service, stack, settings, waiting, routes)
+                )
             except ConfigError:
                 raise  # a setting to fix: nothing starts (exit 2)
             except Exception as exc:
@@ -146,8 +176,11 @@ async def serve(names: Sequence[str], env: Mapping[str, str], flags: frozenset[s
                 # and that service's own port say which and why.
                 report = _down(runtime, service.name, _start_failure(runtime, exc))
                 listening.append(
-                    await _start_service(runtime, service, stack, settings, down=report)
+                    await _start_service(
+                        runtime, service, stack, settings, waiting, routes, down=report
+                    )
                 )
+            waiting.discard(service.name)
         settle_heap()
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
@@ -269,6 +302,8 @@ async def _start_service(
     service: ServiceDef,
     stack: contextlib.AsyncExitStack,
     settings: ServerSettings,
+    waiting: set[str],
+    routes: bool,
     down: Down | None = None,
 ) -> Listening:
     """Serve ``service``, or with ``down`` what answers in its place (gateway/down.py)."""
@@ -279,6 +314,8 @@ async def _start_service(
         hosts = HostPolicy.from_env(runtime.env, host)
         app = down_app(service.name, down.why, down.report, hosts, json_errors=service.json_errors)
     app.middlewares.insert(0, body_guard(settings.body_timeout))
+    if service.name == "status":
+        app[STARTING] = waiting  # its /health says "starting" until the others listen
     # keepalive_timeout is also how long a new connection may take to send its headers
     # (aiohttp arms it at connect): the slowloris time-out.
     runner = web.AppRunner(
@@ -299,16 +336,36 @@ async def _start_service(
     if down is not None:
         print(f"cairn: {service.name} on http://{host}:{port} answers 503 (down)", flush=True)
         return Listening(runner, site)
-    print(f"cairn: {service.name} on http://{host}:{port}", flush=True)
-    for line in route_lines(app):
-        print(f"    {line}", flush=True)
+    print(f"cairn: {address_line(service, host, port)}", flush=True)
+    if routes:
+        for line in route_lines(app):
+            print(f"    {line}", flush=True)
     return Listening(runner, site)
+
+
+# Where a service's reference page is, under its address: what a newcomer opens next.
+REFERENCE = {"vm": "/api/docs/", "search": "/api/docs/"}
+
+
+def address_line(service: ServiceDef, host: str, port: int) -> str:
+    """``console on http://127.0.0.1:8000/``, ``vm on http://127.0.0.1:8100 (API reference
+    /api/docs/)``: one line a service, the gateway's port named for what a person opens
+    there, the web console."""
+    shown = f"[{host}]" if ":" in host else host
+    if service.name == "status":
+        return f"console on http://{shown}:{port}/"
+    return (
+        f"{service.name} on http://{shown}:{port} "
+        f"(API reference {REFERENCE.get(service.name, '/docs/')})"
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn", description=__doc__)
     parser.add_argument("--version", action="version", version=f"cairn {version()}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging; `up` and `serve` list routes"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="embedded NATS and every service (or those of CAIRN_SERVICES)")
     serve_p = sub.add_parser("serve", help="one service (or several) in the foreground")
@@ -331,6 +388,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_third_party_warnings()  # before asyncssh is imported, by `cairn sim` as by the rest
     if argv[:1] == ["sim"]:
         # The simulator owns its options; argparse's REMAINDER would refuse leading ones.
         from pvesim.cli import run_sim
@@ -354,10 +412,11 @@ def _dispatch(args: Any) -> int:
     env = load_env()
     if args.command == "up":
         names = [s.name for s in catalogue.chosen(env)]
-        return asyncio.run(serve(names, env, frozenset()))
+        return asyncio.run(serve(names, env, frozenset(), routes=args.verbose))
     if args.command == "serve":
         flags = frozenset({"sim"}) if args.sim else frozenset()
-        return asyncio.run(serve(list(dict.fromkeys(args.service)), env, flags))
+        chosen = list(dict.fromkeys(args.service))
+        return asyncio.run(serve(chosen, env, flags, routes=args.verbose))
     if args.command == "sim":
         from pvesim.cli import run_sim
 

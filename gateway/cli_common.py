@@ -82,6 +82,13 @@ def size_mb(mb: Any) -> str:
     return f"{mb / 1024:g} GiB" if mb >= 1024 and mb % 1024 == 0 else f"{mb:g} MiB"
 
 
+def size_gb(gb: Any) -> str:
+    """A disk size the service gives in GB (Proxmox's G: GiB)."""
+    if not isinstance(gb, int | float):
+        return "-"
+    return f"{gb:g} GiB"
+
+
 def when_ms(ms: Any) -> str:
     """A function version (Unix milliseconds) as a UTC time."""
     if not isinstance(ms, int):

@@ -2,9 +2,8 @@
 docs/cli.md this command line).
 
 ``fn run`` prints the function's result on stdout as data (a string as it is, anything else
-as JSON), so ``X=$(cairn fn run tools/add --input '{"n": 2}')`` works; with ``--stream`` its
-log lines arrive on stderr as it prints them. A run that fails exits 1 with the failure on
-stderr.
+as JSON), so ``X=$(cairn fn run tools/add --input '{"n": 2}')`` works, and its log lines (what
+it prints) on stderr as it prints them. A run that fails exits 1 with the failure on stderr.
 """
 
 from __future__ import annotations
@@ -132,13 +131,8 @@ def cmd_run(args: Any, t: Target, io: Io) -> int:
     if args.version is not None:
         path += f"?version={args.version}"
     t = Target(t.service, t.base, t.token, RUN_TIMEOUT)
-    if not args.stream:
-        answer = call(t, "POST", path, body).json()
-        if io.json:
-            io.document(answer)
-        else:
-            print(result_text(answer.get("data"), answer.get("type")), file=io.out, flush=True)
-        return 0
+    # Always the stream: its log lines (what the function prints) are half of what a run
+    # says, and the plain answer carries only the result.
     body["stream"] = True
     logs: list[str] = []
     with stream(t, "POST", path, body) as answer:
@@ -195,6 +189,8 @@ def register(subparsers: Any) -> None:
     given.add_argument("--input", metavar="JSON", help="the input, a JSON text")
     given.add_argument("--input-file", metavar="FILE", help="the input from FILE (- for stdin)")
     run.add_argument("--version", type=int, help="that version (default: the latest)")
-    run.add_argument("--stream", action="store_true", help="log lines on stderr as they come")
+    run.add_argument(
+        "--stream", action="store_true", help="accepted for old scripts: log lines always come"
+    )
     rm = add_command(sub, SERVICE, "rm", cmd_rm, "remove a function with every version")
     rm.add_argument("path")

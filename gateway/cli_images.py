@@ -63,8 +63,10 @@ def cmd_put(args: Any, t: Target, io: Io) -> int:
             raise CliError(USAGE, f"cannot read it: {(exc.strerror or 'error').lower()}") from None
         name = Path(file).name
         stored = call(t, "POST", f"/upload/{folder}", Upload("filepath", name, data)).json()
-        io.say(f"{clean(stored.get('src'))}  ({clean(stored.get('type'))}, {stored.get('size')} B)")
-        return {"item": file, **stored}
+        # The service answers a path on itself; what a user pastes into a browser is a URL.
+        url = t.base + str(stored.get("src", ""))
+        io.say(f"{clean(url)}  ({clean(stored.get('type'))}, {stored.get('size')} B)")
+        return {"item": file, **stored, "url": url}
 
     code, results = _each(io, args.files, one)
     if io.json:

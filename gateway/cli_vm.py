@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.cli_common import Io, add_command, clean, size_mb, table
+from gateway.cli_common import Io, add_command, clean, size_gb, size_mb, table
 from gateway.cli_http import (
     DENIED,
     INTERRUPTED,
@@ -60,7 +60,7 @@ def list_table(body: dict[str, Any]) -> str:
             vm.get("os"),
             vm.get("cpu"),
             size_mb(vm.get("memory")),
-            f"{vm['disk']} GB" if isinstance(vm.get("disk"), int | float) else None,
+            size_gb(vm.get("disk")),
             "yes" if vm.get("created_by_cairn") else "no",
         )
         for vm in body.get("list") or []
@@ -87,12 +87,19 @@ SHOW_FIELDS = (
 )  # fmt: skip
 
 
+# Sizes as the list and the console show them: the service counts memory in MB (MiB, as
+# Proxmox does) and disks in GB (Proxmox's G, which is GiB).
+SHOW_SIZES = {"memory": size_mb, "memory_used": size_mb, "disk": size_gb}
+
+
 def show_text(vm: dict[str, Any]) -> str:
     width = max(len(k) for k in SHOW_FIELDS)
     lines = []
     for key in SHOW_FIELDS:
         if key in vm:
             value = vm[key]
+            if key in SHOW_SIZES and isinstance(value, int | float):
+                value = SHOW_SIZES[key](value)
             shown = "-" if value is None else ("yes" if value is True else value)
             shown = "no" if value is False else shown
             lines.append(f"{key.ljust(width)}  {clean(shown)}")
@@ -253,6 +260,14 @@ def cmd_plain(action: str) -> Any:
     return handler
 
 
+# What each change of `vm set` prints once done, with the unit it was given in.
+SET_SAYS = {
+    "cpu": lambda value: f"cpu set to {value}",
+    "memory": lambda value: f"memory set to {size_mb(value)}",
+    "disk": lambda value: f"disk grown by {clean(value)}",
+}
+
+
 def cmd_set(args: Any, t: Target, io: Io) -> int:
     changes = [
         (what, value)
@@ -275,7 +290,7 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
                 result["migration"] = run_task(t, io, path, {"node": value}, "migration")
             else:
                 call(t, "POST", path, {what: value})
-                io.say(f"VM {args.id}: {what} set to {clean(value)}")
+                io.say(f"VM {args.id}: {SET_SAYS[what](value)}")
         except CliError as exc:
             if done:
                 exc.message += f" (already set: {', '.join(done)})"
@@ -306,7 +321,8 @@ def register(subparsers: Any) -> None:
     install.add_argument("--id", type=_vm_id, help="the VM id (default: the next free one)")
     install.add_argument("--node", help="the node (default: cairn chooses)")
     install.add_argument("--cpu", type=int, help="vCPUs (default 2)")
-    install.add_argument("--ram", type=int, help="MB (default 2048)")
+    # --memory as in `vm set`; --ram, the install body's field name, stays for old scripts.
+    install.add_argument("--memory", "--ram", dest="ram", type=int, help="MB (default 2048)")
     install.add_argument("--disk", help="e.g. 32G (default 16G)")
     install.add_argument("--user", help="the login user (default: the image's)")
     keys = install.add_mutually_exclusive_group()

@@ -10,13 +10,30 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from gateway.cli_clients import CLIENT_COMMANDS
 
+# The exit code of a program whose reader went away, as a shell reports one killed by SIGPIPE.
+CLOSED_PIPE = 128 + signal.SIGPIPE
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `cairn vm list --json | head -1`: the reader has what it wanted, nothing failed.
+        # Python flushes stdout once more at exit; pointing it at /dev/null keeps that flush
+        # from reporting the same closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     module_name = CLIENT_COMMANDS.get(args[0]) if args else None
     if module_name is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -122,10 +123,43 @@ class TlsEofNoise(logging.Filter):
 TLS_EOF_NOISE = TlsEofNoise()
 
 
+class QuantizerNoise(logging.Filter):
+    """ONNX Runtime's quantizer, which builds the search model's int8 file at a first start,
+    logs through the root logger: a WARNING advising pre-processing ("Please consider to run
+    pre-processing before quantization") and an INFO line per tensor it leaves in float32,
+    both by design of that model (actors/search/minilm_onnx.py) and of no use to an admin.
+    Those records alone are dropped; an error of the quantizer still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "root" or record.levelno >= logging.ERROR:
+            return True
+        return "onnxruntime" not in record.pathname or "quantization" not in record.pathname
+
+
+QUANTIZER_NOISE = QuantizerNoise()
+
+
 def install_filters() -> None:
     """The filters that belong to a logger, not to a handler (idempotent)."""
     logging.getLogger("aiohttp.server").addFilter(MALFORMED_REQUESTS)
     logging.getLogger("asyncio").addFilter(TLS_EOF_NOISE)
+    logging.getLogger().addFilter(QUANTIZER_NOISE)
+
+
+def quiet_third_party_warnings() -> None:
+    """asyncssh still names the DSA key classes cryptography deprecated, and each name warns
+    once at import: ten lines of CryptographyDeprecationWarning before anything of cairn's,
+    none of which an admin can act on (cairn neither makes nor accepts DSA keys). Only that
+    warning, raised from asyncssh's own modules, is dropped; any other warning, cairn's own
+    above all, shows as before."""
+    from cryptography.utils import CryptographyDeprecationWarning
+
+    warnings.filterwarnings(
+        "ignore",
+        message="DSA is deprecated",
+        category=CryptographyDeprecationWarning,
+        module=r"asyncssh(\.|$)",
+    )
 
 
 def configure(env: Mapping[str, str], *, verbose: bool = False) -> None:

@@ -333,9 +333,12 @@ async def build(runtime: Runtime) -> web.Application:
 SERVICE = ServiceDef(
     name="search",
     port_env="SEARCH_PORT",
-    default_port=None,
+    # A fixed default so bookmarks and agents keep the address across restarts; a free port
+    # when another program holds it (clients read the `endpoint` file either way).
+    default_port=8400,
     build=build,
     summary="keyword and semantic search over the inbox databases",
     loopback_only=True,
     json_errors=True,
+    free_port_fallback=True,
 )

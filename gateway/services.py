@@ -34,6 +34,9 @@ class ServiceDef:
     loopback_only: bool = False
     # True for a service whose error bodies are JSON ``{"error": ...}`` (search).
     json_errors: bool = False
+    # True for a service its clients find through a file it writes (search's `endpoint`), not
+    # through a port setting: when its default port is taken it listens on a free one.
+    free_port_fallback: bool = False
 
     @property
     def host_env(self) -> str:

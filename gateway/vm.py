@@ -749,13 +749,13 @@ async def _maybe_simulate(runtime: Runtime) -> Runtime:
     # A real cluster's leftovers (a NODE_ of .env) must not join the simulated one.
     kept = {k: v for k, v in runtime.env.items() if k not in real and k != "MAIN_NODE"}
     env = {**kept, **sim.env()}
-    print(f"cairn: vm: no Proxmox configured; driving the simulated cluster in {sim.root}",
-          flush=True)  # fmt: skip
+    said = f"cairn: vm: no Proxmox configured; driving the simulated cluster in {sim.root}"
     if not env.get("IMAGE_BASE_URL", "").strip():
         # The simulator needs no real image; a demo without Internet still installs.
         mirror = await stack.enter_async_context(serve_mirror())
         env["IMAGE_BASE_URL"] = mirror.base_url
-        print(f"cairn: vm: cloud images from the simulated mirror {mirror.base_url}", flush=True)
+        said += f" (cloud images from its mirror {mirror.base_url})"
+    print(said, flush=True)  # one line: the start's output is its addresses
     simulated = attrs.evolve(runtime, env=env)
     _SIMS[id(simulated)] = stack
     return simulated

@@ -188,7 +188,7 @@ def _checked_int8(model: minilm.MiniLM) -> minilm.MiniLM:
     quietly worse. Costs ~0.5 s at start, once per process."""
     worst = int8_agreement(model, _reference_vectors())
     if worst >= INT8_AGREEMENT:
-        log.info("int8 embeddings agree with float32 on this CPU (worst cosine %.4f)", worst)
+        log.debug("int8 embeddings agree with float32 on this CPU (worst cosine %.4f)", worst)
         return model
     log.warning(
         "EMBEDDING_RUNTIME=onnx-int8 refused on this CPU: its vectors drift from float32 "

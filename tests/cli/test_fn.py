@@ -30,10 +30,11 @@ def test_put_list_run_and_remove(cairn: Cairn, tmp_path: Path) -> None:
                  if f["path"] == "cli/add")  # fmt: skip
     assert entry["language"] == "python" and len(entry["versions"]) == 1
 
+    # What the function prints comes on stderr without asking; the result alone on stdout.
     run = cairn.run("fn", "run", "cli/add", "--input", '{"numbers": [1, 2, 39]}')
-    assert (run.code, run.out, run.err) == (0, '{"total": 42}\n', "")
+    assert (run.code, run.out, run.err) == (0, '{"total": 42}\n', "adding 3\n")
     as_json = cairn.run("fn", "run", "cli/add", "--input", '{"numbers": [2]}', "--json")
-    assert as_json.json() == {"data": {"total": 2}, "type": "json"}
+    assert as_json.json() == {"data": {"total": 2}, "type": "json", "logs": ["adding 1"]}
 
     streamed = cairn.program("fn", "run", "cli/add", "--input", '{"numbers": [5, 5]}', "--stream")
     assert streamed.code == 0, streamed
@@ -73,7 +74,8 @@ def test_a_failing_run_exits_1_with_its_error(cairn: Cairn, tmp_path: Path) -> N
     assert cairn.run("fn", "put", "cli/bad", str(bad)).code == 0
     plain = cairn.program("fn", "run", "cli/bad")
     assert plain.code == 1 and plain.out == ""
-    assert plain.err.startswith("cairn: failed to run: ZeroDivisionError: division by zero")
+    assert plain.err.startswith("before\nTraceback (most recent call last):\n")
+    assert plain.err.endswith("\ncairn: failed to run: ZeroDivisionError: division by zero\n")
     streamed = cairn.run("fn", "run", "cli/bad", "--stream", "--json")
     assert streamed.code == 1
     assert streamed.err.startswith("before\nTraceback (most recent call last):\n")

@@ -18,12 +18,14 @@ def test_put_ls_and_rm(cairn: Cairn, tmp_path: Path) -> None:
 
     put = cairn.run("images", "put", "homelab/rack", str(cat), str(text), str(dog))
     assert put.code == 1  # one of the three was refused: the others are stored all the same
+    # Full URLs, ready for a browser or curl.
+    base = cairn.url("images")
     assert put.out.splitlines() == [
-        f"/c/img/homelab/rack/cat.png  (image/png, {cat.stat().st_size} B)",
-        f"/c/img/homelab/rack/dog.jpg  (image/jpeg, {dog.stat().st_size} B)",
+        f"{base}/c/img/homelab/rack/cat.png  (image/png, {cat.stat().st_size} B)",
+        f"{base}/c/img/homelab/rack/dog.jpg  (image/jpeg, {dog.stat().st_size} B)",
     ]
     assert put.err == f"cairn: {text}: unsupported file type\n"
-    with urllib.request.urlopen(cairn.url("images") + "/c/img/homelab/rack/cat.png?o") as resp:
+    with urllib.request.urlopen(put.out.split()[0] + "?o") as resp:
         assert resp.read() == cat.read_bytes()
 
     ls = cairn.run("images", "ls", "homelab/rack")
@@ -49,6 +51,9 @@ def test_put_ls_and_rm(cairn: Cairn, tmp_path: Path) -> None:
     assert rm.err == "cairn: homelab/rack/nothing.png: file not found\n"
     left = cairn.run("images", "ls", "homelab/rack", "--json").json()
     assert [e["name"] for e in left["entries"]] == ["dog.jpg"]
+    as_json = cairn.run("images", "put", "homelab/json", str(cat), "--json").json()
+    assert as_json["results"][0]["url"] == f"{base}/c/img/homelab/json/cat.png"
+    assert as_json["results"][0]["src"] == "/c/img/homelab/json/cat.png"  # as the service says
 
 
 def test_refusals_keep_the_services_message(cairn: Cairn, tmp_path: Path) -> None:

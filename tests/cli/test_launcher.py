@@ -7,8 +7,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.ports import free_port
+
+CAIRN = str(Path(sys.executable).parent / "cairn")
 
 PROBE = """
 import sys
@@ -43,3 +46,23 @@ def test_other_commands_go_to_the_full_command_line() -> None:
     assert done.returncode == 0 and done.stdout.startswith("cairn ")
     done = run("vm")  # a usage error is still argparse's, exit 2
     assert done.returncode == 2 and "usage: cairn vm" in done.stderr
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`cairn … --json | head -1`: the reader left before cairn wrote; no traceback, exit 141
+    as for any program ended by a closed pipe."""
+    closed = f"http://127.0.0.1:{free_port('127.0.0.1')}"
+    env = {**os.environ, "CAIRN_VM_URL": closed, "CAIRN_DATA": str(tmp_path / "data"),
+           "CAIRN_TOKEN": ""}  # fmt: skip
+    for args in (["vm", "list", "--json"], ["token", "list", "--json"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written
+        try:
+            done = subprocess.run(
+                [CAIRN, *args], stdout=write, stderr=subprocess.PIPE, text=True, env=env,
+                cwd=tmp_path, timeout=60,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+        assert done.returncode == 141, (args, done.stderr)

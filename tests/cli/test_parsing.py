@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError
-from gateway import services
+from gateway import cli_vm, services
 from gateway.cli_common import clean, size_mb, table, when_ms
 from gateway.cli_fn import result_text, streamed_value
 from gateway.cli_http import (
@@ -54,9 +54,9 @@ def test_list_table_golden() -> None:
         ],
     }  # fmt: skip
     assert list_table(body) == (
-        "VMID  NAME  STATE    NODE  IP          OS      CPU  MEMORY    DISK   CAIRN\n"
-        "101   web   running  pve1  10.0.0.101  debian  2    2 GiB     16 GB  yes\n"
-        "7     gui   stopped  pve2  -           -       1    1536 MiB  32 GB  no\n"
+        "VMID  NAME  STATE    NODE  IP          OS      CPU  MEMORY    DISK    CAIRN\n"
+        "101   web   running  pve1  10.0.0.101  debian  2    2 GiB     16 GiB  yes\n"
+        "7     gui   stopped  pve2  -           -       1    1536 MiB  32 GiB  no\n"
         "2 VMs (simulated cluster)"
     )
     assert list_table({"list": []}) == "no VMs\n0 VMs (cluster)"
@@ -165,6 +165,14 @@ def test_install_body(tmp_path: Path) -> None:
     password.write_text("\n")
     with pytest.raises(CliError, match="is empty"):
         install_body(install_args(password_file=str(password)))
+
+
+def test_install_takes_memory_as_set_does_and_ram_as_before() -> None:
+    parser = argparse.ArgumentParser(prog="cairn")
+    cli_vm.register(parser.add_subparsers(dest="command", required=True))
+    base = ["vm", "install", "--os", "debian", "--version", "12"]
+    for flag in ("--memory", "--ram"):
+        assert install_body(parser.parse_args([*base, flag, "1024"]))["ram"] == 1024
 
 
 def test_results_as_stdout_shows_them() -> None:

@@ -62,7 +62,7 @@ def test_install_with_json_prints_one_document(cairn: Cairn, tmp_path: Any) -> N
     secret = tmp_path / "pw"
     secret.write_text("correct horse battery\n")
     result = cairn.program(
-        "vm", "install", "--os", "debian", "--version", "12", "--cpu", "1", "--ram", "1024",
+        "vm", "install", "--os", "debian", "--version", "12", "--cpu", "1", "--memory", "1024",
         "--password-file", str(secret), "--json",
     )  # fmt: skip
     assert result.code == 0, result
@@ -87,7 +87,7 @@ def test_list_and_show_as_text_and_json(cairn: Cairn) -> None:
     mine = next(r for r in rows if r.startswith(f"{vmid} "))
     assert mine.split() == [
         str(vmid), "listed", "running", "pve1", f"127.0.0.{vmid}", "debian", "2", "2", "GiB",
-        "16", "GB", "yes",
+        "16", "GiB", "yes",
     ]  # fmt: skip
     assert rows[-1].endswith("VMs (simulated cluster)")
     as_json = cairn.run("vm", "list", "--json").json()
@@ -100,6 +100,8 @@ def test_list_and_show_as_text_and_json(cairn: Cairn) -> None:
     assert fields["vmid"] == str(vmid) and fields["name"] == "listed"
     assert fields["state"] == "running" and fields["created_by_cairn"] == "yes"
     assert fields["version"] == "12" and fields["last_task"].startswith("install ok")
+    # The units of the list and the console: memory in MiB/GiB, the disk in GiB.
+    assert (fields["memory"], fields["disk"]) == ("2 GiB", "16 GiB")
     assert cairn.run("vm", "show", str(vmid), "--json").json()["vmid"] == vmid
 
 
@@ -117,8 +119,8 @@ def test_the_lifecycle_of_a_vm(cairn: Cairn) -> None:
     assert resized.code == 0, resized
     assert resized.out.splitlines() == [
         f"VM {vmid}: cpu set to 3",
-        f"VM {vmid}: memory set to 4096",
-        f"VM {vmid}: disk set to 2G",
+        f"VM {vmid}: memory set to 4 GiB",
+        f"VM {vmid}: disk grown by 2G",
     ]
     shown = cairn.run("vm", "show", str(vmid), "--json").json()
     assert (shown["cpu"], shown["memory"], shown["disk"]) == (3, 4096, 18)

@@ -92,8 +92,8 @@ async def run_once(cmd: list[str], tmp_path: Path, sig: signal.Signals) -> str:
     assert match, output
     nats_port = int(match.group(1))
     assert port_open(nats_port)
-    assert f"cairn: status on http://127.0.0.1:{env['CAIRN_PORT']}" in output
-    assert "GET     /health" in output
+    assert f"cairn: console on http://127.0.0.1:{env['CAIRN_PORT']}/" in output
+    assert "GET     /health" not in output  # the routes are listed with -v only
 
     ports = {
         "status": env["CAIRN_PORT"],
@@ -186,3 +186,70 @@ async def test_a_bad_embedding_provider_stops_the_start_as_a_setting(tmp_path: P
     assert proc.returncode == 2, err.decode()
     assert "EMBEDDING_PROVIDER: must be local, e5, openai or none (got 'torch')" in err.decode()
     assert "Traceback" not in err.decode()
+
+
+async def test_the_first_start_says_where_to_go_and_is_healthy_only_once_ready(
+    tmp_path: Path,
+) -> None:
+    """A first start (the search model is built, a line says so): the addresses, console
+    first, and "ready" in about ten lines, no third-party warning or chatter; the gateway's
+    /health is 503 `starting` until every service listens."""
+    env = up_env(tmp_path, "SEARCH_PORT")
+    cairn = str(Path(sys.executable).parent / "cairn")
+    proc = await asyncio.create_subprocess_exec(
+        cairn, "up", cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    early: tuple[int, dict[str, object]] | None = None
+    health = f"http://127.0.0.1:{env['CAIRN_PORT']}/health"
+    try:
+        async with aiohttp.ClientSession() as session:
+            while not lines or "cairn: ready" not in lines[-1]:
+                raw = await asyncio.wait_for(proc.stdout.readline(), 180)
+                assert raw, "cairn exited before it was ready:\n" + "".join(lines)
+                lines.append(raw.decode())
+                if early is None and "cairn: console on" in lines[-1]:
+                    # The gateway listens; the VM service (the next to start) cannot yet.
+                    async with session.get(health) as resp:
+                        early = (resp.status, await resp.json())
+            async with session.get(health) as resp:
+                late = (resp.status, await resp.json())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 60)
+    lines = [line for line in lines if "cairn.access" not in line]  # the test's own request
+    output = "".join(lines)
+    assert len(lines) <= 11, output
+    addresses = [line.split()[1] for line in lines if " on http://" in line]
+    assert addresses == ["console", "vm", "functions", "search", "images"], output
+    assert f"cairn: console on http://127.0.0.1:{env['CAIRN_PORT']}/\n" in lines
+    assert f"cairn: search on http://127.0.0.1:{env['SEARCH_PORT']} " in output
+    for noise in ("DeprecationWarning", "root:", "Quantization", "    GET"):
+        assert noise not in output, output
+    assert early is not None
+    status, body = early
+    assert (status, body["status"]) == (503, "starting"), early
+    assert body["problems"] == ["starting: functions, images, search, vm not listening yet"]
+    assert late[0] == 200 and late[1]["status"] == "ok", late
+
+
+async def test_cairn_sim_starts_without_third_party_warnings(tmp_path: Path) -> None:
+    cairn = str(Path(sys.executable).parent / "cairn")
+    proc = await asyncio.create_subprocess_exec(
+        cairn, "sim", "--root", str(tmp_path / "sim"), "--delay-scale", "0", cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        while not any(line.startswith("PATH=") for line in lines):
+            raw = await asyncio.wait_for(proc.stdout.readline(), 60)
+            assert raw, "cairn sim ended:\n" + "".join(lines)
+            lines.append(raw.decode())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 60)
+    assert len(lines) <= 20 and lines[0].startswith("# simulated Proxmox VE cluster")
+    assert not [line for line in lines if "Warning" in line], lines

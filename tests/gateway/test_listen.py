@@ -3,11 +3,15 @@ loopback whatever the environment says."""
 
 from __future__ import annotations
 
+import socket
+
+import attrs
 import pytest
 
 from actors.config import ConfigError
 from gateway import services as catalogue
 from gateway.cli import listen_address
+from tests.ports import free_port
 
 
 def test_ports_come_from_the_service_variable_or_its_default() -> None:
@@ -32,7 +36,36 @@ def test_each_service_has_its_own_host_variable() -> None:
 def test_search_stays_on_loopback_whatever_is_asked() -> None:
     host, port = listen_address({"SEARCH_HOST": "0.0.0.0"}, catalogue.load("search"), single=False)
     assert host == "127.0.0.1"
-    assert 0 < port < 65536  # a free port when SEARCH_PORT is unset
+    assert 0 < port < 65536
+
+
+def test_search_keeps_its_default_port_unless_another_program_holds_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    search = catalogue.load("search")
+    assert search.default_port == 8400  # what bookmarks and agents keep
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        free = free_port("127.0.0.1")
+        assert listen_address({}, attrs.evolve(search, default_port=free), single=False) == (
+            "127.0.0.1",
+            free,
+        )
+        assert capsys.readouterr().out == ""
+        held.listen()
+        host, port = listen_address({}, attrs.evolve(search, default_port=taken), single=False)
+        assert host == "127.0.0.1" and port != taken
+        assert capsys.readouterr().out == (
+            f"cairn: search: port {taken} is taken; listening on a free one (set SEARCH_PORT "
+            "to choose)\n"
+        )
+        # A port asked for is kept, taken or not: listening on it then fails, naming it.
+        asked = {"SEARCH_PORT": str(taken)}
+        assert listen_address(asked, search, single=False) == ("127.0.0.1", taken)
+        # The other services' clients know only the port setting: no fallback for them.
+        images = attrs.evolve(catalogue.load("images"), default_port=taken)
+        assert listen_address({}, images, single=False) == ("127.0.0.1", taken)
 
 
 def test_a_bad_port_names_its_variable() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,13 @@ from aiohttp import web
 
 from actors.config import ConfigError
 from events.nats_cluster import NatsCluster
-from gateway.logs import ACCESS_LOG, RepeatFilter, access_logger_for, configure
+from gateway.logs import (
+    ACCESS_LOG,
+    RepeatFilter,
+    access_logger_for,
+    configure,
+    quiet_third_party_warnings,
+)
 
 
 @pytest.fixture
@@ -88,6 +95,47 @@ def test_json_lines_carry_the_fields_and_libraries_stay_quiet(
     assert out[0]["level"] == "INFO"
     assert (out[0]["service"], out[0]["status"]) == ("vm", 200)
     assert out[0]["time"].endswith("+00:00")
+
+
+def test_the_quantizers_chatter_is_dropped_and_its_errors_kept(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onnxruntime.quantization import onnx_quantizer
+
+    configure({})
+    # Logged from the quantizer's own file through the root logger, as it does.
+    quantizer = compile(
+        "import logging\n"
+        "logging.warning('Please consider to run pre-processing before quantization.')\n"
+        "logging.info('Quantization parameters for tensor:\"LN_6\" not specified')\n"
+        "logging.error('the quantizer failed')\n",
+        onnx_quantizer.__file__,
+        "exec",
+    )
+    exec(quantizer, {})
+    logging.warning("a root warning of anyone else")
+    err = capsys.readouterr().err
+    assert "pre-processing" not in err and "Quantization parameters" not in err
+    assert "ERROR root: the quantizer failed" in err
+    assert "WARNING root: a root warning of anyone else" in err
+
+
+def test_only_asyncssh_dsa_deprecation_is_silenced() -> None:
+    from cryptography.utils import CryptographyDeprecationWarning
+
+    dsa = "DSA is deprecated and support will be removed in a future release."
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_third_party_warnings()
+        for module, message, category in (
+            ("asyncssh.crypto.misc", dsa, CryptographyDeprecationWarning),  # silenced
+            ("asyncssh.crypto.dsa", dsa, CryptographyDeprecationWarning),  # silenced
+            ("gateway.vm", dsa, CryptographyDeprecationWarning),
+            ("asyncssh.connection", "something else is deprecated", DeprecationWarning),
+            ("gateway.cli", "cairn's own", DeprecationWarning),
+        ):
+            warnings.warn_explicit(message, category, "x.py", 1, module=module)
+    assert [str(w.message) for w in seen] == [dsa, "something else is deprecated", "cairn's own"]
 
 
 def test_debug_lets_libraries_speak(

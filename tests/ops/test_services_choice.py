@@ -84,7 +84,7 @@ async def test_up_without_search_loads_no_model(tmp_path: Path) -> None:
 
         await wait_for(ready, timeout=120, what="cairn up with CAIRN_SERVICES")
         started = [line.split()[1].decode() for line in output if b" on http://" in line]
-        assert started == ["status", "vm", "functions"]
+        assert started == ["console", "vm", "functions"]
         async with (
             aiohttp.ClientSession() as session,
             session.get(f"http://127.0.0.1:{port}/status") as resp,

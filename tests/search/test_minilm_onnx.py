@@ -196,7 +196,7 @@ def test_the_provider_keeps_int8_only_where_it_agrees(
 
     monkeypatch.setattr(embedding, "_load", load)
     try:
-        with caplog.at_level(logging.INFO):
+        with caplog.at_level(logging.DEBUG):
             kept = LocalProvider(runtime="onnx-int8")
         assert kept.model.runtime == "onnx-int8"
         assert "agree with float32 on this CPU" in caplog.text
