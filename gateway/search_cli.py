@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -135,24 +136,42 @@ def status_table(statuses: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-async def _status(env: Mapping[str, str], name: str | None) -> list[dict[str, Any]]:
+async def _status(
+    env: Mapping[str, str], name: str | None, token_file: str | None = None
+) -> list[dict[str, Any]]:
     import aiohttp
 
     from gateway.search_client import get_json
 
+    params = {"db": name} if name else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        body = await get_json(session, env, "/api/status", {"db": name} if name else {})
+        body = await get_json(session, env, "/api/status", params, token_file)
     return [body] if name else list(body["databases"])
+
+
+_NOT_LOADED = re.compile(r'"(.*)" not exist', re.DOTALL)
+
+
+def failed(exc: Exception, code: int) -> int:
+    """The service's refusal on stderr, in a sentence: its `"notes" not exist` (the spec's
+    words, kept as they are over HTTP and MCP) says which database and where to look."""
+    message = str(exc)
+    if (named := _NOT_LOADED.fullmatch(message)) is not None:
+        message = (
+            f'no database "{named.group(1)}" is loaded in the search service '
+            "(`cairn search list` shows the registered ones)"
+        )
+    print(f"cairn: {message}", file=sys.stderr)
+    return code
 
 
 def cmd_status(args: Any, env: Mapping[str, str]) -> int:
     from gateway.search_client import ServiceError
 
     try:
-        statuses = asyncio.run(_status(env, args.name))
+        statuses = asyncio.run(_status(env, args.name, args.token_file))
     except ServiceError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return 1
+        return failed(exc, exc.code)
     print(
         json.dumps(statuses if args.name is None else statuses[0])
         if args.json
@@ -169,6 +188,7 @@ async def _query(
     limit: int | None,
     rank: str | None = None,
     typo: bool = False,
+    token_file: str | None = None,
 ) -> dict[str, Any]:
     import aiohttp
 
@@ -184,7 +204,7 @@ async def _query(
     if limit is not None:
         params["limit"] = str(limit)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-        body: dict[str, Any] = await get_json(session, env, "/api/search", params)
+        body: dict[str, Any] = await get_json(session, env, "/api/search", params, token_file)
     return body
 
 
@@ -208,20 +228,28 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
 
     try:
         body = asyncio.run(
-            _query(env, args.name, args.text, args.target, args.limit, args.rank, args.typo)
-        )
+            _query(
+                env, args.name, args.text, args.target, args.limit, args.rank, args.typo,
+                args.token_file,
+            )
+        )  # fmt: skip
     except ServiceError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return 1
+        return failed(exc, exc.code)
     print(json.dumps(body, ensure_ascii=False) if args.json else results_text(body))
     return 0
 
 
 def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
     # Imported here: the SDK is only needed by this subcommand.
+    from gateway.search_client import ServiceError, token
     from gateway.search_mcp import run_stdio
 
-    asyncio.run(run_stdio(env))
+    if args.token_file is not None:
+        try:
+            token(env, args.token_file)  # said now, not at the agent's first call
+        except ServiceError as exc:
+            return failed(exc, exc.code)
+    asyncio.run(run_stdio(env, args.token_file))
     return 0
 
 
@@ -244,6 +272,7 @@ def register(subparsers: Any) -> None:
     )
     status.add_argument("name", nargs="?")
     status.add_argument("--json", action="store_true")
+    _token_option(status)
     status.set_defaults(handler=cmd_status)
     query = sub.add_parser("query", help="search a database of the running service")
     query.add_argument("name")
@@ -259,12 +288,23 @@ def register(subparsers: Any) -> None:
     )
     query.add_argument("--limit", type=int, default=None, help="rows per branch (1-100)")
     query.add_argument("--json", action="store_true", help="the HTTP answer as it is")
+    _token_option(query)
     query.set_defaults(handler=cmd_query)
     mcp = sub.add_parser(
         "mcp",
         help="an MCP server on stdin/stdout (tools list_rag, search_rag) for the running service",
     )
+    _token_option(mcp)
     mcp.set_defaults(handler=cmd_mcp)
+
+
+def _token_option(parser: argparse.ArgumentParser) -> None:
+    """``--token-file``, as every command that talks to a service takes it."""
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="read the token from FILE (default: CAIRN_TOKEN, then CAIRN_TOKEN_FILE)",
+    )
 
 
 def main(argv: list[str], env: Mapping[str, str]) -> int:

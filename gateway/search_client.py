@@ -1,8 +1,9 @@
 """A local client of the running search service, found through its `endpoint` file: used by
-`cairn search mcp` (stdio) and `cairn search status`. Only a loopback address is contacted, and
-the file is read at each call, so a service restarted on another port is followed. When this
-cairn has tokens, ``CAIRN_TOKEN`` (a viewer's or above) goes along as ``Authorization:
-Bearer``; it is never printed."""
+`cairn search mcp` (stdio), `cairn search status` and `cairn search query`. Only a loopback
+address is contacted, and the file is read at each call, so a service restarted on another
+port is followed. When this cairn has tokens, the token goes along as ``Authorization:
+Bearer``, taken as every command takes it (``--token-file``, else ``CAIRN_TOKEN``, else
+``CAIRN_TOKEN_FILE``: gateway/cli_http.py); it is never printed."""
 
 from __future__ import annotations
 
@@ -14,11 +15,26 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from actors.search.registry import config_dir
+from gateway.cli_http import DENIED, REFUSED, UNREACHABLE, CliError, read_token
 from gateway.loopback import is_loopback_host
 
 
 class ServiceError(Exception):
-    """The service could not be asked, or answered with an error; the message says which."""
+    """The service could not be asked, or answered with an error; the message says which,
+    ``code`` the command's exit code for it (gateway/cli_http.py's: 1 refused, 2 usage, 3
+    unreachable or unavailable, 4 not allowed)."""
+
+    def __init__(self, message: str, code: int = REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def token(env: Mapping[str, str], token_file: str | None = None) -> str | None:
+    """The token to send, or None; a named file that holds none is a ServiceError."""
+    try:
+        return read_token(env, token_file)
+    except CliError as exc:
+        raise ServiceError(exc.message, exc.code) from None
 
 
 def read_endpoint(env: Mapping[str, str]) -> str:
@@ -28,7 +44,8 @@ def read_endpoint(env: Mapping[str, str]) -> str:
         base = path.read_text().strip()
     except OSError:
         raise ServiceError(
-            f"the search service is not running (no {path}); start it with `cairn serve search`"
+            f"the search service is not running (no {path}); start it with `cairn serve search`",
+            UNREACHABLE,
         ) from None
     parts = urlsplit(base)
     if parts.scheme != "http" or not is_loopback_host(parts.netloc) or parts.path not in ("", "/"):
@@ -37,19 +54,24 @@ def read_endpoint(env: Mapping[str, str]) -> str:
 
 
 async def get_json(
-    session: aiohttp.ClientSession, env: Mapping[str, str], path: str, params: Mapping[str, str]
+    session: aiohttp.ClientSession,
+    env: Mapping[str, str],
+    path: str,
+    params: Mapping[str, str],
+    token_file: str | None = None,
 ) -> dict[str, Any]:
     """GET `path` on the running service: its JSON object, or ServiceError with its `error`."""
     base = read_endpoint(env)
-    token = env.get("CAIRN_TOKEN", "").strip()
-    headers = {"Authorization": f"Bearer {token}"} if token else None
+    sent = token(env, token_file)
+    headers = {"Authorization": f"Bearer {sent}"} if sent else None
     try:
         async with session.get(base + path, params=params, headers=headers) as resp:
             text = await resp.text()
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ServiceError(
             f"the search service at {base} did not answer ({type(exc).__name__}); "
-            "is it running? (cairn serve search)"
+            "is it running? (cairn serve search)",
+            UNREACHABLE,
         ) from None
     try:
         body = json.loads(text)
@@ -57,6 +79,15 @@ async def get_json(
         body = None
     if resp.status == 200 and isinstance(body, dict):
         return body
+    message = f"the search service answered {resp.status}"
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        raise ServiceError(body["error"])
-    raise ServiceError(f"the search service answered {resp.status}")
+        message = body["error"]
+    if resp.status == 401:
+        hint = (
+            "set CAIRN_TOKEN, CAIRN_TOKEN_FILE or --token-file"
+            if sent is None
+            else ("the token sent was refused")
+        )
+        raise ServiceError(f"{message} [{hint}]", DENIED)
+    code = {403: DENIED, 503: UNREACHABLE}.get(resp.status, REFUSED)
+    raise ServiceError(message, code)

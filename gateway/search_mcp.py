@@ -280,9 +280,15 @@ class HttpBackend:
     followed; only a loopback address is ever contacted.
     """
 
-    def __init__(self, env: Mapping[str, str], session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        session: aiohttp.ClientSession,
+        token_file: str | None = None,
+    ) -> None:
         self._env = env
         self._session = session
+        self._token_file = token_file  # `cairn search mcp --token-file`
 
     async def listing(self) -> dict[str, Any]:
         return await self._get("/api/list", {})
@@ -296,19 +302,19 @@ class HttpBackend:
         return await self._get("/api/search", params)
 
     async def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        return await get_json(self._session, self._env, path, params)
+        return await get_json(self._session, self._env, path, params, self._token_file)
 
 
 # -- stdio ----------------------------------------------------------------------------------------
 
 
-async def run_stdio(env: Mapping[str, str]) -> None:
+async def run_stdio(env: Mapping[str, str], token_file: str | None = None) -> None:
     """Serve the tools on stdin/stdout until the client closes stdin."""
     from mcp.server.stdio import stdio_server
 
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        server = make_server(HttpBackend(env, session))
+        server = make_server(HttpBackend(env, session, token_file))
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 

@@ -16,6 +16,7 @@ from gateway.console.sessions import SESSIONS
 from gateway.crosssite import cross_site_guard
 from gateway.hosts import HostPolicy, host_guard
 from gateway.identity import auth_guard
+from gateway.openapi.sign_in import reference_sign_in
 from gateway.roles import RouteRoles
 from gateway.tokens import FILE_NAME, TokenStore
 
@@ -101,6 +102,11 @@ async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
         sign_in=LOGIN if sessions is not None else None,
     )
     app.middlewares.insert(0, auth)
+
+    def console() -> tuple[str, int] | None:
+        return runtime.listen.get("status")
+
+    app.middlewares.insert(0, reference_sign_in(service.name, console))
     app.middlewares.insert(0, cross_site_guard(json_errors=service.json_errors, hosts=hosts))
     app.middlewares.insert(0, host_guard(hosts, json_errors=service.json_errors))
     return app

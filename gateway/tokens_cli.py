@@ -15,12 +15,27 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from actors.config import env_list
+from gateway.roles import DEFAULT_PUBLIC, ENV, RouteRoles
 from gateway.tokens import Role, TokenError, create, read_entries, revoke, tokens_path
+
+
+def public_routes(env: Mapping[str, str]) -> str:
+    """Which routes a token does not guard, as this cairn's setting makes them: what an admin
+    who just turned tokens on must know (by default `cairn vm list` still shows every VM's
+    name and address to anyone who can reach the VM service)."""
+    entries = env_list(env, ENV, DEFAULT_PUBLIC)
+    if [e.lower() for e in entries] == ["none"]:
+        return f"cairn: no route is served without a token ({ENV}=none) but the console's sign-in"
+    return f"cairn: still served without a token ({ENV}; `none` closes them all): " + ", ".join(
+        entries
+    )
 
 
 def cmd_create(args: Any, env: Mapping[str, str]) -> int:
     path = tokens_path(env)
     try:
+        RouteRoles.from_env(env)  # a bad setting is said before a token is made
         role = Role.parse(args.role)
         first = not read_entries(path)
         token = create(path, args.name, role)
@@ -32,6 +47,7 @@ def cmd_create(args: Any, env: Mapping[str, str]) -> int:
     if first:
         note += "; identities are now on: every route but the public ones asks for a token"
     print(note, file=sys.stderr)
+    print(public_routes(env), file=sys.stderr)
     return 0
 
 

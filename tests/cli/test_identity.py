@@ -188,3 +188,26 @@ def test_a_proxy_of_the_environment_is_not_used(cairn: Cairn) -> None:
         proxy.shutdown()
     assert result.code == 0, result
     assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "done"),
+    [(("vm", "task", "999999"), 1), (("fn", "list"), 0), (("images", "ls"), 0)],
+    ids=["vm", "fn", "images"],
+)
+def test_every_group_takes_the_token_from_each_source(
+    cairn: Cairn, tokens: dict[str, str], tmp_path: Path, argv: tuple[str, ...], done: int
+) -> None:
+    """Refused without a token; past the check (its answer, `done`) with --token-file,
+    CAIRN_TOKEN_FILE or CAIRN_TOKEN alike."""
+    assert cairn.run(*argv).code == 4
+    held = tmp_path / "viewer.token"
+    held.write_text(tokens["viewer"] + "\n")
+    for extra, env in (
+        (("--token-file", str(held)), {}),
+        ((), {"CAIRN_TOKEN_FILE": str(held)}),
+        ((), {"CAIRN_TOKEN": tokens["viewer"]}),
+    ):
+        result = cairn.run(*argv, *extra, env=env)
+        assert result.code == done, (extra, env, result)
+        never_shows(result, tokens)

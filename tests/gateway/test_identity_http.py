@@ -4,6 +4,9 @@ the next request, public routes open, and no token in any log line."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
 import logging
 import ssl
@@ -15,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
+from gateway import search_cli
 from gateway import services as catalogue
 from gateway.console.sessions import COOKIE, SECURE_COOKIE
 from gateway.search import write_endpoint
@@ -22,6 +26,7 @@ from gateway.search_client import ServiceError, get_json
 from gateway.tokens import Role, create, revoke
 from tests.conftest import Serve
 from tests.ops.test_nginx_console import certificate
+from tests.ports import free_port
 
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
 RUN = {"language": "python", "code": "def handler(x):\n    return 41 + 1\n"}
@@ -139,6 +144,90 @@ async def test_search_and_mcp_take_a_bearer(
             await get_json(http, env, "/api/list", {})
         listed = await get_json(http, {**env, "CAIRN_TOKEN": tokens.viewer}, "/api/list", {})
         assert listed["loaded"] == []
+
+
+def search_command(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = search_cli.main(argv, env)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def test_cairn_search_takes_the_token_as_every_command_does(
+    serve: Serve, tokens: Tokens, runtime: Runtime, tmp_path: Path
+) -> None:
+    base = await serve("search")
+    env = {k: v for k, v in runtime.env.items() if not k.startswith("CAIRN_TOKEN")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    write_endpoint(env, base)
+    held = tmp_path / "viewer.token"
+    held.write_text(tokens.viewer + "\n")
+    # status answers 0; query on a database that is not loaded 1: both past the token check.
+    for argv, done in ((["search", "status"], 0), (["search", "query", "nope", "x"], 1)):
+        code, _, err = await asyncio.to_thread(search_command, argv, env)
+        assert code == 4, err
+        assert err.startswith("cairn: sign-in required: this route needs a token with role viewer")
+        assert err.endswith("[set CAIRN_TOKEN, CAIRN_TOKEN_FILE or --token-file]\n")
+        for extra, more in (
+            (["--token-file", str(held)], {}),
+            ([], {"CAIRN_TOKEN_FILE": str(held)}),
+            ([], {"CAIRN_TOKEN": tokens.viewer}),
+        ):
+            code, out, err = await asyncio.to_thread(search_command, argv + extra, {**env, **more})
+            assert code == done, (argv, extra, more, err)
+            assert tokens.viewer not in out + err
+        code, _, err = await asyncio.to_thread(
+            search_command, argv, {**env, "CAIRN_TOKEN": "cairn_nonsense"}
+        )
+        assert code == 4 and err.endswith("[the token sent was refused]\n"), err
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n")
+    for argv in (["search", "status"], ["search", "mcp"]):
+        code, _, err = await asyncio.to_thread(
+            search_command, [*argv, "--token-file", str(empty)], env
+        )
+        assert (code, err) == (2, f"cairn: the token file {empty} is empty\n")
+
+
+async def test_a_reference_page_says_how_to_sign_in_and_opens_through_the_console(
+    serve: Serve, tokens: Tokens
+) -> None:
+    console_port = free_port()  # where the console listens, as `cairn up` tells each service
+    functions = await serve("functions", listen={"status": ("127.0.0.1", console_port)})
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    status, text, headers = await call("GET", f"{functions}/docs/", **browser)
+    assert status == 401 and headers["Content-Type"].startswith("text/html"), text
+    assert headers["WWW-Authenticate"] == 'Bearer realm="cairn"'
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+    console = f"http://127.0.0.1:{console_port}"
+    assert f'<a href="{console}/console/login">Sign in on the console</a>' in text
+    assert f'<a href="{console}/console/svc/functions/docs/">' in text
+    # A script keeps the plain refusal; other routes keep theirs, whoever asks.
+    status, text, _ = await call("GET", f"{functions}/docs/")
+    assert status == 401 and text.startswith("sign-in required: this route needs a token")
+    status, text, headers = await call("GET", f"{functions}/functions", **browser)
+    assert status == 401 and headers["Content-Type"].startswith("text/plain")
+    # With a token the page is the page.
+    status, text, _ = await call("GET", f"{functions}/docs/", tokens.viewer, **browser)
+    assert status == 200 and "swagger-ui-bundle.js" in text
+
+    # Signed in on the console, the same reference opens through it, and "Try it out" (which
+    # the page sends the same way) goes with the session.
+    port = int(functions.rsplit(":", 1)[1])
+    base = await serve("status", listen={"functions": ("127.0.0.1", port)})
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.post(f"{base}/console/login", data={"token": tokens.viewer}) as resp:
+            assert resp.status == 200
+        for path, kind in (
+            ("/docs/", "text/html"),
+            ("/docs/init.js", "text/javascript"),
+            ("/openapi.json", "application/json"),
+            ("/functions", "application/json"),
+        ):
+            async with http.get(f"{base}/console/svc/functions{path}", headers=browser) as resp:
+                assert (resp.status, resp.content_type) == (200, kind), path
+                if path == "/docs/init.js":
+                    assert "/console\\/svc\\/" in await resp.text()  # the way "Try it out" goes
 
 
 async def test_the_console_signs_in_and_forwards_the_identity(serve: Serve, tokens: Tokens) -> None:

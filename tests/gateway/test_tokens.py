@@ -17,8 +17,9 @@ from gateway.tokens import Identity, Role, TokenError, TokenStore, create, revok
 CAIRN = str(Path(sys.executable).parent / "cairn")
 
 
-def cairn(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CAIRN_DATA": str(tmp_path / "data")}
+def cairn(tmp_path: Path, *args: str, **more: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CAIRN_PUBLIC_ROUTES"}
+    env.update(CAIRN_DATA=str(tmp_path / "data"), **more)
     return subprocess.run(
         [CAIRN, "token", *args], env=env, cwd=tmp_path, capture_output=True, text=True, check=False
     )
@@ -45,6 +46,30 @@ def test_the_cli_prints_a_token_once_and_keeps_its_digest(tmp_path: Path) -> Non
     gone = cairn(tmp_path, "revoke", "ana")
     assert gone.returncode == 0 and "no token is left: identities are off" in gone.stderr
     assert cairn(tmp_path, "revoke", "ana").returncode == 1
+
+
+def test_create_says_which_routes_stay_public(tmp_path: Path) -> None:
+    made = cairn(tmp_path, "create", "ana", "--role", "admin")
+    assert made.returncode == 0, made.stderr
+    assert made.stderr.splitlines()[-1] == (
+        "cairn: still served without a token (CAIRN_PUBLIC_ROUTES; `none` closes them all): "
+        "* GET /health, vm GET /api/health, search GET /api/health, vm GET /api/vm/list, "
+        "vm GET /api/vm/*, vm GET /api/vm/*/status, vm GET /sh/*, images GET /c/img/**"
+    )
+    closed = cairn(tmp_path, "create", "bo", "--role", "viewer", CAIRN_PUBLIC_ROUTES="none")
+    assert closed.stderr.splitlines()[-1] == (
+        "cairn: no route is served without a token (CAIRN_PUBLIC_ROUTES=none) but the "
+        "console's sign-in"
+    )
+    chosen = cairn(
+        tmp_path, "create", "cy", "--role", "viewer", CAIRN_PUBLIC_ROUTES="* GET /health"
+    )
+    assert chosen.stderr.splitlines()[-1].endswith("`none` closes them all): * GET /health")
+    # A setting the services would refuse is said before any token is made.
+    bad = cairn(tmp_path, "create", "di", "--role", "viewer", CAIRN_PUBLIC_ROUTES="vm /x")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "CAIRN_PUBLIC_ROUTES" in bad.stderr
+    assert "di" not in cairn(tmp_path, "list").stdout
 
 
 @pytest.mark.parametrize("name", ["", "-x", "a b", "a/b", "x" * 65, "ä", "a\nb"])

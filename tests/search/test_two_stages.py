@@ -151,6 +151,13 @@ async def test_progress_counts_add_up_and_come_at_most_once_a_second(
     assert await harness.get("/api/status", db="nope") == (400, {"error": '"nope" not exist'})
 
 
+# The service's `"nope" not exist` (the spec's words over HTTP), said as a sentence.
+NOT_LOADED = (
+    'cairn: no database "nope" is loaded in the search service (`cairn search list` shows the '
+    "registered ones)\n"
+)
+
+
 def run_cli(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -176,10 +183,10 @@ async def test_cairn_search_status(harness: SearchHarness, tmp_path: Path) -> No
     )
     assert code == 0 and '"db": "notes"' in out and '"chunks": 1' in out
     code, _, err = await asyncio.to_thread(run_cli, ["search", "status", "nope"], harness.env)
-    assert (code, err) == (1, 'cairn: "nope" not exist\n')
+    assert (code, err) == (1, NOT_LOADED)
     stopped = {**harness.env, "XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
     code, _, err = await asyncio.to_thread(run_cli, ["search", "status"], stopped)
-    assert code == 1 and "the search service is not running" in err
+    assert code == 3 and "the search service is not running" in err  # try again later
 
 
 async def test_cairn_search_add_query_and_list_against_the_running_service(
@@ -210,7 +217,7 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
     code, out, _ = await asyncio.to_thread(run_cli, typo[:-1], harness.env)
     assert (code, out.splitlines()[0]) == (0, "hybrid: 0 matches")
     code, out, err = await asyncio.to_thread(run_cli, ["search", "query", "nope", "x"], harness.env)
-    assert (code, err) == (1, 'cairn: "nope" not exist\n')
+    assert (code, err) == (1, NOT_LOADED)
     code, out, _ = await asyncio.to_thread(run_cli, ["search", "list"], harness.env)
     registry = harness.registry.file
     assert out.splitlines()[0] == f"registry {registry}"
