@@ -79,6 +79,7 @@ def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.
                 rank=query.get("rank"),
                 highlight=parse_flag("highlight", query.get("highlight")),
                 typo=parse_flag("typo", query.get("typo")),
+                scores=parse_flag("scores", query.get("scores")),
             )
             body = await request.app[SEARCH].search(
                 query.get("db"), query.get("q"), target, parse_limit(query.get("limit")), options

@@ -26,6 +26,7 @@ from actors.search.registry import (
     state_root,
 )
 from events.errors import reason
+from gateway.cli_common import clean
 
 
 def _registry(env: Mapping[str, str]) -> Registry:
@@ -194,7 +195,9 @@ async def _query(
 
     from gateway.search_client import get_json
 
-    params = {"db": name, "q": text}
+    # Scores always: a person reading the answer sees why each match ranked where it did,
+    # and how near a search by meaning came when it found nothing.
+    params = {"db": name, "q": text, "scores": "1"}
     if target:
         params["target"] = target
     if rank:
@@ -208,34 +211,78 @@ async def _query(
     return body
 
 
+def score_text(score: Any) -> str:
+    if not isinstance(score, int | float):
+        return ""
+    return f" ({score:g})" if float(score).is_integer() else f" ({score:.2f})"
+
+
 def results_text(body: dict[str, Any]) -> str:
-    """Each branch's hits, best first: `source #chunk: the chunk's first line`."""
+    """Each branch's hits, best first: `source #chunk (score): the chunk's first line`."""
     lines: list[str] = []
     for branch in ("hybrid", "keyword", "semantic"):
         if branch not in body:
             continue
         groups = body[branch]
-        lines.append(f"{branch}: {sum(len(g['matches']) for g in groups)} matches")
+        count = sum(len(g["matches"]) for g in groups)
+        lines.append(f"{branch}: {count} match{'' if count == 1 else 'es'}")
         for group in groups:
             for match in group["matches"]:
                 first = " ".join(match["content"].split())[:100]
-                lines.append(f"  {group['source']} #{match['chunk']}: {first}")
+                score = score_text(match.get("score"))
+                lines.append(f"  {clean(group['source'])} #{match['chunk']}{score}: {clean(first)}")
     return "\n".join(lines)
+
+
+def by_meaning_note(body: dict[str, Any]) -> str | None:
+    """Why the search by meaning added nothing, when it did not: no chunk reached the
+    similarity cut-off (and how near the nearest came), or nothing is embedded yet."""
+    if "semantic_cutoff" not in body:
+        return None
+    cutoff, closest = body["semantic_cutoff"], body.get("semantic_closest")
+    if closest is None:
+        return "nothing is embedded yet, so nothing is found by meaning (`cairn search status`)"
+    if closest >= cutoff:
+        return None
+    return (
+        f"nothing by meaning passed the {cutoff:g} similarity cut-off "
+        f"(the nearest chunk scored {closest:.2f})"
+    )
 
 
 def cmd_query(args: Any, env: Mapping[str, str]) -> int:
     from gateway.search_client import ServiceError
 
+    target = args.target or "hybrid"
     try:
         body = asyncio.run(
             _query(
-                env, args.name, args.text, args.target, args.limit, args.rank, args.typo,
+                env, args.name, args.text, target, args.limit, args.rank, args.typo,
                 args.token_file,
             )
         )  # fmt: skip
+        if args.json:
+            print(json.dumps(body, ensure_ascii=False))
+            return 0
+        print(results_text(body))
+        note = by_meaning_note(body)
+        if note is None:
+            return 0
+        if target == "hybrid":
+            found = bool(body["hybrid"])
+            print(f"({note}; {'these are keyword matches' if found else 'no keyword match'})")
+        elif target == "semantic":
+            # Offered in its place: the words of the query, ranked by BM25.
+            print(f"({note}; keyword matches instead:)")
+            words = asyncio.run(
+                _query(env, args.name, args.text, "keyword", args.limit, "bm25", False,
+                       args.token_file)
+            )  # fmt: skip
+            print(results_text(words))
+        else:
+            print(f"({note})")
     except ServiceError as exc:
         return failed(exc, exc.code)
-    print(json.dumps(body, ensure_ascii=False) if args.json else results_text(body))
     return 0
 
 
@@ -277,7 +324,13 @@ def register(subparsers: Any) -> None:
     query = sub.add_parser("query", help="search a database of the running service")
     query.add_argument("name")
     query.add_argument("text")
-    query.add_argument("--target", choices=("keyword", "semantic", "both", "hybrid"), default=None)
+    query.add_argument(
+        "--target",
+        choices=("keyword", "semantic", "both", "hybrid"),
+        default=None,
+        help="hybrid (the default: words and meaning in one list, as the console), keyword, "
+        "semantic or both",
+    )
     query.add_argument(
         "--rank", choices=("bm25",), default=None, help="rank the keyword branch by BM25"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -15,6 +16,8 @@ from actors.search.engine import Engine
 from actors.search.registry import Registry
 from actors.search.snippets import Terms, snippet
 from actors.search.store import ChunkRow
+from actors.search.tokenize import document_tokens, query_tokens
+from actors.search.vectors import CUTOFF
 from events.codec import to_dict
 
 DEFAULT_LIMIT = 10
@@ -65,14 +68,22 @@ class Options:
     rank: str | None = None
     highlight: bool = False
     typo: bool = False  # one typo per word of 5+ letters forgiven: BM25 only
+    # Each match's score, and how near the semantic branch came (`scores=1`): why a search by
+    # meaning found what it found, or nothing.
+    scores: bool = False
 
 
-def group_by_source(rows: list[ChunkRow], terms: Terms | None = None) -> list[dict[str, Any]]:
+def group_by_source(
+    rows: list[ChunkRow], terms: Terms | None = None, scores: dict[int, float] | None = None
+) -> list[dict[str, Any]]:
     """Groups in rank order of their best match; matches in rank order within a group. With
-    `terms` (`highlight=1`) each match also has `snippet` and `highlights`."""
+    `terms` (`highlight=1`) each match also has `snippet` and `highlights`; with `scores`
+    (`scores=1`, by row id) its `score`."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         match: dict[str, Any] = {"chunk": row.chunk, "content": row.content}
+        if scores is not None:
+            match["score"] = round(scores[row.id], 4)
         if terms is not None:
             found = snippet(row.content, terms)
             match["snippet"] = found.text
@@ -150,14 +161,14 @@ class SearchService:
         branches = [target] if target else list(TARGETS)
         if options.typo and options.rank != "bm25" and target != HYBRID:
             raise BadRequest("invalid argument: typo=1 needs rank=bm25 or target=hybrid")
-        runners = {
+        runners: dict[str, Callable[[str, int], Awaitable[list[tuple[ChunkRow, float]]]]] = {
             "keyword": (
-                functools.partial(engine.bm25, typo=options.typo)
+                functools.partial(engine.bm25_scored, typo=options.typo)
                 if options.rank == "bm25"
-                else engine.keyword
+                else functools.partial(_spec_keyword_scored, engine, counted=options.scores)
             ),
-            "semantic": engine.semantic,
-            HYBRID: functools.partial(engine.hybrid, typo=options.typo),
+            "semantic": engine.semantic_scored,
+            HYBRID: functools.partial(engine.hybrid_scored, typo=options.typo),
         }
         tasks = [asyncio.ensure_future(runners[name](q, limit)) for name in branches]
         try:
@@ -168,6 +179,27 @@ class SearchService:
                 task.cancel()
             raise
         terms = Terms.of(q, engine.db.language) if options.highlight else None
-        return {
-            name: group_by_source(rows, terms) for name, rows in zip(branches, results, strict=True)
-        }
+        body: dict[str, Any] = {}
+        for name, scored in zip(branches, results, strict=True):
+            rows = [row for row, _ in scored]
+            scores = {row.id: score for row, score in scored} if options.scores else None
+            body[name] = group_by_source(rows, terms, scores)
+        if options.scores and (
+            "semantic" in branches or (HYBRID in branches and engine.provider is not None)
+        ):
+            closest = await engine.closest(q)
+            body["semantic_cutoff"] = CUTOFF
+            body["semantic_closest"] = None if closest is None else round(closest, 4)
+        return body
+
+
+async def _spec_keyword_scored(
+    engine: Engine, query: str, limit: int, *, counted: bool
+) -> list[tuple[ChunkRow, float]]:
+    """The spec's keyword branch, each chunk with its score in that ranking when `counted`:
+    how many of the query's words it holds (0 otherwise: not worth the tokenizing)."""
+    rows = await engine.keyword(query, limit)
+    if not counted:
+        return [(row, 0.0) for row in rows]
+    words = set(query_tokens(query))
+    return [(row, float(len(words & set(document_tokens(row.content))))) for row in rows]

@@ -270,15 +270,30 @@ class Engine:
         """BM25 and semantic fused (`fusion.convex`): each branch's best `HYBRID_DEPTH`
         chunks (or `limit`, if more), fused, the best `limit` kept. Without an embedding
         provider it is BM25 alone. `typo` as in `bm25`."""
+        return [row for row, _ in await self.hybrid_scored(query, limit, typo=typo)]
+
+    async def hybrid_scored(
+        self, query: str, limit: int, *, typo: bool = False
+    ) -> list[tuple[ChunkRow, float]]:
+        """`hybrid` with each chunk's fused score (0-1; BM25's share alone without an
+        embedding provider)."""
         depth = max(limit, HYBRID_DEPTH)
         if self.provider is None:
-            return await self.bm25(query, limit, typo=typo)
+            alone = await self.bm25_scored(query, limit, typo=typo)
+            share = dict(fusion.convex_scored([(row.id, score) for row, score in alone], []))
+            return [(row, share[row.id]) for row, _ in alone]
         keyword, semantic = await asyncio.gather(
             self.bm25_scored(query, depth, typo=typo), self.semantic_scored(query, depth)
         )
         rows = {row.id: row for row, _ in [*keyword, *semantic]}
-        fused = fusion.convex(
+        fused = fusion.convex_scored(
             [(row.id, score) for row, score in keyword],
             [(row.id, score) for row, score in semantic],
         )
-        return [rows[chunk_id] for chunk_id in fused[:limit]]
+        return [(rows[chunk_id], score) for chunk_id, score in fused[:limit]]
+
+    async def closest(self, query: str) -> float | None:
+        """The cosine of the chunk nearest to `query` by meaning, cut-off or not (None with
+        no vectors): how far a search that found nothing by meaning was from finding."""
+        vector = await self.query_vector(query)
+        return await asyncio.to_thread(self.vectors.nearest, vector)

@@ -45,7 +45,14 @@ def convex(
 ) -> list[K]:
     """Items by alpha x scaled semantic score + (1 - alpha) x scaled keyword score (an item
     missing from a list scores 0 there); ties in first-seen order, keyword list first."""
+    return [item for item, _ in convex_scored(keyword, semantic, alpha)]
+
+
+def convex_scored(
+    keyword: Sequence[tuple[K, float]], semantic: Sequence[tuple[K, float]], alpha: float = ALPHA
+) -> list[tuple[K, float]]:
+    """`convex`'s order with each item's fused score (0-1)."""
     kw, sem = _scaled(keyword), _scaled(semantic)
     items = list(dict.fromkeys([item for item, _ in keyword] + [item for item, _ in semantic]))
     fused = {item: alpha * sem.get(item, 0.0) + (1 - alpha) * kw.get(item, 0.0) for item in items}
-    return sorted(items, key=lambda item: -fused[item])
+    return [(item, fused[item]) for item in sorted(items, key=lambda item: -fused[item])]

@@ -164,6 +164,14 @@ class VectorIndex:
                 out.append((int(key), score))
         return out
 
+    def nearest(self, vector: np.ndarray) -> float | None:
+        """The best cosine of any vector, below CUTOFF too; None when there is none."""
+        with self._lock.search():
+            if len(self._index) == 0:
+                return None
+            matches = self._index.search(vector, 1)
+        return 1.0 - float(matches.distances[0]) if len(matches.keys) else None
+
     def save(self, fingerprint: str) -> None:
         with self._lock.change():
             tmp = self.path.with_suffix(".tmp")

@@ -65,3 +65,50 @@ def test_best_match_is_one_list_with_the_words_highlighted(page: Page, stack: St
     page.get_by_label("Query").fill("東京")
     page.get_by_role("button", name="Search").click()
     expect(best.locator('article.hit[data-source="tokyo.txt"] mark')).to_have_text(["東京", "東京"])
+
+
+def test_each_result_has_its_score_and_a_search_that_finds_nothing_says_why(
+    page: Page,  # noqa: F811
+    stack: Stack,
+) -> None:
+    def embedded() -> bool:
+        status = stack.json("/console/svc/search/api/status?db=notes")
+        return bool(status["chunks"] == 3 and status["state"] == "idle")
+
+    wait_until(embedded, timeout=60, what="the notes database to be embedded")
+    page.goto(stack.url("search"))
+    page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+    best = page.locator('[data-branch="hybrid"]')
+
+    # Found by meaning: its score is shown, and nothing is said about the cut-off.
+    page.get_by_label("Query").fill("when do I have to pay a bill")
+    page.get_by_role("button", name="Search").click()
+    expect(best.locator("article.hit").first).to_have_attribute("data-source", "billing.txt")
+    expect(best.locator(".score").first).to_have_text(re.compile(r"^score (0\.\d\d|1\.00)$"))
+    expect(page.locator("[data-cutoff]")).to_have_count(0)
+
+    # By meaning alone, nothing near: it says so, with how near the nearest came, and offers
+    # the words instead.
+    page.get_by_label("Query").fill("zebra giraffe savanna backups")
+    page.get_by_label("meaning").check()
+    page.get_by_role("button", name="Search").click()
+    meaning = page.locator('[data-branch="semantic"]')
+    expect(meaning.locator("[data-cutoff]")).to_have_text(
+        re.compile(
+            r"^Nothing by meaning passed the 0\.3 similarity cut-off \(the nearest passage "
+            r"scored 0\.[0-2]\d\)\.$"
+        )
+    )
+    expect(meaning).to_contain_text("No match.")
+    page.get_by_role("button", name="Show keyword matches").click()
+    offered = page.locator('[data-branch="offered"]')
+    expect(offered.get_by_role("heading")).to_have_text("Keyword matches")
+    expect(offered.locator("article.hit")).to_have_attribute("data-source", "backup.md")
+    expect(offered.locator("article.hit mark")).to_have_text(["Backups", "backups"])
+    expect(offered.locator(".score")).to_have_count(1)
+
+    # Best match with the same query: the keyword matches are the list, and it says so.
+    page.get_by_label("best match").check()
+    page.get_by_role("button", name="Search").click()
+    expect(best.locator("[data-cutoff]")).to_contain_text("These are keyword matches.")
+    expect(best.locator("article.hit")).to_have_attribute("data-source", "backup.md")

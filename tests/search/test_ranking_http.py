@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 from tests.search.conftest import SearchHarness
+from tests.search.test_two_stages import run_cli
 
 PARAGRAPH = (
     "Our routers are configured by hand and the firewall rules are reviewed every quarter by "
@@ -162,3 +165,67 @@ async def test_typo_tolerance_is_opt_in_and_forgives_one_edit_in_long_words(
         "/api/search", db="notes", q="backpus", target="hybrid", typo="yes"
     )
     assert (status, body) == (400, {"error": 'invalid argument: typo must be 1 or 0, not "yes"'})
+
+
+async def test_scores_say_how_each_match_ranked_and_how_near_meaning_came(
+    harness: SearchHarness,
+) -> None:
+    await started(harness)
+    # Without `scores` the answer keeps its shape (the spec's fields only).
+    plain = await search(harness, q="backup", target="both")
+    assert set(plain) == {"keyword", "semantic"}
+    assert all(set(m) == {"chunk", "content"} for g in plain["keyword"] for m in g["matches"])
+
+    body = await search(harness, q="when do I have to pay a bill", target="both", scores="1")
+    assert body["semantic_cutoff"] == 0.3
+    first = body["semantic"][0]
+    assert first["source"] == "c-billing.txt"
+    cosine = first["matches"][0]["score"]
+    assert 0.3 <= cosine <= 1 and body["semantic_closest"] == cosine  # the best is the nearest
+    # The spec's keyword ranking: how many of the query's words a chunk holds.
+    assert all(
+        m["score"] >= 1 and m["score"] == int(m["score"])
+        for g in body["keyword"]
+        for m in g["matches"]
+    )
+    bm25 = await search(harness, q="backups", target="keyword", rank="bm25", scores="1")
+    assert bm25["keyword"][0]["matches"][0]["score"] > 0 and "semantic_cutoff" not in bm25
+    hybrid = await search(harness, q="nightly volume copies", target="hybrid", scores="1")
+    fused = [m["score"] for g in hybrid["hybrid"] for m in g["matches"]]
+    assert fused == sorted(fused, reverse=True) and 0 < fused[0] <= 1
+
+    # Nothing passes the cut-off: the answer says how near the nearest chunk came.
+    far = await search(harness, q="zebra giraffe savanna", target="semantic", scores="1")
+    assert far["semantic"] == []
+    assert far["semantic_closest"] is not None and far["semantic_closest"] < 0.3
+
+    status, error = await harness.get("/api/search", db="notes", q="x", scores="yes")
+    assert (status, error) == (400, {"error": 'invalid argument: scores must be 1 or 0, not "yes"'})
+
+
+async def test_the_command_line_says_when_meaning_found_nothing_and_offers_keywords(
+    harness: SearchHarness,
+) -> None:
+    await started(harness)
+    env = harness.env
+    far = ["search", "query", "notes", "zebra giraffe savanna"]
+    code, out, _ = await asyncio.to_thread(run_cli, [*far, "--target", "semantic"], env)
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == "semantic: 0 matches"
+    assert re.fullmatch(
+        r"\(nothing by meaning passed the 0\.3 similarity cut-off \(the nearest chunk scored "
+        r"0\.[0-2]\d\); keyword matches instead:\)",
+        lines[1],
+    ), lines
+    assert lines[2] == "keyword: 0 matches"
+    # Hybrid (the default): the keyword matches are what is left, and it says so.
+    code, out, _ = await asyncio.to_thread(run_cli, [*far[:3], "zebra giraffe backups"], env)
+    lines = out.splitlines()
+    assert lines[0] == "hybrid: 1 match" and lines[1].startswith("  d-backup.md #")
+    assert lines[-1].startswith("(nothing by meaning passed the 0.3 similarity cut-off")
+    assert lines[-1].endswith("; these are keyword matches)")
+    # Found by meaning: each match with its score, nothing more said.
+    code, out, _ = await asyncio.to_thread(run_cli, [*far[:3], "when do I have to pay a bill"], env)
+    lines = out.splitlines()
+    assert re.fullmatch(r"  c-billing\.txt #0 \(0\.\d\d\): Invoices must be paid.*", lines[1])
+    assert not lines[-1].startswith("(")

@@ -205,15 +205,22 @@ async def test_cairn_search_add_query_and_list_against_the_running_service(
     )
     assert code == 0
     assert out.splitlines() == [
-        "keyword: 1 matches",
-        "  basalt.txt #0: Basalt is a volcanic rock. Granite is not.",
+        "keyword: 1 match",
+        "  basalt.txt #0 (1): Basalt is a volcanic rock. Granite is not.",  # one word matched
     ]
+    # Hybrid by default, as the console; without an embedding provider it is BM25 alone, and
+    # nothing is said about meaning.
+    code, out, _ = await asyncio.to_thread(
+        run_cli, ["search", "query", "papers", "volcanic"], harness.env
+    )
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 match")
+    assert out.splitlines()[1].startswith("  basalt.txt #0 (0.40): ")  # BM25's share, 0.4
     hybrid = ["search", "query", "papers", "rocks", "--target", "hybrid", "--rank", "bm25"]
     code, out, _ = await asyncio.to_thread(run_cli, hybrid, harness.env)
-    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 matches")
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 match")
     typo = ["search", "query", "papers", "volcanci", "--target", "hybrid", "--typo"]
     code, out, _ = await asyncio.to_thread(run_cli, typo, harness.env)
-    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 matches")
+    assert (code, out.splitlines()[0]) == (0, "hybrid: 1 match")
     code, out, _ = await asyncio.to_thread(run_cli, typo[:-1], harness.env)
     assert (code, out.splitlines()[0]) == (0, "hybrid: 0 matches")
     code, out, err = await asyncio.to_thread(run_cli, ["search", "query", "nope", "x"], harness.env)

@@ -72,10 +72,11 @@ function Databases({ list, statuses, documents }) {
     ${list.registered.map((entry) => html`<${Documents} key=${entry.db} db=${entry.db} documents=${documents[entry.db]} />`)}`;
 }
 
-// The best-match list with snippets: `api.search` sends the spec's parameters only.
-async function searchBest({ db, q, limit }) {
+// Every search asks for scores (`scores=1`: each match's, and how near meaning came) and
+// highlights; `api.search` sends the spec's parameters only. `more` adds others (`rank`).
+async function searchScored({ db, q, limit, target }, more = {}) {
   const query = new URLSearchParams({
-    db, q, limit: String(limit || 10), target: "hybrid", highlight: "1",
+    db, q, limit: String(limit || 10), target, highlight: "1", scores: "1", ...more,
   });
   const response = await fetch(`/console/svc/search/api/search?${query}`);
   const body = await response.json().catch(() => null);
@@ -124,29 +125,66 @@ function Source({ db, source, listed }) {
     onClick=${(e) => showDocument(e, db, source)}><code>${source}</code></a>`;
 }
 
+// A score as the branch gives it: a count of words (the spec's keyword ranking) as it is, a
+// cosine, a BM25 or a fused score with two decimals.
+function scoreText(score) {
+  return Number.isInteger(score) ? String(score) : score.toFixed(2);
+}
+
 function Groups({ db, groups, listed }) {
   if (groups.length === 0) return html`<p class="muted">No match.</p>`;
   return html`${groups.map((group) => html`
     <article class="hit" data-source=${group.source}>
       <header><${Source} db=${db} source=${group.source} listed=${listed.has(group.source)} /></header>
-      ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}</small> ${
+      ${group.matches.map((m) => html`<p class="chunk"><small class="muted">chunk ${m.chunk}${
+        typeof m.score === "number" ? html` · <span class="score" title="this match's score">score ${scoreText(m.score)}</span>` : null}</small> ${
         "snippet" in m ? html`<${Snippet} text=${m.snippet} highlights=${m.highlights} />` : m.content}</p>`)}
     </article>`)}`;
 }
 
+// Why the search by meaning added nothing, when it did not (null when it did): no chunk
+// reached the similarity cut-off, or nothing is embedded yet.
+function byMeaningNote(results) {
+  if (!("semantic_cutoff" in results)) return null;
+  const cutoff = results.semantic_cutoff;
+  const closest = results.semantic_closest;
+  if (closest === null || closest === undefined) {
+    return "Nothing is embedded yet, so nothing is found by meaning.";
+  }
+  if (closest >= cutoff) return null;
+  return `Nothing by meaning passed the ${cutoff} similarity cut-off (the nearest passage scored ${closest.toFixed(2)}).`;
+}
+
 const TITLES = { hybrid: "Best match", keyword: "By keyword", semantic: "By meaning" };
 
-function Results({ db, results, documents }) {
+// What the note adds about the list it stands above: the best match is then the words alone.
+function noteFor(branch, results, note) {
+  if (!note || !(branch === "semantic" || branch === "hybrid")) return null;
+  if (branch === "semantic") return note;
+  return results.hybrid.length ? `${note} These are keyword matches.` : `${note} No keyword match either.`;
+}
+
+function Results({ db, results, documents, onKeywords, keywords }) {
   const listed = new Set((documents || []).map((d) => d.source));
   const branches = ["hybrid", "keyword", "semantic"].filter((b) => b in results);
+  const note = byMeaningNote(results);
+  // Offered when nothing was shown at all: the query's words, ranked by BM25, one typo forgiven.
+  const offer = note && branches.every((b) => results[b].length === 0) && onKeywords;
   return html`
     <div class=${branches.length > 1 ? "grid-2" : ""}>
       ${branches.map((branch) => html`
         <section aria-labelledby=${`${branch}-h`} data-branch=${branch}>
           <h3 id=${`${branch}-h`}>${TITLES[branch]}</h3>
+          ${noteFor(branch, results, note) ? html`<p class="note" role="status" data-cutoff>${noteFor(branch, results, note)}</p>` : null}
           <${Groups} db=${db} groups=${results[branch]} listed=${listed} />
         </section>`)}
-    </div>`;
+    </div>
+    ${offer && !keywords ? html`<button type="button" class="secondary" onClick=${onKeywords}>Show keyword matches</button>` : null}
+    ${keywords ? html`
+      <section aria-labelledby="offered-h" data-branch="offered">
+        <h3 id="offered-h">Keyword matches</h3>
+        <${Groups} db=${db} groups=${keywords.keyword} listed=${listed} />
+      </section>` : null}`;
 }
 
 export function SearchPage() {
@@ -184,13 +222,25 @@ export function SearchPage() {
       const asked = {
         db: form.get("db"), q: form.get("q"), target: form.get("target"), limit: form.get("limit"),
       };
-      const found = await (asked.target === "hybrid" ? searchBest(asked) : api.search(asked));
-      setResults({ db: asked.db, found });
+      const found = await searchScored(asked);
+      setResults({ db: asked.db, asked, found, keywords: null });
     } catch (err) {
       setResults(null);
       setError(err);
     } finally {
       setBusy(false);
+    }
+  };
+  const showKeywords = async () => {
+    if (!results) return;
+    setError(null);
+    try {
+      const keywords = await searchScored(
+        { ...results.asked, target: "keyword" }, { rank: "bm25", typo: "1" },
+      );
+      setResults({ ...results, keywords });
+    } catch (err) {
+      setError(err);
     }
   };
   const loaded = list.data?.loaded || [];
@@ -226,6 +276,7 @@ export function SearchPage() {
       </form>
       <${ErrorNote} error=${error} />
       ${results ? html`<${Results} db=${results.db} results=${results.found}
-                                   documents=${documents.data?.[results.db]} />` : null}
+                                   documents=${documents.data?.[results.db]}
+                                   onKeywords=${showKeywords} keywords=${results.keywords} />` : null}
     </section>`;
 }
