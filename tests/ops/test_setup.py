@@ -86,3 +86,71 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     )
     assert again.returncode == 0
     assert "installing" not in again.stderr
+
+
+def _setup_tree(root: Path) -> Path:
+    """A tree where ops/setup finds everything but the Python packages, the tokenizer and the
+    npm packages missing, with pip and npm stand-ins that record how they were called."""
+    (root / "ops").mkdir(parents=True)
+    (root / "ops" / "setup").write_bytes((ROOT / "ops" / "setup").read_bytes())
+    (root / "ops" / "setup").chmod(0o755)
+    (root / "ops" / "apt-packages.txt").write_text("")
+    (root / "ops" / "package.json").write_text("{}\n")
+    (root / "ops" / "package-lock.json").write_text("{}\n")
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    calls = root / "calls"
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    stubs = {
+        bin_dir / "python": "exit 1\n",  # nothing importable: each install step runs
+        bin_dir / "pip": f'echo "pip $*" >> {calls}\n',
+        root / "path" / "npm": f'echo "npm $*" >> {calls}\nmkdir -p node_modules\n',
+    }
+    for path, body in stubs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+    return calls
+
+
+def test_setup_shows_pip_and_npm_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    import pty
+
+    env = {**os.environ, "PATH": f"{tmp_path / 'quiet' / 'path'}:{os.environ['PATH']}"}
+    calls = _setup_tree(tmp_path / "quiet")
+    done = subprocess.run(
+        [str(tmp_path / "quiet" / "ops" / "setup"), "--without", "model"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    quiet = calls.read_text().splitlines()
+    assert [line.split()[:3] for line in quiet if line.startswith("pip")] == [
+        ["pip", "install", "-q"]
+    ] * 2
+    npm = next(line for line in quiet if line.startswith("npm"))
+    assert "--loglevel=error" in npm and "--progress=true" not in npm
+
+    env["PATH"] = f"{tmp_path / 'tty' / 'path'}:{os.environ['PATH']}"
+    calls = _setup_tree(tmp_path / "tty")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [str(tmp_path / "tty" / "ops" / "setup"), "--without", "model"],
+        env=env, stdin=follower, stdout=follower, stderr=follower,
+    )  # fmt: skip
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal's other end closed: setup is done
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert proc.wait(120) == 0, shown
+    loud = calls.read_text().splitlines()
+    pips = [line for line in loud if line.startswith("pip")]
+    assert len(pips) == 2 and not any(" -q " in line for line in pips), pips
+    npm = next(line for line in loud if line.startswith("npm"))
+    assert "--progress=true" in npm and "--loglevel=notice" in npm
