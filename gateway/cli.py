@@ -95,7 +95,7 @@ def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool)
         port = env_int(env, service.port_env, None, min=1, max=65535)
     if port is None:  # not chosen: the service's default, which another program may hold
         port = service.default_port
-        if port is not None and service.free_port_fallback and not _can_listen(host, port):
+        if port is not None and service.free_port_fallback and not _hold(host, port):
             print(
                 f"cairn: {service.name}: port {port} is taken; listening on a free one "
                 f"(set {service.port_env} to choose)",
@@ -105,17 +105,33 @@ def listen_address(env: Mapping[str, str], service: ServiceDef, *, single: bool)
     return host, port if port is not None else free_port(host)
 
 
-def _can_listen(host: str, port: int) -> bool:
-    """Whether ``host:port`` is free to listen on, as aiohttp will (SO_REUSEADDR: a port left
-    in TIME_WAIT by the previous run is free)."""
+# Default ports taken for a service until it listens on them itself (`release`): a second
+# cairn starting meanwhile sees them taken and moves to a free port, rather than both seeing
+# them free and the later one failing to listen once its start-up (seconds) is done.
+_HELD: dict[tuple[str, int], socket.socket] = {}
+
+
+def _hold(host: str, port: int) -> bool:
+    """Listen on ``host:port`` until :func:`release`; False if another program holds it.
+    SO_REUSEADDR, as aiohttp binds: a port left in TIME_WAIT by the previous run is free."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
+    held = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind((host, port))
+        held.listen(1)
+    except OSError:
+        held.close()
+        return False
+    _HELD[(host, port)] = held
     return True
+
+
+def release(host: str, port: int) -> None:
+    """Let go of a port :func:`listen_address` held, just before the service listens on it."""
+    held = _HELD.pop((host, port), None)
+    if held is not None:
+        held.close()
 
 
 @attrs.frozen
@@ -328,6 +344,7 @@ async def _start_service(
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     site = GuardedSite(runner, host, port, cap=settings.max_connections, name=service.name)
+    release(host, port)
     try:
         await site.start()
     except OSError as exc:

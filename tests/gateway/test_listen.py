@@ -10,7 +10,7 @@ import pytest
 
 from actors.config import ConfigError
 from gateway import services as catalogue
-from gateway.cli import listen_address
+from gateway.cli import listen_address, release
 from tests.ports import free_port
 
 
@@ -53,6 +53,14 @@ def test_search_keeps_its_default_port_unless_another_program_holds_it(
             free,
         )
         assert capsys.readouterr().out == ""
+        # Held until the service listens: a second cairn starting meanwhile moves elsewhere.
+        second = listen_address({}, attrs.evolve(search, default_port=free), single=False)
+        assert second[1] != free
+        assert f"port {free} is taken" in capsys.readouterr().out
+        release("127.0.0.1", free)
+        with socket.socket() as after:  # let go: the service itself can listen there now
+            after.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            after.bind(("127.0.0.1", free))
         held.listen()
         host, port = listen_address({}, attrs.evolve(search, default_port=taken), single=False)
         assert host == "127.0.0.1" and port != taken
