@@ -167,7 +167,8 @@ def cmd_rm(args: Any, t: Target, io: Io) -> int:
     else:
         gone = body.get("deleted")
         count = len(gone) if isinstance(gone, list) else gone
-        io.say(f"removed {clean(body.get('path', args.path))} ({count} version(s))")
+        versions = f"{count} version{'' if count == 1 else 's'}"
+        io.say(f"removed {clean(body.get('path', args.path))} ({versions})")
     return 0
 
 

@@ -45,7 +45,7 @@ def test_put_list_run_and_remove(cairn: Cairn, tmp_path: Path) -> None:
     assert streamed_json.json() == {"data": {"total": 1}, "type": "json", "logs": ["adding 1"]}
 
     removed = cairn.run("fn", "rm", "cli/add")
-    assert (removed.code, removed.out) == (0, "removed cli/add (1 version(s))\n")
+    assert (removed.code, removed.out) == (0, "removed cli/add (1 version)\n")
     gone = cairn.run("fn", "run", "cli/add", "--input", "{}")
     assert (gone.code, gone.out, gone.err) == (1, "", "cairn: script not found\n")
 
