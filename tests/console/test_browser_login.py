@@ -201,3 +201,32 @@ def test_the_audit_trail_names_who_installed_and_destroyed(
         "destroy",
     ], lines
     assert all(line.rstrip().endswith("by=ada") for line in mine), mine
+
+
+def test_an_api_reference_page_leads_to_sign_in_and_opens_with_the_session(
+    page: Page, stack: Stack, tokens: Tokens
+) -> None:
+    own = f"http://127.0.0.1:{stack.env['FUNCTIONS_PORT']}/docs/"
+    through = stack.base + "/console/svc/functions/docs/"
+    # The service's own page, no token: a way in, not a bare 401.
+    response = page.goto(own)
+    assert response is not None and response.status == 401
+    expect(page.get_by_role("heading", level=1)).to_have_text("This API reference needs a token")
+    expect(page.get_by_role("link", name="Sign in on the console")).to_have_attribute(
+        "href", stack.base + "/console/login"
+    )
+    expect(page.get_by_role("link", name=through)).to_be_visible()
+
+    sign_in(page, stack, tokens.viewer)
+    page.goto(own)
+    page.get_by_role("link", name=through).click()
+    expect(page).to_have_url(through)
+    # Swagger UI renders the document through the console, and "Try it out" on a route that
+    # needs a viewer goes the same way, with the session.
+    operation = page.locator("#operations-stored-listFunctions")
+    operation.locator(".opblock-summary").click()
+    operation.get_by_role("button", name="Try it out").click()
+    operation.get_by_role("button", name="Execute").click()
+    status = operation.locator(".live-responses-table tr.response .response-col_status")
+    expect(status).to_have_text("200")
+    expect(operation.locator(".request-url")).to_contain_text("/console/svc/functions/functions")
