@@ -26,6 +26,7 @@ from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_float
 from actors.platform import Runtime
+from actors.vm import stages
 from actors.vm.commands import do_payload, install_payload
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
@@ -79,7 +80,7 @@ from gateway.sse import EventStream, last_event_id
 
 log = logging.getLogger(__name__)
 
-STEP_CHECK_ID = "preparation > checking VMID"
+STEP_CHECK_ID = stages.CHECK_ID
 # An install waits for its first records to be stored; under load that queues.
 _COMMAND_TIMEOUT = 120.0
 # The listing, a VM's status and its detail are answered from the actors' memory (a VM

@@ -1,9 +1,11 @@
-"""One actor per cluster node: it owns the node's transport and its resource figures.
+"""One actor per cluster node: the work the Proxmox port does on it, and its resource figures.
 
-Commands for a node go through its actor, which starts each one as a job on its transport and
-counts what is in flight; the node's figures (from `/cluster/resources`) live here too, so the
-list and the placement checks read one place. The actor has no stored history: everything it
-knows is re-read from the cluster.
+Every operation of the port (actors/vm/pve.py) on a node runs as a job of the node's actor,
+which counts what is in flight and, when it stops, cancels what still runs (a local `qm` is
+killed); the node's figures (from `/cluster/resources`) live here too, so the list and the
+placement checks read one place. The actor has no stored history: everything it knows is
+re-read from the cluster. `Cluster` is the loop-side face: the port, routed through the node
+actors (`Cluster.pve`), and the fence a cluster-mode host sets.
 """
 
 from __future__ import annotations
@@ -13,29 +15,26 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
 from actors.runtime import ActorHandle, ActorHost, ActorUnavailable, AggregateActor
-from actors.vm.pve_output import CommandResult, NodeResource
-from actors.vm.pveapi.client import PveClient
-from actors.vm.pveapi.driver import ApiTransport
-from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
+from actors.vm import pve
+from actors.vm.pve import NodeResource, Pve
 from actors.vm.settings import VmSettings
-from actors.vm.transport import LineSink, LocalTransport, SshTransport, Transport
 from events.model import Event
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
 
 @attrs.frozen
 class Run:
-    argv: list[str]
-    stdin: bytes | None
-    on_line: LineSink | None
-    result: concurrent.futures.Future[CommandResult]
+    work: Callable[[], Coroutine[Any, Any, Any]]
+    result: concurrent.futures.Future[Any]
 
 
 @attrs.frozen
@@ -66,10 +65,8 @@ class NodeActor(AggregateActor):
 
     def setup(self, **kwargs: Any) -> None:
         address: str = kwargs.pop("address")
-        transport: Transport = kwargs.pop("transport")
         super().setup(**kwargs)
         self.address = address
-        self.transport = transport
         self.resource: NodeResource | None = None
         self.in_flight = 0
 
@@ -80,10 +77,7 @@ class NodeActor(AggregateActor):
         match message:
             case Run():
                 self.in_flight += 1
-                job = self.start_job(
-                    self.transport.run(message.argv, stdin=message.stdin, on_line=message.on_line),
-                    done=_Finished,
-                )
+                job = self.start_job(message.work(), done=_Finished)
                 # Settled from the job itself, not through this actor's inbox: if the actor
                 # stops or crashes first, the caller must still get an answer, never a hang.
                 job.add_done_callback(functools.partial(_settle, message.result))
@@ -99,9 +93,7 @@ class NodeActor(AggregateActor):
         raise TypeError(f"node: unknown message {message!r}")
 
 
-def _settle(
-    result: concurrent.futures.Future[CommandResult], job: concurrent.futures.Future[CommandResult]
-) -> None:
+def _settle(result: concurrent.futures.Future[Any], job: concurrent.futures.Future[Any]) -> None:
     if job.cancelled():
         # The node actor stopped (shutdown) and killed the command: the caller's wait is
         # cancelled too, as if it had been stopped itself; tasks cut off so are settled at the
@@ -117,80 +109,71 @@ def _settle(
 
 
 class Cluster:
-    """The loop-side face of the node actors: run a command on a named node."""
+    """The loop-side face of the node actors: the Proxmox port whose work on a node runs
+    through that node's actor (`pve`), fenced while this host must not act on the cluster."""
 
-    def __init__(self, settings: VmSettings, handles: Mapping[str, ActorHandle]) -> None:
+    def __init__(
+        self,
+        settings: VmSettings,
+        handles: Mapping[str, ActorHandle],
+        env: Mapping[str, str],
+        port: Callable[[Cluster], Pve] | None = None,
+    ) -> None:
         self.settings = settings
         self._handles = dict(handles)
-        self.transports: list[Transport] = []
+        self.pve: Pve = port(self) if port is not None else pve_for(settings, env, self.on)
         # Cluster mode: why this host must not act on the cluster now (its lease is stale,
-        # events/leases.py), checked before every command; None: nothing stops it.
+        # events/leases.py), checked before every operation; None: nothing stops it.
         self.fence: Callable[[], str | None] = _unfenced
 
     @classmethod
-    async def start(cls, host: ActorHost, settings: VmSettings, env: Mapping[str, str]) -> Cluster:
+    async def start(
+        cls,
+        host: ActorHost,
+        settings: VmSettings,
+        env: Mapping[str, str],
+        *,
+        port: Callable[[Cluster], Pve] | None = None,
+    ) -> Cluster:
+        """The node actors and the port the settings choose (`port`: another one, e.g. a
+        FakePve, given the cluster to route through)."""
         handles: dict[str, ActorHandle] = {}
-        transports: list[Transport] = []
-        api = _api_client(settings)
         for name, address in sorted(settings.nodes.items()):
-            transport: Transport
-            if api is not None:
-                # Every node through the one pveproxy cairn talks to: it forwards /nodes/<n>.
-                transport = ApiTransport(api, name, task_timeout=settings.command_timeout)
-            elif name == settings.main_node and not settings.main_over_ssh:
-                transport = LocalTransport(env, timeout=settings.command_timeout)
-            else:
-                transport = SshTransport(
-                    address,
-                    port=settings.node_ssh_port,
-                    username=settings.node_ssh_user,
-                    client_key=settings.node_ssh_key,
-                    known_hosts=settings.known_hosts,
-                    timeout=settings.command_timeout,
-                )
-            transports.append(transport)
-            handles[name] = await host.spawn(NodeActor, name, address=address, transport=transport)
-        cluster = cls(settings, handles)
-        cluster.transports = transports
-        return cluster
+            handles[name] = await host.spawn(NodeActor, name, address=address)
+        return cls(settings, handles, env, port)
 
     @property
     def driver(self) -> str:
-        """`api` or `cli`: which way commands reach Proxmox (settings.driver)."""
+        """`api` or `cli`: which way operations reach Proxmox (settings.driver)."""
         return self.settings.driver
 
     @property
     def names(self) -> list[str]:
         return sorted(self._handles)
 
-    async def run(
-        self,
-        node: str,
-        argv: list[str],
-        *,
-        stdin: bytes | None = None,
-        on_line: LineSink | None = None,
-    ) -> CommandResult:
+    async def on(self, node: str, work: Callable[[], Awaitable[_T]], /) -> _T:
+        """Run one piece of the port's work as a job of `node`'s actor."""
         handle = self._handles.get(node)
         if handle is None:
-            return CommandResult(255, "", f"no such cluster node '{node}'\n")
+            raise pve.NotFound(f"no such cluster node '{node}'")
         if (fenced := self.fence()) is not None:
-            log.warning("not running %s on %s: %s", argv[:2], node, fenced)
-            return CommandResult(255, "", f"cairn: not run: {fenced}\n")
-        result: concurrent.futures.Future[CommandResult] = concurrent.futures.Future()
+            log.warning("not acting on %s: %s", node, fenced)
+            raise pve.PveError(f"cairn: not run: {fenced}")
+        result: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        async def job() -> _T:
+            return await work()
+
         try:
-            await handle.tell(Run(argv, stdin, on_line, result))
+            await handle.tell(Run(job, result))
         except ActorUnavailable as exc:
             if "is stopped" not in str(exc):
                 raise
             # The node actors stop before a job that was still going learnt of the shutdown:
-            # as for a command a stopping node actor killed, the caller is cancelled, and the
+            # as for work a stopping node actor cancelled, the caller is cancelled, and the
             # task is settled at the next start, never recorded as failed by this.
             raise asyncio.CancelledError(f"{node}: {exc}") from None
         return await asyncio.wrap_future(result)
-
-    async def main(self, argv: list[str], **kwargs: Any) -> CommandResult:
-        return await self.run(self.settings.main_node, argv, **kwargs)
 
     async def set_figures(self, resources: list[NodeResource]) -> None:
         for resource in resources:
@@ -202,27 +185,36 @@ class Cluster:
         return [await self._handles[name].ask(Snapshot()) for name in self.names]
 
     async def stop(self, host: ActorHost) -> None:
-        """Stop the node actors (their running commands are killed)."""
+        """Stop the node actors (the work they run is cancelled)."""
         for name in self.names:
             await host.stop(NodeActor, name)
 
     async def close(self) -> None:
-        for transport in self.transports:
-            await transport.close()
+        await self.pve.close()
 
 
 def _unfenced() -> str | None:
     return None
 
 
-def _api_client(settings: VmSettings) -> PveClient | None:
-    if settings.driver != "api" or settings.api is None:
-        return None
-    api = settings.api
-    return PveClient(
-        api.url,
-        parse_token(api.token),
-        fingerprint=normalize_fingerprint(api.fingerprint) if api.fingerprint else None,
-        ca_file=api.ca_file,
-        timeout=api.timeout,
-    )
+def pve_for(settings: VmSettings, env: Mapping[str, str], on: pve.Runner) -> Pve:
+    """The adapter the settings choose: REST with an API configured (PVE_DRIVER=api), else
+    the CLI (qm locally on the main node, over SSH on the others)."""
+    if settings.driver == "api" and settings.api is not None:
+        from actors.vm.pveapi.adapter import RestPve
+        from actors.vm.pveapi.client import PveClient
+        from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
+
+        api = settings.api
+        client = PveClient(
+            api.url,
+            parse_token(api.token),
+            fingerprint=normalize_fingerprint(api.fingerprint) if api.fingerprint else None,
+            ca_file=api.ca_file,
+            timeout=api.timeout,
+        )
+        # Every node through the one pveproxy cairn talks to: it forwards /nodes/<n>.
+        return RestPve(client, settings.main_node, on=on, task_timeout=settings.command_timeout)
+    from actors.vm.cli.adapter import CliPve
+
+    return CliPve.for_settings(settings, env, on=on)

@@ -24,7 +24,6 @@ from nats.aio.subscription import Subscription
 
 from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
-from actors.vm import qm
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.commands import (
     DoCommand,
@@ -39,13 +38,7 @@ from actors.vm.jobs import Services
 from actors.vm.lifecycle import WORKING, Command, State
 from actors.vm.node import Cluster, NodeActor
 from actors.vm.ownership import mark_line
-from actors.vm.pve_output import (
-    NodeResource,
-    OutputError,
-    VmResource,
-    parse_node_resources,
-    parse_vm_resources,
-)
+from actors.vm.pve import NodeResource, PveError, Unreadable, VmResource
 from actors.vm.requests import BadRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
@@ -250,7 +243,7 @@ class VmService:
             host.fence(AGGREGATES, self.fence)
         self.services = Services(
             settings=self.settings,
-            cluster=self.cluster,
+            pve=self.cluster.pve,
             images=ImageCache(self.data / "images", self.settings.image_base_url),
             key_path=self.data / "ssh" / "id_ed25519",
             scripts_dir=scripts_dir,
@@ -381,15 +374,14 @@ class VmService:
 
     async def _read_cluster_vms(self) -> list[VmResource] | None:
         assert self.cluster is not None
-        result = await self.cluster.main(qm.cluster_resources("vm"))
-        if not result.ok:
-            self.vms_problem = f"{self._resources_read()} failed: {result.error_text()}"
-            return None
         try:
-            return parse_vm_resources(result.stdout)
-        except OutputError as exc:
-            self.vms_problem = f"{self._resources_read()} answered what cairn cannot read: {exc}"
-            return None
+            return await self.cluster.pve.cluster_vms()
+        except Unreadable as exc:
+            what = f"answered what cairn cannot read: {exc.text}"
+            self.vms_problem = f"{self._resources_read()} {what}"
+        except PveError as exc:
+            self.vms_problem = f"{self._resources_read()} failed: {exc.text}"
+        return None
 
     def _resources_read(self) -> str:
         """How the cluster's VMs are read, as the driver does it (for messages)."""
@@ -402,16 +394,16 @@ class VmService:
         assert self.cluster is not None
         started = time.monotonic()
         vms = await self.cluster_vms()
-        result = await self.cluster.main(qm.cluster_resources("node"))
-        if result.ok:
+        try:
+            nodes = await self.cluster.pve.cluster_nodes()
+        except Unreadable:
             self.cluster_problem = None
-            with contextlib.suppress(OutputError):
-                self.inventory.nodes = parse_node_resources(result.stdout)
-                await self.cluster.set_figures(self.inventory.nodes)
+        except PveError as exc:
+            self.cluster_problem = f"cluster: {self._resources_read()} failed: {exc.text}"
         else:
-            self.cluster_problem = (
-                f"cluster: {self._resources_read()} failed: {result.error_text()}"
-            )
+            self.cluster_problem = None
+            self.inventory.nodes = nodes
+            await self.cluster.set_figures(nodes)
         if vms is None:
             return
         seen = {v.vmid: v for v in vms}

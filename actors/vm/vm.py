@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import api_install, jobs
+from actors.vm import install, jobs, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -313,7 +313,7 @@ class VmActor(AggregateActor):
         if isinstance(verdict, Refusal):
             self._refuse(verdict)
             raise AssertionError
-        step = "preparation > checking VMID"
+        step = stages.CHECK_ID
         how = "using requested" if cmd.request.vmid is not None else "auto-assigned"
         secs = f"({cmd.reserved_in:.2f}s)"
         req, settings = cmd.request, self.svc.settings
@@ -333,10 +333,9 @@ class VmActor(AggregateActor):
         )
         report = Reporter(self, cmd.task)
         started = time.monotonic() - cmd.reserved_in
-        # The API driver has its own pipeline (actors/vm/api_install.py), built on the CLI's.
-        install = api_install.install if self.svc.cluster.driver == "api" else jobs.install
+        job = install.install(self.svc, self.vmid, cmd.request, report, started, cmd.task)
         self.start_job(
-            report.around(install(self.svc, self.vmid, cmd.request, report, started, cmd.task)),
+            report.around(job),
             done=functools.partial(Finished, cmd.task, Command.INSTALL),
         )
         return self.info()
@@ -463,7 +462,9 @@ class VmActor(AggregateActor):
         def done(outcome: Any) -> Any:
             if isinstance(outcome, JobResult):
                 self.record(
-                    Progress(task, "recovery", "error", f"[-] {outcome.error}; {_left(outcome)}")
+                    Progress(
+                        task, stages.RECOVERY, "error", f"[-] {outcome.error}; {_left(outcome)}"
+                    )
                 )
                 if outcome.changes and self.facts is not None:
                     self.record(Reconfigured(task, **outcome.changes))

@@ -41,6 +41,7 @@ import aiohttp
 from aiohttp import web
 
 from actors.platform import open_runtime
+from actors.vm import install as install_pipeline
 from actors.vm import jobs
 from actors.vm.events import Progress, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
@@ -141,11 +142,12 @@ async def bench(installs: int, parallel: int, lists: int, section: str, rounds: 
         await drivers_bench(rounds)
         return
     external = External()
-    # Cluster.run is awaited in the job's (or the poller's) own task, so the mark is visible.
-    Cluster.run = external.wrap(Cluster.run)  # type: ignore[method-assign,assignment]
+    # Cluster.on (every operation of the Proxmox port) is awaited in the job's (or the
+    # poller's) own task, so the mark is visible.
+    Cluster.on = external.wrap(Cluster.on)  # type: ignore[method-assign,assignment]
     VmService.poll = mark_polls(VmService.poll)  # type: ignore[method-assign,assignment]
     jobs.wait_ready = external.wrap(jobs.wait_ready)  # type: ignore[assignment]
-    jobs.run_init = external.wrap(jobs.run_init)  # type: ignore[assignment]
+    install_pipeline.run_init = external.wrap(install_pipeline.run_init)  # type: ignore[assignment]
     jobs.verify = external.wrap(jobs.verify)  # type: ignore[assignment]
     from actors.vm.imagecache import ImageCache
 

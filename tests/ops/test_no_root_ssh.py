@@ -20,9 +20,9 @@ from types import ModuleType
 import asyncssh
 import pytest
 
-from actors.vm import qm
+from actors.vm.cli import argv as qm
+from actors.vm.cli.transport import SshTransport
 from actors.vm.shacrypt import sha512_crypt
-from actors.vm.transport import SshTransport
 from tests.ports import free_port
 
 HELPER = Path(__file__).resolve().parents[2] / "ops" / "pve" / "cairn_allow.py"

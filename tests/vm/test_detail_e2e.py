@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from actors.vm.fakemirror import IMAGE_BYTES, mirror_files
-from actors.vm.jobs import DownloadReport
+from actors.vm.install import DownloadReport
 from tests.conftest import wait_for
 from tests.vm import drivers
 from tests.vm.conftest import Service, Sse, read_sse

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.vm.transport import LocalTransport
+from actors.vm.cli.transport import LocalTransport
 from tests.vm import drivers
 from tests.vm.conftest import Service
 from tests.vm.helpers import until

@@ -1,4 +1,5 @@
-"""The node actor over a real local transport: a command always gets an answer."""
+"""The node actor runs the port's work on its node: over a real local command, the work always
+gets an answer, and stopping the actor cancels what still runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import os
 import pytest
 
 from actors.runtime import ActorHost
+from actors.vm.cli.transport import LocalTransport
 from actors.vm.node import Cluster, NodeActor
+from actors.vm.pve import PveError
 from events.store import EventStore
 from tests.conftest import wait_for
 from tests.vm.helpers import settings
@@ -31,9 +34,30 @@ def _alive(pid: int) -> bool:
 async def test_a_command_runs_and_its_output_comes_back(store: EventStore) -> None:
     host = ActorHost(store)
     cluster = await Cluster.start(host, settings(), {})
+    local = LocalTransport({})
     try:
-        result = await cluster.main(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        argv = ["sh", "-c", "echo out; echo err >&2; exit 3"]
+        result = await cluster.on("pve1", lambda: local.run(argv))
         assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
+        with pytest.raises(PveError, match="no such cluster node 'pve9'"):
+            await cluster.on("pve9", lambda: local.run(argv))
+    finally:
+        await host.stop_all()
+
+
+async def test_a_fenced_host_runs_nothing(store: EventStore) -> None:
+    host = ActorHost(store)
+    cluster = await Cluster.start(host, settings(), {})
+    cluster.fence = lambda: "this host's lease is stale"
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("ran")
+
+    try:
+        with pytest.raises(PveError, match="cairn: not run: this host's lease is stale"):
+            await cluster.on("pve1", work)
+        assert ran == []
     finally:
         await host.stop_all()
 
@@ -45,7 +69,10 @@ async def test_stopping_the_node_actor_answers_a_running_command_and_kills_it(
     cluster = await Cluster.start(host, settings(), {})
     pids: list[int] = []
     argv = ["sh", "-c", "echo $$; exec sleep 60"]
-    running = asyncio.create_task(cluster.main(argv, on_line=lambda line: pids.append(int(line))))
+    local = LocalTransport({})
+    running = asyncio.create_task(
+        cluster.on("pve1", lambda: local.run(argv, on_line=lambda line: pids.append(int(line))))
+    )
     try:
         await wait_for(lambda: pids, what="the command's pid")
         await host.stop(NodeActor, cluster.names[0])

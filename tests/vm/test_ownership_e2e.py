@@ -10,8 +10,8 @@ from typing import Any
 
 from pvesim.cluster import SimCluster
 
+from actors.vm.cli.transport import LocalTransport
 from actors.vm.events import Installed, TaskEnded, TaskStarted
-from actors.vm.transport import LocalTransport
 from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
 from tests.vm import drivers

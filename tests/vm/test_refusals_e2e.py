@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from actors.vm.cli.transport import LocalTransport
 from actors.vm.shacrypt import sha512_crypt
-from actors.vm.transport import LocalTransport
 from events.store import EventStore, default_store_url
 from tests.vm import drivers
 from tests.vm.conftest import Service, read_sse

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.vm import qm
-from actors.vm.pveapi.driver import Request, translate
+from actors.vm.cli import argv as qm
+from actors.vm.pve import CloudInit, Hardware, ImportFrom
+from actors.vm.pveapi.adapter import create_params
 from actors.vm.settings import SettingsError
 from tests.vm.helpers import settings
 
@@ -84,23 +85,21 @@ def test_cli_command_lines_carry_the_bridge_and_the_mask() -> None:
 
 
 def test_api_create_parameters_carry_the_bridge_and_the_mask() -> None:
-    argv = qm.create_imported("pve2", 120, _hardware("vnet1")[3:], "local-lvm",
-                              "local:import/debian-12.qcow2", _cloud_init(22), "cairn")  # fmt: skip
-    assert translate("pve2", argv, KEY) == Request(
-        "POST", "/nodes/pve2/qemu",
-        {
-            "vmid": "120", "name": "web", "cores": "2", "cpu": "x86-64-v2-AES",
-            "memory": "2048", "scsihw": "virtio-scsi-pci", "ostype": "l26", "agent": "1",
-            "net0": "virtio,bridge=vnet1", "serial0": "socket", "vga": "serial0",
-            "tags": "debian", "description": "created by cairn, install task 0f1e",
-            "scsi0": "local-lvm:0,import-from=local:import/debian-12.qcow2",
-            "ide2": "local-lvm:cloudinit", "boot": "order=scsi0", "ciuser": "deploy",
-            "cipassword": "$6$salt$hash",
-            "sshkeys": "ssh-ed25519%20AAAAC3Nz%2Bx%20cairn%40ctl%0A", "ciupgrade": "0",
-            "ipconfig0": "ip=10.20.30.120/22,gw=10.20.30.1", "pool": "cairn",
-        },
-        "json",
-    )  # fmt: skip
+    hardware = Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian",
+                        "created by cairn, install task 0f1e", "vnet1")  # fmt: skip
+    ci = CloudInit("deploy", "$6$salt$hash", KEY.decode(), "10.20.30.120", "10.20.30.1", 22)
+    disk = ImportFrom("local-lvm", "local:import/debian-12.qcow2", ci)
+    assert create_params(120, hardware, disk, "cairn") == {
+        "vmid": "120", "name": "web", "cores": "2", "cpu": "x86-64-v2-AES",
+        "memory": "2048", "scsihw": "virtio-scsi-pci", "ostype": "l26", "agent": "1",
+        "net0": "virtio,bridge=vnet1", "serial0": "socket", "vga": "serial0",
+        "tags": "debian", "description": "created by cairn, install task 0f1e",
+        "scsi0": "local-lvm:0,import-from=local:import/debian-12.qcow2",
+        "ide2": "local-lvm:cloudinit", "boot": "order=scsi0", "ciuser": "deploy",
+        "cipassword": "$6$salt$hash",
+        "sshkeys": "ssh-ed25519%20AAAAC3Nz%2Bx%20cairn%40ctl%0A", "ciupgrade": "0",
+        "ipconfig0": "ip=10.20.30.120/22,gw=10.20.30.1", "pool": "cairn",
+    }  # fmt: skip
 
 
 def test_the_token_bootstrap_grants_the_bridge_vm_bridge_names(

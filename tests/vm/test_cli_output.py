@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors.vm.pve_output import (
+from actors.vm.cli.output import (
     CommandResult,
     OutputError,
-    cpu_model_for_flags,
     disk_size_bytes,
-    lowest_cpu_model,
     parse_config,
     parse_imported_volid,
     parse_node_cpu_flags,
@@ -19,6 +17,7 @@ from actors.vm.pve_output import (
     parse_vm_resources,
     resize_error,
 )
+from actors.vm.cputype import cpu_model_for_flags, lowest_cpu_model
 
 PVESM_NEW = """\
 Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %

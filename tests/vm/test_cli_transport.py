@@ -7,7 +7,7 @@ from pathlib import Path
 import asyncssh
 from pvesim.cluster import SimCluster
 
-from actors.vm.transport import LocalTransport, SshTransport
+from actors.vm.cli.transport import LocalTransport, SshTransport
 
 
 async def test_local_subprocess_with_stdin_streaming_and_timeout(sim: SimCluster) -> None:

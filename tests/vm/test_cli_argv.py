@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.vm import qm
+from actors.vm.cli import argv as qm
 
 CI = qm.CloudInit(
     user="deploy",

@@ -11,15 +11,14 @@ import asyncio
 import contextlib
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 import asyncssh
 
-from actors.vm.pve_output import CommandResult
+from actors.vm.cli.output import CommandResult
+from actors.vm.pve import LineSink
 from events.children import end_child
-
-LineSink = Callable[[str], None]
 
 
 class Transport(Protocol):

@@ -1,4 +1,4 @@
-"""Proxmox command lines, as argv lists (never shell strings).
+"""The CLI adapter's Proxmox command lines, as argv lists (never shell strings).
 
 Each function returns exactly what runs on the node, so the golden tests in tests/vm pin the
 wire format. Differences from the original service, on purpose (DESIGN §4):
@@ -64,26 +64,6 @@ def create(
     return argv
 
 
-def create_imported(
-    node: str,
-    vmid: int,
-    hardware: Argv,
-    storage: str,
-    source: str,
-    cloud_init: CloudInit,
-    pool: str | None,
-) -> Argv:
-    """The API driver's one create (`POST /nodes/<node>/qemu`, through pvesh's syntax): the
-    hardware of `create` (its options, without `qm create <vmid>`), the disk imported from the
-    `source` volume, the cloud-init drive and settings, and the resource pool if any."""
-    argv = ["pvesh", "create", f"/nodes/{node}/qemu", "--vmid", str(vmid), *hardware]
-    argv += ["--scsi0", f"{storage}:0,import-from={source}", "--ide2", f"{storage}:cloudinit"]
-    argv += ["--boot", "order=scsi0", *cloud_init.options()]
-    if pool:
-        argv += ["--pool", pool]
-    return argv
-
-
 def import_disk(vmid: int, image_path: str, storage: str) -> Argv:
     return ["qm", "disk", "import", str(vmid), image_path, storage]
 
@@ -92,13 +72,25 @@ def configure(vmid: int, disk_volid: str, storage: str, cloud_init: CloudInit) -
     """One `qm set` after the import: the disk, the cloud-init drive and its settings, and a
     boot order naming the disk. qemu-server applies drives before it checks the order, and
     accepts devices given in the same call."""
-    return [
-        "qm", "set", str(vmid),
-        "--scsi0", disk_volid,
-        "--ide2", f"{storage}:cloudinit",
-        "--boot", "order=scsi0",
-        *cloud_init.options(),
-    ]  # fmt: skip
+    options = {"scsi0": disk_volid, "ide2": f"{storage}:cloudinit", "boot": "order=scsi0"}
+    ci = cloud_init.options()
+    for key, value in zip(ci[::2], ci[1::2], strict=True):
+        options[key[2:]] = value
+    sshkeys = options.pop("sshkeys")
+    return set_options(vmid, options, sshkeys)
+
+
+def set_options(vmid: int, options: dict[str, str], sshkeys_file: str | None = None) -> Argv:
+    """`qm set` with `options` in their order; `--sshkeys FILE` (qm reads the file) right after
+    the password, as qm's own usage lists them."""
+    argv = ["qm", "set", str(vmid)]
+    for key, value in options.items():
+        argv += [f"--{key}", value]
+        if key == "cipassword" and sshkeys_file:
+            argv += ["--sshkeys", sshkeys_file]
+    if sshkeys_file and "cipassword" not in options:
+        argv += ["--sshkeys", sshkeys_file]
+    return argv
 
 
 def resize_disk(vmid: int, size: str) -> Argv:
@@ -171,6 +163,18 @@ def storage_status(storage: str) -> Argv:
 def image_storages() -> Argv:
     """The storages that may hold VM disks (content type `images`), with their state."""
     return ["pvesm", "status", "--content", "images"]
+
+
+def api_get(path: str, *options: str) -> Argv:
+    """`pvesh get` of an API path, printed as JSON."""
+    return ["pvesh", "get", path, *options, "--output-format", "json"]
+
+
+def download_url(node: str, storage: str, params: dict[str, str]) -> Argv:
+    argv = ["pvesh", "create", f"/nodes/{node}/storage/{storage}/download-url"]
+    for key, value in params.items():
+        argv += [f"--{key}", value]
+    return argv
 
 
 def cluster_resources(kind: str) -> Argv:

@@ -1,4 +1,4 @@
-"""Parsers for what `qm`, `pvesh` and `pvesm` print (formats: pve-reference §2).
+"""The CLI adapter's parsers of what `qm`, `pvesh` and `pvesm` print (private to actors/vm/cli).
 
 Pure functions over text, pinned by golden tests. They never trust the output to be complete:
 a VM that pvestatd has not yet seen is listed with `status: unknown` and no name or sizes.
@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 import attrs
+
+from actors.vm.pve import NodeResource, VmResource, node_resources, vm_resources
 
 
 class OutputError(ValueError):
@@ -134,138 +136,23 @@ def disk_size_bytes(drive: str) -> int | None:
     return int(float(match.group(1)) * _UNIT[match.group(2)])
 
 
-@attrs.frozen
-class VmResource:
-    vmid: int
-    node: str
-    status: str  # running | stopped | unknown | paused | ...
-    name: str | None = None
-    tags: str | None = None
-    maxcpu: int | None = None
-    maxmem: int | None = None
-    mem: int | None = None
-    maxdisk: int | None = None
-    cpu: float | None = None
-    lock: str | None = None
-
-
-@attrs.frozen
-class NodeResource:
-    node: str
-    status: str
-    maxcpu: int | None = None
-    maxmem: int | None = None
-    mem: int | None = None
-    maxdisk: int | None = None
-    disk: int | None = None
-    cpu: float | None = None
-    uptime: int | None = None  # seconds since the node booted
-
-
-def _load_array(stdout: str) -> list[dict[str, Any]]:
+def _load_array(stdout: str) -> list[Any]:
     try:
         data = json.loads(stdout or "[]")
     except json.JSONDecodeError as exc:
         raise OutputError(f"pvesh printed no JSON: {exc}") from None
     if not isinstance(data, list):
         raise OutputError("pvesh /cluster/resources did not print an array")
-    return [e for e in data if isinstance(e, dict)]
-
-
-def _opt_int(entry: dict[str, Any], key: str) -> int | None:
-    value = entry.get(key)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _opt_float(entry: dict[str, Any], key: str) -> float | None:
-    value = entry.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _opt_str(entry: dict[str, Any], key: str) -> str | None:
-    value = entry.get(key)
-    return value if isinstance(value, str) else None
+    return data
 
 
 def parse_vm_resources(stdout: str) -> list[VmResource]:
     """QEMU guests from `/cluster/resources --type vm`; LXC entries are not ours and skipped."""
-    out: list[VmResource] = []
-    for e in _load_array(stdout):
-        if e.get("type") != "qemu":
-            continue
-        vmid = _opt_int(e, "vmid")
-        node = _opt_str(e, "node")
-        if vmid is None or node is None:
-            continue
-        out.append(
-            VmResource(
-                vmid=vmid,
-                node=node,
-                status=_opt_str(e, "status") or "unknown",
-                name=_opt_str(e, "name"),
-                tags=_opt_str(e, "tags"),
-                maxcpu=_opt_int(e, "maxcpu"),
-                maxmem=_opt_int(e, "maxmem"),
-                mem=_opt_int(e, "mem"),
-                maxdisk=_opt_int(e, "maxdisk"),
-                cpu=_opt_float(e, "cpu"),
-                lock=_opt_str(e, "lock"),
-            )
-        )
-    out.sort(key=lambda r: r.vmid)
-    return out
+    return vm_resources(_load_array(stdout))
 
 
 def parse_node_resources(stdout: str) -> list[NodeResource]:
-    out: list[NodeResource] = []
-    for e in _load_array(stdout):
-        node = _opt_str(e, "node")
-        if e.get("type") != "node" or node is None:
-            continue
-        out.append(
-            NodeResource(
-                node=node,
-                status=_opt_str(e, "status") or "unknown",
-                maxcpu=_opt_int(e, "maxcpu"),
-                maxmem=_opt_int(e, "maxmem"),
-                mem=_opt_int(e, "mem"),
-                maxdisk=_opt_int(e, "maxdisk"),
-                disk=_opt_int(e, "disk"),
-                cpu=_opt_float(e, "cpu"),
-                uptime=_opt_int(e, "uptime"),
-            )
-        )
-    out.sort(key=lambda r: r.node)
-    return out
-
-
-# Instruction-set levels as QEMU defines its x86-64-vN models (flags from /proc/cpuinfo).
-_V2 = {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}
-_V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
-_V4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
-
-
-def cpu_model_for_flags(flags: str) -> str:
-    """The best built-in CPU model every flag set supports. `x86-64-v1` is not a Proxmox model
-    (the original could emit it); below v2 we use `kvm64`."""
-    have = set(flags.split())
-    if not have >= _V2:
-        return "kvm64"
-    if not have >= _V3:
-        return "x86-64-v2-AES" if "aes" in have else "x86-64-v2"
-    if not have >= _V4:
-        return "x86-64-v3"
-    return "x86-64-v4"
-
-
-_LEVELS = ["kvm64", "x86-64-v2", "x86-64-v2-AES", "x86-64-v3", "x86-64-v4"]
-
-
-def lowest_cpu_model(models: list[str]) -> str:
-    """The model every node can run: VMs migrate, so the weakest node decides."""
-    if not models:
-        return "kvm64"
-    return min(models, key=lambda m: _LEVELS.index(m) if m in _LEVELS else 0)
+    return node_resources(_load_array(stdout))
 
 
 def parse_node_cpu_flags(stdout: str) -> str:

@@ -1,0 +1,256 @@
+"""An in-memory Proxmox behind the port, for fast unit tests of the pipeline and the actors.
+
+It keeps VMs, volumes and storages in dicts and follows the rules the pipeline relies on (a
+running VM is not destroyed or migrated, a locked VM refuses, an id is taken once, the mark is
+what the create wrote), in Proxmox's words. It is not the simulator: no command lines, no
+HTTP, no guests; the end-to-end tests run against ops/pvesim. `fail(op, error)` makes the next
+call of an operation raise; `calls` lists every operation asked, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from actors.vm import pve
+from actors.vm.pve import LineSink
+
+
+@attrs.define
+class FakeVm:
+    node: str
+    config: dict[str, str]
+    status: str = "stopped"
+
+
+@attrs.define
+class FakePve:
+    nodes: tuple[str, ...] = ("pve1", "pve2", "pve3")
+    release: str = "8.4"
+    storage_types: dict[str, str] = attrs.field(factory=lambda: {"local-lvm": "lvmthin"})
+    import_storage: str = "local"
+    driver: str = "api"
+    vms: dict[int, FakeVm] = attrs.field(factory=dict)
+    volumes: dict[str, set[str]] = attrs.field(factory=dict)  # node -> volids
+    calls: list[tuple[str, str, int | None]] = attrs.field(factory=list)
+    _failures: dict[tuple[str, int | None], list[pve.PveError]] = attrs.field(factory=dict)
+
+    # -- the test's handles ----------------------------------------------------------------
+
+    def fail(self, op: str, error: pve.PveError, *, vmid: int | None = None) -> None:
+        """The next `op` (of VM `vmid`, or any) raises `error`."""
+        self._failures.setdefault((op, vmid), []).append(error)
+
+    def _ask(self, op: str, node: str, vmid: int | None = None) -> None:
+        self.calls.append((op, node, vmid))
+        if node not in self.nodes:
+            raise pve.NotFound(f"no such cluster node '{node}'")
+        for key in ((op, vmid), (op, None)):
+            if self._failures.get(key):
+                raise self._failures[key].pop(0)
+
+    def _vm(self, node: str, vmid: int) -> FakeVm:
+        vm = self.vms.get(vmid)
+        if vm is None or vm.node != node:
+            raise pve.NotFound(
+                f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            )
+        return vm
+
+    def _unlocked(self, vm: FakeVm) -> None:
+        if lock := vm.config.get("lock"):
+            raise pve.Locked(f"VM is locked ({lock})", lock)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def version(self, node: str) -> str:
+        self._ask("version", node)
+        return self.release
+
+    async def cluster_vms(self) -> list[pve.VmResource]:
+        self._ask("cluster_vms", self.nodes[0])
+        return [
+            pve.VmResource(vmid, vm.node, vm.status, vm.config.get("name"), vm.config.get("tags"))
+            for vmid, vm in sorted(self.vms.items())
+        ]
+
+    async def cluster_nodes(self) -> list[pve.NodeResource]:
+        self._ask("cluster_nodes", self.nodes[0])
+        return [pve.NodeResource(n, "online", maxcpu=8) for n in self.nodes]
+
+    async def node_status(self, node: str) -> pve.NodeStatus:
+        self._ask("node_status", node)
+        return pve.NodeStatus("sse4_1 sse4_2 ssse3 cx16 lahf_lm popcnt pni aes")
+
+    async def storages(self, node: str, content: str | None = None) -> list[pve.StorageStatus]:
+        self._ask("storages", node)
+        return [
+            pve.StorageStatus(name, kind, True, True, ("images",))
+            for name, kind in sorted(self.storage_types.items())
+        ]
+
+    async def storage_status(self, node: str, storage: str) -> pve.StorageStatus:
+        self._ask("storage_status", node)
+        if storage == self.import_storage:
+            return pve.StorageStatus(storage, "dir", True, True, ("iso", "import"))
+        if storage not in self.storage_types:
+            raise pve.NotFound("storage: No such storage.")
+        return pve.StorageStatus(storage, self.storage_types[storage], True, True, ("images",))
+
+    async def storage_content(self, node: str, storage: str, content: str) -> list[pve.Volume]:
+        self._ask("storage_content", node)
+        found = sorted(v for v in self.volumes.get(node, set()) if v.startswith(f"{storage}:"))
+        return [pve.Volume(v) for v in found]
+
+    async def next_id(self) -> int:
+        self._ask("next_id", self.nodes[0])
+        return next(i for i in range(100, 1_000_000) if i not in self.vms)
+
+    async def vm_config(self, node: str, vmid: int) -> pve.VmConfig:
+        self._ask("vm_config", node, vmid)
+        return pve.VmConfig(dict(self._vm(node, vmid).config))
+
+    async def vm_status(self, node: str, vmid: int) -> pve.VmStatus:
+        self._ask("vm_status", node, vmid)
+        vm = self._vm(node, vmid)
+        return pve.VmStatus(vm.status, vm.config.get("lock"))
+
+    # -- VM tasks --------------------------------------------------------------------------
+
+    async def create(
+        self,
+        node: str,
+        vmid: int,
+        hardware: pve.Hardware,
+        *,
+        disk: pve.ImportFrom | None = None,
+        pool: str | None = None,
+    ) -> pve.Task:
+        self._ask("create", node, vmid)
+        if (other := self.vms.get(vmid)) is not None:
+            raise pve.AlreadyExists(
+                f"unable to create VM {vmid} - VM {vmid} already exists on node '{other.node}'",
+                "VM",
+                vmid,
+                other.node,
+            )
+        hw = hardware
+        config = {
+            "name": hw.name,
+            "cores": str(hw.cores),
+            "cpu": hw.cpu_type,
+            "memory": str(hw.memory),
+            "tags": hw.os_tag,
+            "description": hw.description,
+            "net0": hw.net0(),
+        }
+        if hw.balloon is not None:
+            config["balloon"] = str(hw.balloon)
+        if disk is not None:
+            config["scsi0"] = f"{disk.storage}:vm-{vmid}-disk-0"
+            config |= disk.cloud_init.options() | {"ide2": f"{disk.storage}:cloudinit"}
+        self.vms[vmid] = FakeVm(node, config)
+        return pve.Task(node)
+
+    async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str:
+        self._ask("import_disk", node, vmid)
+        vm = self._vm(node, vmid)
+        volid = f"{storage}:vm-{vmid}-disk-0"
+        vm.config["unused0"] = volid
+        return volid
+
+    async def set_config(
+        self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
+    ) -> pve.Task:
+        self._ask("set_config", node, vmid)
+        vm = self._vm(node, vmid)
+        self._unlocked(vm)
+        vm.config |= dict(options)
+        if sshkeys:
+            vm.config["sshkeys"] = sshkeys
+        return pve.Task(node)
+
+    async def resize(
+        self, node: str, vmid: int, disk: str, size: str, *, on_line: LineSink | None = None
+    ) -> pve.Task:
+        self._ask("resize", node, vmid)
+        vm = self._vm(node, vmid)
+        if disk not in vm.config:
+            raise pve.TaskFailed(f"disk '{disk}' does not exist")
+        vm.config[disk] = vm.config[disk].split(",")[0] + f",size={size.lstrip('+')}"
+        return pve.Task(node)
+
+    async def start(self, node: str, vmid: int) -> pve.Task:
+        self._ask("start", node, vmid)
+        vm = self._vm(node, vmid)
+        self._unlocked(vm)
+        if vm.status == "running":
+            raise pve.TaskFailed(f"VM {vmid} already running")
+        vm.status = "running"
+        return pve.Task(node)
+
+    async def stop(self, node: str, vmid: int, *, cleanup: bool = False) -> pve.Task:
+        self._ask("stop", node, vmid)
+        self._vm(node, vmid).status = "stopped"
+        return pve.Task(node)
+
+    async def shutdown(self, node: str, vmid: int) -> pve.Task:
+        self._ask("shutdown", node, vmid)
+        self._vm(node, vmid).status = "stopped"
+        return pve.Task(node)
+
+    async def reboot(self, node: str, vmid: int) -> pve.Task:
+        self._ask("reboot", node, vmid)
+        if self._vm(node, vmid).status != "running":
+            raise pve.TaskFailed(f"VM {vmid} not running")
+        return pve.Task(node)
+
+    async def migrate(
+        self, node: str, vmid: int, target: str, *, on_line: LineSink | None = None
+    ) -> pve.Task:
+        self._ask("migrate", node, vmid)
+        vm = self._vm(node, vmid)
+        if target not in self.nodes:
+            raise pve.PveError(f"no such cluster node '{target}'")
+        if vm.status == "running":
+            raise pve.PveError("can't migrate running VM without --online")
+        if on_line is not None:
+            on_line(f"starting migration of VM {vmid} to node '{target}'")
+        vm.node = target
+        return pve.Task(node)
+
+    async def destroy(self, node: str, vmid: int, *, cleanup: bool = False) -> pve.Task:
+        self._ask("destroy", node, vmid)
+        vm = self._vm(node, vmid)
+        if not cleanup:
+            self._unlocked(vm)
+        if vm.status == "running":
+            raise pve.TaskFailed(f"VM {vmid} is running - destroy failed")
+        del self.vms[vmid]
+        return pve.Task(node)
+
+    # -- storage tasks ---------------------------------------------------------------------
+
+    async def download_url(
+        self,
+        node: str,
+        storage: str,
+        filename: str,
+        url: str,
+        *,
+        checksum: tuple[str, str] | None = None,
+    ) -> pve.Task:
+        self._ask("download_url", node)
+        volid = f"{storage}:import/{filename}"
+        held = self.volumes.setdefault(node, set())
+        if volid in held:
+            return pve.Task(node, log=(f"file '{filename}' exists, no need to download",))
+        held.add(volid)
+        return pve.Task(node, log=(f"downloading {url}",))
+
+    async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> pve.Task:
+        raise pve.NotFound(f"upid: no such task {upid}")
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,407 @@
+"""The Proxmox port: what the VM service asks of a Proxmox VE cluster, as typed operations.
+
+The actors and jobs speak only this. Each operation names the node it acts on (any node can be
+addressed), returns attrs values, and fails with one exception tree (`PveError` and its kinds),
+whose `text` is Proxmox's own words as the driver met them. Operations that Proxmox runs as a
+task (create, start, migrate, ...) return once the task ended, as a `Task` with its log; a task
+that ended in error raises `TaskFailed` carrying that log.
+
+Adapters: `actors.vm.pveapi.adapter.RestPve` (pveproxy's REST API with a token),
+`actors.vm.cli.adapter.CliPve` (`qm`/`pvesh`/`pvesm` on the node or over SSH: command lines and
+their output formats live only there) and `actors.vm.fakepve.FakePve` (in memory, for unit
+tests). A new operation goes here first, then into each adapter and the simulator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import attrs
+
+LineSink = Callable[[str], None]
+_T = TypeVar("_T")
+
+
+class Runner(Protocol):
+    """Runs one piece of an adapter's work as the work of a node: the service passes its node
+    actors' (actors/vm/node.py: counted, fenced, cancelled at their stop); tests pass `direct`."""
+
+    def __call__(self, node: str, work: Callable[[], Awaitable[_T]], /) -> Awaitable[_T]: ...
+
+
+async def direct(node: str, work: Callable[[], Awaitable[_T]], /) -> _T:
+    return await work()
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Task:
+    """A finished Proxmox task. `upid` is None where the driver sees none (the CLI runs the
+    worker in the foreground)."""
+
+    node: str
+    exitstatus: str = "OK"
+    log: tuple[str, ...] = ()
+    upid: str | None = None
+
+
+@attrs.frozen
+class VmConfig:
+    """A VM's configuration: option -> value, as Proxmox stores them (the description decoded).
+    Read with `.get` like a mapping, or through the properties cairn needs."""
+
+    options: Mapping[str, str]
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.options.get(key, default)
+
+    @property
+    def lock(self) -> str | None:
+        return self.options.get("lock") or None
+
+    @property
+    def disk_volume(self) -> str | None:
+        """The volume of the boot disk (`scsi0`), without its options."""
+        drive = self.options.get("scsi0")
+        return drive.split(",")[0] if drive else None
+
+
+@attrs.frozen
+class VmStatus:
+    status: str  # running | stopped | paused | ...
+    lock: str | None = None
+
+
+@attrs.frozen
+class NodeStatus:
+    cpu_flags: str  # /proc/cpuinfo's flags, space separated
+
+
+@attrs.frozen
+class StorageStatus:
+    name: str
+    type: str
+    enabled: bool
+    active: bool
+    content: tuple[str, ...] = ()  # empty: not known (the CLI's `pvesm status` does not say)
+    total: int = 0  # bytes
+    used: int = 0
+    avail: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.enabled and self.active
+
+    @property
+    def state(self) -> str:
+        """`active`, `inactive` or `disabled`, as `pvesm status` words it."""
+        if not self.enabled:
+            return "disabled"
+        return "active" if self.active else "inactive"
+
+
+@attrs.frozen
+class Volume:
+    volid: str
+    size: int | None = None
+
+
+@attrs.frozen
+class VmResource:
+    vmid: int
+    node: str
+    status: str  # running | stopped | unknown | paused | ...
+    name: str | None = None
+    tags: str | None = None
+    maxcpu: int | None = None
+    maxmem: int | None = None
+    mem: int | None = None
+    maxdisk: int | None = None
+    cpu: float | None = None
+    lock: str | None = None
+
+
+@attrs.frozen
+class NodeResource:
+    node: str
+    status: str
+    maxcpu: int | None = None
+    maxmem: int | None = None
+    mem: int | None = None
+    maxdisk: int | None = None
+    disk: int | None = None
+    cpu: float | None = None
+    uptime: int | None = None  # seconds since the node booted
+
+
+@attrs.frozen
+class Hardware:
+    """A new VM's hardware profile and cairn's mark (`description`)."""
+
+    name: str
+    cores: int
+    cpu_type: str
+    memory: int  # MB
+    balloon: int | None
+    os_tag: str
+    description: str
+    bridge: str
+
+    def net0(self) -> str:
+        """The VM's one NIC: virtio on the bridge (VM_BRIDGE, checked at start)."""
+        return f"virtio,bridge={self.bridge}"
+
+
+@attrs.frozen
+class CloudInit:
+    user: str
+    password_hash: str  # SHA-512 crypt; qemu-server stores a hash as it is
+    sshkeys: str  # OpenSSH public key lines
+    ip: str
+    gateway: str
+    prefix_len: int  # VM_NETMASK as a prefix length
+
+    def options(self) -> dict[str, str]:
+        """The cloud-init options but the keys (each adapter passes those its own way)."""
+        return {
+            "ciuser": self.user,
+            "cipassword": self.password_hash,
+            "ciupgrade": "0",
+            "ipconfig0": f"ip={self.ip}/{self.prefix_len},gw={self.gateway}",
+        }
+
+
+@attrs.frozen
+class ImportFrom:
+    """A create's boot disk imported from a volume of the node (`import-from`), with the
+    cloud-init drive on the same storage and the boot order naming the disk."""
+
+    storage: str
+    source: str  # a volid, e.g. `local:import/debian-12-generic-amd64.qcow2`
+    cloud_init: CloudInit
+
+
+# -- Proxmox's JSON of /cluster/resources, as every driver receives it -----------------------
+
+
+def _opt_int(entry: dict[str, Any], key: str) -> int | None:
+    value = entry.get(key)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _opt_float(entry: dict[str, Any], key: str) -> float | None:
+    value = entry.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _opt_str(entry: dict[str, Any], key: str) -> str | None:
+    value = entry.get(key)
+    return value if isinstance(value, str) else None
+
+
+def vm_resources(entries: list[Any]) -> list[VmResource]:
+    """QEMU guests of `/cluster/resources` (type vm); LXC entries are not ours and skipped.
+    Proxmox's JSON as either driver receives it; a VM pvestatd has not seen yet has only
+    `status: unknown` and no name or sizes."""
+    out: list[VmResource] = []
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        if e.get("type") != "qemu":
+            continue
+        vmid = _opt_int(e, "vmid")
+        node = _opt_str(e, "node")
+        if vmid is None or node is None:
+            continue
+        out.append(
+            VmResource(
+                vmid=vmid,
+                node=node,
+                status=_opt_str(e, "status") or "unknown",
+                name=_opt_str(e, "name"),
+                tags=_opt_str(e, "tags"),
+                maxcpu=_opt_int(e, "maxcpu"),
+                maxmem=_opt_int(e, "maxmem"),
+                mem=_opt_int(e, "mem"),
+                maxdisk=_opt_int(e, "maxdisk"),
+                cpu=_opt_float(e, "cpu"),
+                lock=_opt_str(e, "lock"),
+            )
+        )
+    out.sort(key=lambda r: r.vmid)
+    return out
+
+
+def node_resources(entries: list[Any]) -> list[NodeResource]:
+    out: list[NodeResource] = []
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        node = _opt_str(e, "node")
+        if e.get("type") != "node" or node is None:
+            continue
+        out.append(
+            NodeResource(
+                node=node,
+                status=_opt_str(e, "status") or "unknown",
+                maxcpu=_opt_int(e, "maxcpu"),
+                maxmem=_opt_int(e, "maxmem"),
+                mem=_opt_int(e, "mem"),
+                maxdisk=_opt_int(e, "maxdisk"),
+                disk=_opt_int(e, "disk"),
+                cpu=_opt_float(e, "cpu"),
+                uptime=_opt_int(e, "uptime"),
+            )
+        )
+    out.sort(key=lambda r: r.node)
+    return out
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+class PveError(Exception):
+    """Proxmox (or the way to it) refused or failed an operation. `text`: its words; `log`:
+    the lines its task or command printed before it failed, if any."""
+
+    def __init__(self, text: str, log: tuple[str, ...] = ()) -> None:
+        self.text = text
+        self.log = log
+        super().__init__(text)
+
+
+class Unreachable(PveError):
+    """No answer from the node or pveproxy: the operation may or may not have run."""
+
+
+class Unreadable(PveError):
+    """An answer without the shape Proxmox documents for it."""
+
+
+class Refused(PveError):
+    """Proxmox refused the request before doing anything (a parameter, the credentials)."""
+
+
+class PermissionDenied(Refused):
+    def __init__(self, text: str, privilege: str | None = None, path: str | None = None) -> None:
+        super().__init__(text)  # the privilege and path PVE named, when it named them
+        self.privilege = privilege
+        self.path = path
+
+
+class NotFound(PveError):
+    """The VM, node, storage or task does not exist (Proxmox says so in a 500, not a 404)."""
+
+
+class AlreadyExists(PveError):
+    """A create met a guest with the same id (`kind` VM or CT) on `node`."""
+
+    def __init__(
+        self, text: str, kind: str, vmid: int, node: str, log: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(text, log)
+        self.kind = kind
+        self.vmid = vmid
+        self.node = node
+
+
+class Locked(PveError):
+    def __init__(self, text: str, lock: str, log: tuple[str, ...] = ()) -> None:
+        super().__init__(text, log)
+        self.lock = lock
+
+
+class TaskFailed(PveError):
+    """A task that started and ended in error: `text` is its exit status, `log` its lines."""
+
+    def __init__(self, text: str, log: tuple[str, ...] = (), upid: str | None = None) -> None:
+        super().__init__(text, log)
+        self.upid = upid
+
+
+class Unsupported(PveError):
+    """This driver cannot do this operation (e.g. import a file of cairn's through a token)."""
+
+
+_EXISTS = re.compile(r"(VM|CT) (\d+) already exists on node '([^']+)'")
+_LOCKED = re.compile(r"VM is locked \(([^)]+)\)")
+_MISSING = ("does not exist", "no such resource", "no such file or directory", "no such storage")
+
+
+def classify(text: str, *, log: tuple[str, ...] = (), task: bool = False) -> PveError:
+    """Proxmox's error words as the kind of failure they say, the same for every driver:
+    `already exists`, `VM is locked (x)`, `does not exist`; else a TaskFailed (a task's end)
+    or a plain PveError."""
+    if match := _EXISTS.search(text):
+        kind = "container" if match[1] == "CT" else "VM"
+        return AlreadyExists(text, kind, int(match[2]), match[3], log)
+    if match := _LOCKED.search(text):
+        return Locked(text, match[1], log)
+    if any(s in text.lower() for s in _MISSING):
+        return NotFound(text, log)
+    return TaskFailed(text, log) if task else PveError(text, log)
+
+
+# -- the port --------------------------------------------------------------------------------
+
+
+class Pve(Protocol):
+    """Every operation the VM service asks of Proxmox (see the module's docstring)."""
+
+    driver: str  # `api` or `cli`: whose words the errors are in
+
+    # Reads
+    async def version(self, node: str) -> str: ...
+    async def cluster_vms(self) -> list[VmResource]: ...
+    async def cluster_nodes(self) -> list[NodeResource]: ...
+    async def node_status(self, node: str) -> NodeStatus: ...
+    async def storages(self, node: str, content: str | None = None) -> list[StorageStatus]: ...
+    async def storage_status(self, node: str, storage: str) -> StorageStatus: ...
+    async def storage_content(self, node: str, storage: str, content: str) -> list[Volume]: ...
+    async def next_id(self) -> int: ...
+    async def vm_config(self, node: str, vmid: int) -> VmConfig: ...
+    async def vm_status(self, node: str, vmid: int) -> VmStatus: ...
+
+    # VM tasks
+    async def create(
+        self,
+        node: str,
+        vmid: int,
+        hardware: Hardware,
+        *,
+        disk: ImportFrom | None = None,
+        pool: str | None = None,
+    ) -> Task: ...
+    async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str: ...
+    async def set_config(
+        self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
+    ) -> Task: ...
+    async def resize(
+        self, node: str, vmid: int, disk: str, size: str, *, on_line: LineSink | None = None
+    ) -> Task: ...
+    async def start(self, node: str, vmid: int) -> Task: ...
+    async def stop(self, node: str, vmid: int, *, cleanup: bool = False) -> Task: ...
+    async def shutdown(self, node: str, vmid: int) -> Task: ...
+    async def reboot(self, node: str, vmid: int) -> Task: ...
+    async def migrate(
+        self, node: str, vmid: int, target: str, *, on_line: LineSink | None = None
+    ) -> Task: ...
+    async def destroy(self, node: str, vmid: int, *, cleanup: bool = False) -> Task: ...
+
+    # Storage tasks
+    async def download_url(
+        self,
+        node: str,
+        storage: str,
+        filename: str,
+        url: str,
+        *,
+        checksum: tuple[str, str] | None = None,
+    ) -> Task: ...
+    async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> Task: ...
+
+    async def close(self) -> None: ...
