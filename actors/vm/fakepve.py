@@ -34,6 +34,7 @@ class FakePve:
     vms: dict[int, FakeVm] = attrs.field(factory=dict)
     volumes: dict[str, set[str]] = attrs.field(factory=dict)  # node -> volids
     calls: list[tuple[str, str, int | None]] = attrs.field(factory=list)
+    running: dict[int, list[str]] = attrs.field(factory=dict)  # vmid -> UPIDs of live tasks
     _failures: dict[tuple[str, int | None], list[pve.PveError]] = attrs.field(factory=dict)
 
     # -- the test's handles ----------------------------------------------------------------
@@ -115,6 +116,10 @@ class FakePve:
         self._ask("vm_status", node, vmid)
         vm = self._vm(node, vmid)
         return pve.VmStatus(vm.status, vm.config.get("lock"))
+
+    async def active_tasks(self, node: str, vmid: int) -> list[str]:
+        self._ask("active_tasks", node, vmid)
+        return list(self.running.get(vmid, []))
 
     # -- VM tasks --------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -24,11 +25,18 @@ from actors.vm.cputype import cpu_model_for_flags, lowest_cpu_model
 from actors.vm.guest import GuestError, verify, wait_ready
 from actors.vm.imagecache import ImageCache
 from actors.vm.lifecycle import State
-from actors.vm.ownership import Claim, being_created, not_ours, unfinished_create
+from actors.vm.ownership import (
+    Claim,
+    abandoned_create,
+    being_created,
+    not_ours,
+    unfinished_create,
+)
 from actors.vm.pve import Pve, PveError, VmConfig
 from actors.vm.requests import memory_balloon
 from actors.vm.settings import VmSettings
 
+log = logging.getLogger(__name__)
 Report = Callable[..., None]  # report(step, status, message, vm_id=None, ip=None)
 # How often a clean-up looks again at a VM whose create is still at work (`lock: create`).
 CREATE_POLL = 0.5
@@ -215,6 +223,15 @@ async def ensure_ours(svc: Services, vmid: int, node: str, claim: Claim | None) 
         raise NotOurs(why)
 
 
+async def _create_runs(svc: Services, vmid: int, node: str) -> bool:
+    """Whether Proxmox lists a task working on VM `vmid` (its create); True when it cannot
+    be asked (then the wait is bounded by VM_COMMAND_TIMEOUT alone)."""
+    try:
+        return bool(await svc.pve.active_tasks(node, vmid))
+    except PveError:
+        return True
+
+
 @attrs.frozen
 class Removal:
     leftover: str | None = None  # cairn's VM is still there: why it could not be removed
@@ -230,10 +247,19 @@ async def remove_vm(
     end (ownership.being_created)."""
     found = await find_config(svc, vmid, node_hint)
     began = time.monotonic()
+    idle = 0  # looks in a row that found no task working on the placeholder
     while found is not None and being_created(found[1].options):
         waited = time.monotonic() - began
         if waited >= svc.settings.command_timeout:
             return Removal(foreign=unfinished_create(vmid, found[0], waited))
+        idle = 0 if await _create_runs(svc, vmid, found[0]) else idle + 1
+        if idle >= 2:
+            # Twice, a poll apart: not the moment between the placeholder and its task.
+            where = found[0]
+            log.warning("VM %d on %s: its create died half-way (no task runs it)", vmid, where)
+            return Removal(foreign=abandoned_create(vmid, found[0]))
+        if waited == 0:
+            log.info("VM %d on %s: waiting for its create to end", vmid, found[0])
         await asyncio.sleep(CREATE_POLL)
         found = await find_config(svc, vmid, found[0])
     if found is None:

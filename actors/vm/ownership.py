@@ -11,7 +11,9 @@ reported and left alone.
 Proxmox's create is two writes: a config holding only `lock: create` at once, the full config
 (the mark with it) when the create's work is done. A VM seen in between carries no mark yet
 (`being_created`): cairn waits for its create to end before it decides (a kill -9 of cairn
-during `qm create` leaves the command running to its end, and the restart reads the config).
+during `qm create` leaves the command running to its end, and the restart reads the config),
+as long as Proxmox lists a task still working on it; a create whose worker died (killed with
+the SSH session or the daemon that ran it) never ends, and is reported (`abandoned_create`).
 
 VMs installed before cairn marked its VMs carry no line: their `vm.installed` event (stored
 without `marked`) is the proof, as long as the VM carries no other install's mark either.
@@ -93,4 +95,15 @@ def unfinished_create(vmid: int, node: str, waited: float) -> str:
         f"{waited:.0f} s ('lock: create', no description yet): cairn cannot tell whose it is "
         f"and leaves it untouched; if it is this install's, remove it with `qm unlock {vmid} "
         f"&& qm destroy {vmid} --purge`"
+    )
+
+
+def abandoned_create(vmid: int, node: str) -> str:
+    """Why cairn leaves a VM whose create died half-way (no task runs for it any more), as a
+    sentence for the user."""
+    return (
+        f"VM {vmid} on node {node} is locked by a create that no longer runs ('lock: create', "
+        "no description: its worker died half-way, with the process or connection that ran "
+        "it): cairn cannot tell whose it is and leaves it untouched; if it is this install's, "
+        f"remove it with `qm unlock {vmid} && qm destroy {vmid} --purge`"
     )

@@ -240,17 +240,17 @@ def real_cluster_variables(env: Mapping[str, str]) -> list[str]:
     return sorted(named + list(_node_variables(env)))
 
 
-def _api_settings(env: Mapping[str, str], simulated: bool) -> tuple[str, ApiSettings | None]:
-    """PVE_DRIVER (api|cli) and the PVE_API_* it needs. The default is `api` when PVE_API_URL
-    is set, except against the simulator, whose printed environment always carries both
-    drivers' settings: there `cli` stays the default and PVE_DRIVER=api picks the API."""
+def _api_settings(env: Mapping[str, str]) -> tuple[str, ApiSettings | None]:
+    """PVE_DRIVER (api|cli) and the PVE_API_* it needs. The default is `api` whenever an API
+    is configured (PVE_API_URL), the simulator's pveproxy included; PVE_DRIVER=cli picks the
+    command lines (qm locally and over SSH) all the same."""
     from actors.vm.pveapi.wire import api_base, normalize_fingerprint, parse_token
 
     url = env.get("PVE_API_URL", "").strip()
     raw = env.get("PVE_DRIVER", "").strip().lower()
     if raw not in ("", "api", "cli"):
         raise SettingsError(f"PVE_DRIVER must be api or cli, got {raw!r}")
-    driver = raw or ("api" if url and not simulated else "cli")
+    driver = raw or ("api" if url else "cli")
     if driver == "cli":
         return driver, None
     token = env.get("PVE_API_TOKEN", "").strip()
@@ -311,7 +311,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     _check_networks("TRUSTED_PROXIES", proxies)
     base = env.get("IMAGE_BASE_URL", "").strip().rstrip("/") or None
     simulated = bool(env.get("PVESIM_ROOT", "").strip())
-    driver, api = _api_settings(env, simulated)
+    driver, api = _api_settings(env)
     return VmSettings(
         gateway=gateway,
         main_node=main,

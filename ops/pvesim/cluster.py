@@ -501,6 +501,11 @@ class SimCluster:
             for node, rec in found
         }
 
+    def kill_tasks(self, vmid: int) -> list[str]:
+        """Kill VM `vmid`'s running API workers mid-work, as a pvedaemon restart or a node
+        crash does (a create leaves its placeholder locked); their UPIDs."""
+        return self.pveproxy.kill_tasks(vmid) if self.pveproxy is not None else []
+
     def vm(self, vmid: int) -> VmView | None:
         return self.vms().get(vmid)
 

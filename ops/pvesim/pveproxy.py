@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import attrs
 from aiohttp import web
 
-from . import cloudinit, pvesh
+from . import cloudinit, pvesh, workers
 from . import qm as fake_qm
 from . import resources as res
 from . import termproxy as term
@@ -156,6 +156,7 @@ class Task:
     worked: bool = False  # the worker got past its checks (PVE had forked it by then)
     forked: threading.Event = attrs.field(factory=threading.Event)
     done: threading.Event = attrs.field(factory=threading.Event)
+    killed: bool = False  # the worker died mid-work (kill_tasks)
 
     def status(self) -> dict[str, Any]:
         user, _, token = self.user.partition("!")
@@ -199,6 +200,13 @@ class _TaskCtx(Ctx):
         self.task.worked = True
         self.task.forked.set()
         super().delay(kind, factor)
+        if self.task.killed:
+            raise TaskKilled(self.task.upid)
+
+
+class TaskKilled(BaseException):
+    """A worker killed mid-work (its daemon restarted, its node crashed): it stops where it
+    is and cleans up nothing, so a create leaves its placeholder locked."""
 
 
 @attrs.frozen
@@ -502,6 +510,12 @@ class PveProxy:
         def worker() -> None:
             try:
                 error = work(task)
+            except TaskKilled:
+                # No `TASK ...` line: PVE reads such a log as "unexpected status".
+                task.exitstatus = "unexpected status"
+                task.forked.set()
+                task.done.set()
+                return
             except CliError as exc:
                 error = exc.text.strip()
             except Exception as exc:  # a simulator bug must still end the task
@@ -544,6 +558,24 @@ class PveProxy:
         error = self.run_qm(task, argv, stdin)
         if error:
             raise cli_to_http(CliError(error))
+
+    def kill_tasks(self, vmid: int) -> list[str]:
+        """Kill the running workers of VM `vmid` mid-work, as a pvedaemon restart or a node
+        crash does; their UPIDs."""
+        killed = []
+        for task in list(self.tasks.values()):
+            if task.id == str(vmid) and not task.done.is_set():
+                task.killed = True
+                killed.append(task.upid)
+        return killed
+
+    def worker_alive(self, rec: dict[str, Any]) -> bool:
+        """Whether the worker a create placeholder names still runs: one of this pveproxy's
+        tasks, or a process (a `qm create` run on the node)."""
+        if int(rec["worker_pid"]) != os.getpid():
+            return workers.pid_alive(int(rec["worker_pid"]))
+        task = self.tasks.get(str(rec.get("worker_upid", "")))
+        return task is not None and not task.done.is_set() and not task.killed
 
     def vm_rec(self, node: str, vmid: int) -> dict[str, Any]:
         with self.store.locked() as txn:
@@ -1415,6 +1447,34 @@ def _task_for(proxy: PveProxy, call: Call) -> Task:
     if task.user != call.tokenid:
         proxy.need(call, f"/nodes/{node}", "Sys.Audit")
     return task
+
+
+@route("GET", rf"/nodes/{_NODE}/tasks")
+def get_tasks(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "source": "string",
+            "vmid": "integer",
+            "typefilter": "string",
+            "limit": "integer",
+            "start": "integer",
+        },
+    )
+    source = call.params.get("source", "archive")
+    if source not in ("archive", "active", "all"):
+        raise param_exc("source", enum_error(source, ("archive", "active", "all")))
+    vmid = call.params.get("vmid")
+    with proxy.store.locked() as txn:
+        if node not in txn.nodes:
+            raise HttpError(500, f"no such cluster node '{node}'")
+        running = workers.active(txn, node, int(vmid) if vmid else None, proxy.worker_alive)
+    # A token sees its own tasks; others' need Sys.Audit on the node (MG API2/Tasks.pm).
+    if not proxy.can(call, f"/nodes/{node}", "Sys.Audit"):
+        running = [t for t in running if t["upid"].split(":")[7] == call.tokenid]
+    return running if source != "archive" else []
 
 
 @route("GET", rf"/nodes/{_NODE}/tasks/([^/]+)/status")

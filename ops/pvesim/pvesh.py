@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import resources as res
+from . import workers
 from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
 from .context import Ctx, take_failure
 from .formats import format_json, format_json_pretty, format_text_table
@@ -22,6 +23,14 @@ FORMAT_OPTIONS: dict[str, Opt] = {
 PATH_OPTIONS: dict[str, dict[str, Opt]] = {
     "/cluster/resources": {"type": Opt(enum=("vm", "storage", "node", "sdn"))},
     "/cluster/nextid": {"vmid": Opt("int", minimum=100, maximum=999999999)},
+}
+
+
+_TASKS = re.compile(r"/nodes/[^/]+/tasks")
+TASK_OPTIONS = {
+    "source": Opt(enum=("archive", "active", "all")),
+    "vmid": Opt("int", minimum=100, maximum=999999999),
+    "typefilter": Opt(),
 }
 
 
@@ -87,6 +96,11 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                     f"{name}: Name or service not known"
                 )
             return res.node_status(name, nodes[name], vms.get(name, []), now)
+        m = re.fullmatch(r"/nodes/([^/]+)/tasks", path)
+        if m and m.group(1) in nodes:
+            vmid = options.get("vmid")
+            running = workers.active(txn, m.group(1), int(vmid) if vmid is not None else None)
+            return running if options.get("source", "archive") != "archive" else []
         m = re.fullmatch(r"/nodes/([^/]+)/qemu", path)
         if m and m.group(1) in nodes:
             return [
@@ -122,9 +136,8 @@ def run(ctx: Ctx, argv: Sequence[str]) -> int:
         rest = list(argv[1:])
         path_arg = next((a for a in rest if not a.startswith("-")), None)
         path = _normalise(path_arg) if path_arg else ""
-        spec = CommandSpec(
-            USAGE, (("api_path", Opt()),), {**FORMAT_OPTIONS, **PATH_OPTIONS.get(path, {})}
-        )
+        extra = PATH_OPTIONS.get(path, TASK_OPTIONS if _TASKS.fullmatch(path) else {})
+        spec = CommandSpec(USAGE, (("api_path", Opt()),), {**FORMAT_OPTIONS, **extra})
         parsed = parse(spec, rest)
         options = dict(parsed.options)
         fmt = options.pop("output-format", "text")

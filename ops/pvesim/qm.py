@@ -498,6 +498,11 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
             "status": "stopped", "prev_status": "unknown", "pid": 0, "started_at": None,
             "created_at": now, "status_changed_at": now,
         }  # fmt: skip
+        # Who does the work while the placeholder is locked (workers.py lists it as a task).
+        rec["worker_pid"] = os.getpid()
+        task = getattr(ctx, "task", None)
+        if task is not None:
+            rec["worker_upid"] = task.upid
         txn.save_vm(ctx.node, rec)
     ctx.delay("create")
     with ctx.store.locked() as txn:
@@ -525,6 +530,8 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
             conf["smbios1"] = f"uuid={uuid.uuid4()}"
             conf["vmgenid"] = str(uuid.uuid4())
             del conf["lock"]
+            rec.pop("worker_pid", None)
+            rec.pop("worker_upid", None)
             txn.save_vm(ctx.node, rec)
         except CliError as exc:
             drop_volumes(txn, ctx.node, vc.referenced_volids(rec["config"]), lambda _s: None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,52 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
     assert await again.stop() == 0
     # A Proxmox command runs to its end, as it would on a remote node (docs/vm.md).
     assert not still_alive(proxmox)
+
+
+@pytest.mark.parametrize("driver", ["cli", "api"])
+async def test_kill9_with_the_create_dying_too_settles_the_task(
+    start_cairn: StartCairn, sim: SimCluster, driver: str
+) -> None:
+    """The instant "[*] creating VM" is stored and the create's worker dies with cairn (over
+    SSH the session's hang-up kills `qm create`; a pvedaemon restart or `cairn up`'s own
+    simulator going down kills the API's task): Proxmox keeps the placeholder locked for ever
+    ('lock: create', no description). The restart must not wait for a create that never ends:
+    it settles the task, says why, and leaves the placeholder it cannot prove is its own."""
+    vmid = 190
+    sim.set_delay_scale(4)  # the create holds its placeholder for 8 s
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    await cairn.wait_log(r"cairn: ready")
+    body = {"os": "debian", "version": "12", "id": vmid}
+    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
+        seen: list[dict[str, Any]] = []
+        while not any(r["step"] == "VM creation > creating VM" for r in seen):
+            got = await read_sse(resp, stop_after=1)
+            assert got.records, f"the stream ended before the create: {seen[-2:]}"
+            seen += got.records
+        tree = descendants(cairn.proc.pid)
+        os.kill(cairn.proc.pid, signal.SIGKILL)
+        await cairn.proc.wait()
+    assert seen[-1]["message"].startswith(f"[*] creating VM {vmid} ("), seen[-1]
+    await wait_for(lambda: _locked(sim, vmid), timeout=10, what="the create's placeholder")
+    if driver == "cli":
+        creates = {p: c for p, c in tree.items() if f"pvesim.cli qm create {vmid}" in c[1]}
+        assert creates, tree
+        _end(creates)
+    else:
+        assert sim.kill_tasks(vmid), "no API task was creating the VM"
+    _end({p: c for p, c in tree.items() if not _proxmox_command(c[1])})
+    sim.set_delay_scale(0.05)
+
+    again = await start_cairn("up", PVE_DRIVER=driver)
+    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
+        settled = await read_sse(task)
+    assert settled.closed, "the re-attached stream did not end"
+    last = settled.records[-1]
+    assert (last["step"], last["status"]) == ("recovery", "error"), last
+    assert "interrupted by a restart" in last["message"], last
+    assert f"VM {vmid} on node pve1 is locked by a create that no longer runs" in last["message"]
+    assert last["message"].endswith("cairn no longer tracks this id (0.00s)"), last
+    # Left as Proxmox holds it: no mark proves it is cairn's.
+    assert _locked(sim, vmid)
+    assert re.search(rf"VM {vmid} on pve1: its create died half-way", again.log())
+    assert await again.stop() == 0

@@ -76,15 +76,16 @@ TOKEN = "cairn@pve!driver=8c3f1f0e-2b7a-4d7e-9a55-0f3f8b1c2d3e"
 API = {"PVE_API_URL": "https://10.0.0.11:8006", "PVE_API_TOKEN": TOKEN}
 
 
-def test_the_driver_follows_pve_api_url_except_on_the_simulator() -> None:
+def test_the_driver_follows_pve_api_url_on_the_simulator_too() -> None:
     assert load_settings(BASE_ENV).driver == "cli"
     real = load_settings({**BASE_ENV, **API, "PVE_API_FINGERPRINT": "ab" * 32})
     assert real.driver == "api" and real.api is not None
     assert (real.api.import_storage, real.api.pool) == ("local", None)
     assert TOKEN.split("=")[1] not in repr(real)  # the secret is never shown
     simulated = {**BASE_ENV, **API, "PVESIM_ROOT": "/tmp/pve"}
-    assert load_settings(simulated).driver == "cli"
-    assert load_settings({**simulated, "PVE_DRIVER": "api"}).driver == "api"
+    assert load_settings(simulated).driver == "api"  # `cairn up` drives its pveproxy
+    assert load_settings({**simulated, "PVE_DRIVER": "cli"}).driver == "cli"
+    assert load_settings({**BASE_ENV, "PVESIM_ROOT": "/tmp/pve"}).driver == "cli"
     assert load_settings({**BASE_ENV, **API, "PVE_DRIVER": "cli"}).api is None
 
 

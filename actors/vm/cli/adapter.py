@@ -175,6 +175,11 @@ class CliPve:
         except OutputError as exc:
             raise pve.Unreadable(str(exc)) from None
 
+    async def active_tasks(self, node: str, vmid: int) -> list[str]:
+        argv = qm.api_get(f"/nodes/{node}/tasks", "--source", "active", "--vmid", str(vmid))
+        data = await self._json(node, argv)
+        return [str(e["upid"]) for e in _objects(data) if "upid" in e]
+
     # -- VM tasks --------------------------------------------------------------------------
 
     async def create(

@@ -191,6 +191,11 @@ class RestPve:
             raise pve.Unreadable(f"VM {vmid}'s status is not an object")
         return pve.VmStatus(str(data.get("qmpstatus") or data.get("status")), data.get("lock"))
 
+    async def active_tasks(self, node: str, vmid: int) -> list[str]:
+        params = {"source": "active", "vmid": str(vmid)}
+        data = await self._get(node, f"/nodes/{node}/tasks", params)
+        return [str(e["upid"]) for e in _objects(data) if "upid" in e]
+
     # -- VM tasks --------------------------------------------------------------------------
 
     async def create(
