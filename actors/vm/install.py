@@ -132,8 +132,8 @@ class Placement(Protocol):
 
     async def create(self, b: Build, source: str) -> None: ...
 
-    async def disk(self, b: Build, source: str) -> tuple[str, str]:
-        """What the import stage imports, and into which storage (its first line)."""
+    def imports(self, b: Build, source: str) -> str:
+        """What the import stage imports (its first line names it)."""
         ...
 
     async def import_disk(self, b: Build, source: str) -> str:
@@ -170,8 +170,8 @@ class FromCache:
     async def create(self, b: Build, source: str) -> None:
         await b.svc.pve.create(self.made_on(b), b.vmid, b.hardware)
 
-    async def disk(self, b: Build, source: str) -> tuple[str, str]:
-        return source.rsplit("/", 1)[-1], b.svc.settings.storage
+    def imports(self, b: Build, source: str) -> str:
+        return source.rsplit("/", 1)[-1]  # the cached file's name
 
     async def import_disk(self, b: Build, source: str) -> str:
         s = b.svc.settings
@@ -266,8 +266,8 @@ class NodeDownload:
         disk = ImportFrom(s.storage, source, await b.cloud_init())
         await b.svc.pve.create(b.node, b.vmid, b.hardware, disk=disk, pool=s.api.pool)
 
-    async def disk(self, b: Build, source: str) -> tuple[str, str]:
-        return source, b.svc.settings.storage
+    def imports(self, b: Build, source: str) -> str:
+        return source  # the node's volume
 
     async def import_disk(self, b: Build, source: str) -> str:
         # The create imported it: its volume is the config's boot disk.
@@ -494,8 +494,7 @@ async def install(
         created_on = made_on
         st.done("VM created successfully")
 
-        what, storage = await place.disk(b, source)
-        st.begin(stages.IMPORT, f"importing {what} into {storage}")
+        st.begin(stages.IMPORT, f"importing {place.imports(b, source)} into {s.storage}")
         volume = await place.import_disk(b, source)
         st.done(f"disk image imported as {volume}")
 

@@ -185,6 +185,15 @@ class ImportFrom:
     cloud_init: CloudInit
 
 
+def download_params(filename: str, url: str, checksum: tuple[str, str] | None) -> dict[str, str]:
+    """`download-url`'s parameters into `import` content, as Proxmox names them (pvesh takes
+    the API's names as options)."""
+    params = {"content": "import", "filename": filename, "url": url}
+    if checksum is not None:
+        params |= {"checksum": checksum[1], "checksum-algorithm": checksum[0]}
+    return params
+
+
 # -- Proxmox's JSON of /cluster/resources, as every driver receives it -----------------------
 
 

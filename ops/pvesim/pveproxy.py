@@ -567,6 +567,13 @@ class PveProxy:
             if task.id == str(vmid) and not task.done.is_set():
                 task.killed = True
                 killed.append(task.upid)
+        with self.store.locked() as txn:
+            found = txn.find_vm(vmid)
+            if found is not None and found[1].get("worker_upid") in killed:
+                # Gone for every reader of the node's task list, pvesh's too.
+                found[1].pop("worker_pid", None)
+                found[1].pop("worker_upid", None)
+                txn.save_vm(found[0], found[1])
         return killed
 
     def worker_alive(self, rec: dict[str, Any]) -> bool:

@@ -1,5 +1,5 @@
 """ops/pve/cairn_allow.py, the forced command that narrows cairn's root SSH key on the nodes to
-the command lines cairn runs: every one of them passes (built by actors/vm/qm.py itself), what
+the command lines cairn runs: every one of them passes (built by actors/vm/cli/argv.py itself), what
 would turn the key back into a root shell or a root file reader does not, and cairn's real SSH
 transport reaches a program through it with every argument intact."""
 

@@ -261,9 +261,7 @@ class CliPve:
         *,
         checksum: tuple[str, str] | None = None,
     ) -> pve.Task:
-        params = {"content": "import", "filename": filename, "url": url}
-        if checksum is not None:
-            params |= {"checksum": checksum[1], "checksum-algorithm": checksum[0]}
+        params = pve.download_params(filename, url, checksum)
         return await self._task(node, qm.download_url(node, storage, params))
 
     async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> pve.Task:

@@ -273,9 +273,7 @@ class RestPve:
         *,
         checksum: tuple[str, str] | None = None,
     ) -> pve.Task:
-        params = {"content": "import", "filename": filename, "url": url}
-        if checksum is not None:
-            params |= {"checksum": checksum[1], "checksum-algorithm": checksum[0]}
+        params = pve.download_params(filename, url, checksum)
         path = f"/nodes/{node}/storage/{storage}/download-url"
         return await self._task(node, "POST", path, params)
 
