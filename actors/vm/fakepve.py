@@ -165,6 +165,30 @@ class FakePve:
         vm.config["unused0"] = volid
         return volid
 
+    async def clone(self, node: str, vmid: int, newid: int, spec: pve.Clone) -> pve.Task:
+        self._ask("clone", node, vmid)
+        source = self._vm(node, vmid)
+        if newid in self.vms:
+            other = self.vms[newid].node
+            text = f"unable to create VM {newid} - VM {newid} already exists on node '{other}'"
+            raise pve.AlreadyExists(text, "VM", newid, other)
+        config = {k: v for k, v in source.config.items() if k not in ("template", "lock")}
+        if spec.name:
+            config["name"] = spec.name
+        if spec.description is not None:
+            config["description"] = spec.description
+        self.vms[newid] = FakeVm(spec.target or node, config)
+        return pve.Task(node)
+
+    async def template(self, node: str, vmid: int) -> pve.Task:
+        self._ask("template", node, vmid)
+        vm = self._vm(node, vmid)
+        self._unlocked(vm)
+        if vm.status == "running":
+            raise pve.PveError("you can't convert a VM to template if VM is running")
+        vm.config["template"] = "1"
+        return pve.Task(node)
+
     async def set_config(
         self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
     ) -> pve.Task:

@@ -270,6 +270,24 @@ def node_resources(entries: list[Any]) -> list[NodeResource]:
     return out
 
 
+@attrs.frozen
+class Clone:
+    """A clone's settings: a linked clone of a template unless `full`."""
+
+    name: str | None = None
+    target: str | None = None  # another node (the source's storage must be shared, or full)
+    full: bool = False
+    storage: str | None = None  # a full clone's disks (default: the source's)
+    pool: str | None = None
+    description: str | None = None  # cairn's mark for the clone
+
+    def params(self) -> dict[str, str]:
+        """The clone's options, as Proxmox names them (`qm clone` takes the API's names)."""
+        out = {"name": self.name, "target": self.target, "full": "1" if self.full else None}
+        out |= {"storage": self.storage, "pool": self.pool, "description": self.description}
+        return {k: v for k, v in out.items() if v is not None}
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 
@@ -389,6 +407,8 @@ class Pve(Protocol):
         pool: str | None = None,
     ) -> Task: ...
     async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str: ...
+    async def clone(self, node: str, vmid: int, newid: int, spec: Clone) -> Task: ...
+    async def template(self, node: str, vmid: int) -> Task: ...
     async def set_config(
         self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
     ) -> Task: ...

@@ -84,3 +84,16 @@ def test_lifecycle_command_lines() -> None:
     assert qm.node_status("pve2") == [
         "pvesh", "get", "/nodes/pve2/status", "--output-format", "json",
     ]  # fmt: skip
+
+
+def test_clone_and_template_command_lines() -> None:
+    from actors.vm.pve import Clone
+
+    spec = Clone(name="web-2", target="pve2", full=True, description="created by cairn, x")
+    head = ["qm", "clone", "120", "121", "--name", "web-2", "--target", "pve2"]
+    assert qm.clone(120, 121, spec.params()) == [
+        *head,
+        *("--full", "1", "--description", "created by cairn, x"),
+    ]
+    assert qm.clone(120, 122, Clone().params()) == ["qm", "clone", "120", "122"]  # linked
+    assert qm.template(120) == ["qm", "template", "120"]

@@ -208,3 +208,20 @@ def _hardware() -> Any:
     from actors.vm.pve import Hardware
 
     return Hardware("web", 2, "kvm64", 2048, None, "debian", "", "vmbr0")
+
+
+async def test_clone_and_template_through_the_port() -> None:
+    from actors.vm.pve import AlreadyExists, Clone, PveError
+
+    fake = FakePve()
+    await fake.create("pve1", 150, _hardware())
+    await fake.template("pve1", 150)
+    assert fake.vms[150].config["template"] == "1"
+    await fake.clone("pve1", 150, 151, Clone(name="web-2", target="pve2", description="m"))
+    assert (fake.vms[151].node, fake.vms[151].config["name"]) == ("pve2", "web-2")
+    assert "template" not in fake.vms[151].config and fake.vms[151].config["description"] == "m"
+    with pytest.raises(AlreadyExists):
+        await fake.clone("pve1", 150, 151, Clone())
+    fake.vms[151].status = "running"
+    with pytest.raises(PveError, match="if VM is running"):
+        await fake.template("pve2", 151)

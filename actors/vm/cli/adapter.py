@@ -209,6 +209,12 @@ class CliPve:
         except OutputError as exc:
             raise pve.Unreadable(str(exc)) from None
 
+    async def clone(self, node: str, vmid: int, newid: int, spec: pve.Clone) -> pve.Task:
+        return await self._task(node, qm.clone(vmid, newid, spec.params()))
+
+    async def template(self, node: str, vmid: int) -> pve.Task:
+        return await self._task(node, qm.template(vmid))
+
     async def set_config(
         self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
     ) -> pve.Task:

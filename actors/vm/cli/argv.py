@@ -64,6 +64,17 @@ def create(
     return argv
 
 
+def clone(vmid: int, newid: int, options: dict[str, str]) -> Argv:
+    argv = ["qm", "clone", str(vmid), str(newid)]
+    for key, value in options.items():
+        argv += [f"--{key}", value]
+    return argv
+
+
+def template(vmid: int) -> Argv:
+    return ["qm", "template", str(vmid)]
+
+
 def import_disk(vmid: int, image_path: str, storage: str) -> Argv:
     return ["qm", "disk", "import", str(vmid), image_path, storage]
 

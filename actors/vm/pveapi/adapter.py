@@ -216,6 +216,13 @@ class RestPve:
             "the VM with import-from of a volume the node downloaded"
         )
 
+    async def clone(self, node: str, vmid: int, newid: int, spec: pve.Clone) -> pve.Task:
+        params = {"newid": str(newid), **spec.params()}
+        return await self._task(node, "POST", f"/nodes/{node}/qemu/{vmid}/clone", params)
+
+    async def template(self, node: str, vmid: int) -> pve.Task:
+        return await self._task(node, "POST", f"/nodes/{node}/qemu/{vmid}/template")
+
     async def set_config(
         self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
     ) -> pve.Task:
