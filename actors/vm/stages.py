@@ -24,9 +24,25 @@ REBOOT = "VM initialization > rebooting VM"
 FINALIZE = "VM initialization > finalizing"
 
 INSTALL = (
-    CHECK_ID, ASSIGN_IP, CPU_RAM, DISK_SIZE, DEFAULTS, STORAGE, GET_IMAGE, CHECK_URL, DOWNLOAD,
-    SSH_KEY, CREATE, IMPORT, CONFIGURE, MIGRATE, READY, INIT_SCRIPT, REBOOT, FINALIZE,
-)  # fmt: skip
+    CHECK_ID,
+    ASSIGN_IP,
+    CPU_RAM,
+    DISK_SIZE,
+    DEFAULTS,
+    STORAGE,
+    GET_IMAGE,
+    CHECK_URL,
+    DOWNLOAD,
+    SSH_KEY,
+    CREATE,
+    IMPORT,
+    CONFIGURE,
+    MIGRATE,
+    READY,
+    INIT_SCRIPT,
+    REBOOT,
+    FINALIZE,
+)
 
 # Lifecycle commands.
 START = "start > starting VM"

@@ -38,8 +38,9 @@ async def mirror_url() -> AsyncIterator[str]:
 def services(tmp_path: Path, fake: FakePve, base_url: str, driver: str) -> Services:
     # Guests never answer here (nothing listens on their SSH port): an install ends at
     # "waiting for ready", which is as far as Proxmox's side goes.
-    s = settings(GATEWAY="127.0.0.1", VM_SSH_WAIT="0.2", VM_SSH_POLL="0.02",
-                 VM_SSH_PORT=str(free_port()))  # fmt: skip
+    s = settings(
+        GATEWAY="127.0.0.1", VM_SSH_WAIT="0.2", VM_SSH_POLL="0.02", VM_SSH_PORT=str(free_port())
+    )
     if driver == "api":
         api = ApiSettings(url="https://127.0.0.1:8006", token="cairn@pve!driver=x")
         s = attrs.evolve(s, driver="api", api=api)

@@ -85,8 +85,8 @@ def test_cli_command_lines_carry_the_bridge_and_the_mask() -> None:
 
 
 def test_api_create_parameters_carry_the_bridge_and_the_mask() -> None:
-    hardware = Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian",
-                        "created by cairn, install task 0f1e", "vnet1")  # fmt: skip
+    mark = "created by cairn, install task 0f1e"
+    hardware = Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian", mark, "vnet1")
     ci = CloudInit("deploy", "$6$salt$hash", KEY.decode(), "10.20.30.120", "10.20.30.1", 22)
     disk = ImportFrom("local-lvm", "local:import/debian-12.qcow2", ci)
     assert create_params(120, hardware, disk, "cairn") == {

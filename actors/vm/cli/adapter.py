@@ -195,9 +195,16 @@ class CliPve:
             raise pve.Unsupported("the CLI driver imports a disk with qm disk import")
         hw = hardware
         argv = qm.create(
-            vmid, name=hw.name, cores=hw.cores, cpu_type=hw.cpu_type, memory=hw.memory,
-            balloon=hw.balloon, os_tag=hw.os_tag, description=hw.description, bridge=hw.bridge,
-        )  # fmt: skip
+            vmid,
+            name=hw.name,
+            cores=hw.cores,
+            cpu_type=hw.cpu_type,
+            memory=hw.memory,
+            balloon=hw.balloon,
+            os_tag=hw.os_tag,
+            description=hw.description,
+            bridge=hw.bridge,
+        )
         if pool:
             argv += ["--pool", pool]
         return await self._task(node, argv)

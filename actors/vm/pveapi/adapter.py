@@ -29,9 +29,15 @@ def hardware_params(hw: pve.Hardware) -> dict[str, str]:
     if hw.balloon is not None:
         params["balloon"] = str(hw.balloon)
     return params | {
-        "scsihw": "virtio-scsi-pci", "ostype": "l26", "agent": "1", "net0": hw.net0(),
-        "serial0": "socket", "vga": "serial0", "tags": hw.os_tag, "description": hw.description,
-    }  # fmt: skip
+        "scsihw": "virtio-scsi-pci",
+        "ostype": "l26",
+        "agent": "1",
+        "net0": hw.net0(),
+        "serial0": "socket",
+        "vga": "serial0",
+        "tags": hw.os_tag,
+        "description": hw.description,
+    }
 
 
 def create_params(
