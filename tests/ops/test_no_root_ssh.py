@@ -54,7 +54,7 @@ def cloud_init() -> qm.CloudInit:
 
 
 def cairns_commands(images: Path) -> list[list[str]]:
-    """Every command line the CLI driver sends to a node, as qm.py builds it."""
+    """Every command line the CLI driver sends to a node, as actors/vm/cli/argv.py builds it."""
     image = str(images / "debian-12-debian-12-generic-amd64.qcow2")
     return [
         qm.create(
