@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The one thing cairn's SSH key may do as root on a Proxmox VE node: the `qm`, `pvesm` and
-`pvesh` command lines cairn itself runs (actors/vm/qm.py), with their fixed options, nothing else.
+`pvesh` command lines cairn itself runs (actors/vm/cli/argv.py), with their fixed options,
+nothing else.
 
 sshd runs it as the key's forced command (docs/deploy.md, "Over SSH"), in the node's
 `/etc/pve/priv/authorized_keys`, which Proxmox shares across the cluster:
@@ -116,7 +117,7 @@ def check(argv: Sequence[str], *, images: str, vmids: range | None) -> None:
         ):
             raise Refused("pvesm: only `status --storage NAME` and `status --content images`")
     elif program == "pvesh":
-        _pvesh(rest)
+        _pvesh(rest, vmids=vmids)
     else:
         raise Refused(f"{program!r} is not qm, pvesm or pvesh")
 
@@ -209,7 +210,7 @@ def _image(path: str, images: str) -> None:
         raise Refused(f"{path!r} is not a file")
 
 
-def _pvesh(rest: list[str]) -> None:
+def _pvesh(rest: list[str], *, vmids: range | None) -> None:
     json_out = ["--output-format", "json"]
     if (
         len(rest) == 6
@@ -223,7 +224,20 @@ def _pvesh(rest: list[str]) -> None:
         found = re.fullmatch(r"/nodes/([A-Za-z0-9-]{1,63})/status", rest[1])
         if found:
             return
-    raise Refused("pvesh: only the reads cairn makes (cluster resources, a node's status)")
+    # Which tasks a node still runs for one of cairn's VMs: a restart asks it to tell a create
+    # whose worker died from one still running.
+    if (
+        len(rest) == 8
+        and rest[0] == "get"
+        and re.fullmatch(r"/nodes/[A-Za-z0-9-]{1,63}/tasks", rest[1])
+        and rest[2:5] == ["--source", "active", "--vmid"]
+        and rest[6:] == json_out
+    ):
+        _vmid(rest[5], vmids)
+        return
+    raise Refused(
+        "pvesh: only the reads cairn makes (cluster resources, a node's status, a VM's tasks)"
+    )
 
 
 def open_image(path: str) -> int:

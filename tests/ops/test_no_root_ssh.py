@@ -79,6 +79,7 @@ def cairns_commands(images: Path) -> list[list[str]]:
         qm.cleanup_stop(120), qm.cleanup_destroy(120), qm.status(120), qm.config(120),
         qm.storage_status("local-lvm"), qm.image_storages(),
         qm.cluster_resources("vm"), qm.cluster_resources("node"), qm.node_status("node1"),
+        qm.api_get("/nodes/node1/tasks", "--source", "active", "--vmid", "120"),
     ]  # fmt: skip
 
 
@@ -115,6 +116,48 @@ def test_every_command_cairn_runs_passes(images: Path) -> None:
         (["pvesh", "create", "/access/users", "--userid", "x@pam"], "pvesh: only the reads"),
         (["pvesh", "get", "/nodes/node1/execute"], "pvesh: only the reads"),
         (["pvesh", "set", "/cluster/options", "--keyboard", "de"], "pvesh: only the reads"),
+        (
+            [
+                "pvesh",
+                "get",
+                "/nodes/node1/tasks",
+                "--source",
+                "active",
+                "--vmid",
+                "250",
+                "--output-format",
+                "json",
+            ],
+            "VM 250 is outside cairn's ids 100-199",
+        ),
+        (
+            [
+                "pvesh",
+                "get",
+                "/nodes/node1/tasks",
+                "--source",
+                "all",
+                "--vmid",
+                "120",
+                "--output-format",
+                "json",
+            ],
+            "pvesh: only the reads",
+        ),
+        (
+            [
+                "pvesh",
+                "get",
+                "/nodes/../tasks",
+                "--source",
+                "active",
+                "--vmid",
+                "120",
+                "--output-format",
+                "json",
+            ],
+            "pvesh: only the reads",
+        ),
     ],
 )
 def test_what_would_give_root_away_is_refused(argv: list[str], why: str, images: Path) -> None:
