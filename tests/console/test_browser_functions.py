@@ -113,3 +113,45 @@ def test_the_code_editor_highlights_and_indents_with_tab(page: Page, stack: Stac
     expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
     status, text = stack.request("GET", "/console/svc/functions/code/edit/tab")
     assert (status, text) == (200, "def twice(x):\n    return 2 * x\nreturn twice(21)\n")
+
+
+def responsive(page: Page) -> None:
+    """The tab answers a script within a second (a tab stuck in a loop never does)."""
+    page.wait_for_function("() => true", timeout=1_000)
+
+
+def test_fast_typing_select_all_and_paste_keep_the_tab_responsive(page: Page, stack: Stack) -> None:
+    """Typing without delay, replacing everything and pasting then pressing Enter: each edit
+    reaches the page once and never comes back into the editor, so nothing spins and the code
+    stored is what was typed."""
+    store(stack, "edit/fast")
+    page.goto(stack.url("function/edit/fast"))
+    editor = page.get_by_label(re.compile("Code of version"))
+    wait_until(lambda: code_of(editor) == CODE.rstrip("\n") + "\n", what="the code in the editor")
+    editor.click()
+    page.keyboard.press("Control+End")
+    # Lines with no brackets and no colon: nothing the editor indents or completes by itself.
+    line = "total = total + 1  # counted again and again\n"
+    typed = (line * (2_000 // len(line) + 1))[:2_000]
+    page.keyboard.type(typed)
+    responsive(page)
+    wait_until(lambda: code_of(editor) == CODE + typed, what="every typed character, once")
+
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.type("total = 0\n")
+    responsive(page)
+    wait_until(lambda: code_of(editor) == "total = 0\n", what="the text typed after deleting")
+
+    pasted = "total = total + 41\n" * 20
+    paste_code(editor, pasted)
+    page.keyboard.press("Enter")
+    page.keyboard.type("return total")
+    responsive(page)
+    expected = pasted + "\nreturn total"
+    wait_until(lambda: code_of(editor) == expected, what="the pasted text, Enter and the last line")
+
+    page.get_by_role("button", name="Store as a new version").click()
+    expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()
+    responsive(page)
+    assert stack.request("GET", "/console/svc/functions/code/edit/fast") == (200, expected)

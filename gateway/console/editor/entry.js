@@ -10,7 +10,7 @@
 // theme reads the page's Pico colours (custom properties cross into the shadow root), so it
 // follows light and dark like the rest.
 
-import { EditorState, Compartment } from "@codemirror/state";
+import { Annotation, EditorState, Compartment } from "@codemirror/state";
 import {
   EditorView, keymap, lineNumbers, highlightActiveLine, highlightActiveLineGutter, drawSelection,
 } from "@codemirror/view";
@@ -68,6 +68,9 @@ const LANGUAGES = {
   typescript: () => javascript({ typescript: true }),
 };
 
+// Marks a text the page put in (setDoc): the page knows it already, so it is not reported back.
+const fromPage = Annotation.define();
+
 // An editor in `parent`: `label` names it for assistive technology, `onChange(text)` follows
 // every edit. Returns {view, setDoc, setLanguage, setReadOnly, destroy}.
 export function createEditor(parent, { doc = "", language = "python", label = "Code",
@@ -102,7 +105,8 @@ export function createEditor(parent, { doc = "", language = "python", label = "C
         ro.of([EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)]),
         attrs.of(EditorView.contentAttributes.of(contentAttrs(label))),
         EditorView.updateListener.of((update) => {
-          if (update.docChanged) onChange(update.state.doc.toString());
+          const edited = update.transactions.some((tr) => tr.docChanged && !tr.annotation(fromPage));
+          if (edited) onChange(update.state.doc.toString());
         }),
       ],
     }),
@@ -114,7 +118,10 @@ export function createEditor(parent, { doc = "", language = "python", label = "C
     view,
     setDoc(text) {
       if (text !== view.state.doc.toString()) {
-        view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: text } });
+        view.dispatch({
+          changes: { from: 0, to: view.state.doc.length, insert: text },
+          annotations: fromPage.of(true),
+        });
       }
     },
     setLanguage(name) {

@@ -2,7 +2,7 @@
 // console's own bundle (/console/vendor/codemirror/editor.js, gateway/console/editor.py). If
 // the bundle is not there, a plain text box does the same job.
 
-import { html, useEffect, useRef, useState } from "./lib.js";
+import { html, useEffect, useLayoutEffect, useRef, useState } from "./lib.js";
 
 let loading = null;
 const loadEditor = () =>
@@ -15,6 +15,11 @@ export function CodeEditor({ id, label, name, value, language, readOnly = false,
   const editor = useRef(null);
   const latest = useRef(onChange);
   latest.current = onChange;
+  // The text the editor holds as far as the page knows: what it last reported, or what it was
+  // last given. Each edit comes back as `value` one render later; were it written into the
+  // editor again, a render that lags behind fast typing would put older text back, the editor
+  // would report that, and the two would chase each other forever (the tab froze).
+  const known = useRef(value);
   const [failed, setFailed] = useState(false);
   useEffect(() => {
     let live = true;
@@ -25,8 +30,11 @@ export function CodeEditor({ id, label, name, value, language, readOnly = false,
         return;
       }
       editor.current = module.createEditor(box.current, {
-        doc: value, language, label: name, readOnly, describedBy: `${id}-help`,
-        onChange: (text) => latest.current(text),
+        doc: known.current, language, label: name, readOnly, describedBy: `${id}-help`,
+        onChange: (text) => {
+          known.current = text;
+          latest.current(text);
+        },
       });
     });
     return () => {
@@ -35,7 +43,13 @@ export function CodeEditor({ id, label, name, value, language, readOnly = false,
       editor.current = null;
     };
   }, [readOnly]);
-  useEffect(() => editor.current?.setDoc(value), [value]);
+  // Only a value from elsewhere (another version shown) goes into the editor, and at once
+  // after the render that brought it, before another key can arrive.
+  useLayoutEffect(() => {
+    if (value === known.current) return;
+    known.current = value;
+    editor.current?.setDoc(value);
+  }, [value]);
   useEffect(() => editor.current?.setLanguage(language), [language]);
   useEffect(() => editor.current?.setLabel(name), [name]);
   if (failed) {

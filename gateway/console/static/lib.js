@@ -6,6 +6,7 @@ export {
   render,
   useState,
   useEffect,
+  useLayoutEffect,
   useRef,
   useMemo,
   useCallback,
