@@ -147,7 +147,7 @@ def test_a_simulated_cluster_is_said_on_every_page(
     try:
         for where in ("", "vms", "functions", "events"):
             page.goto(stack.url(where))
-            banner = page.get_by_role("note").filter(has_text="Simulated cluster.")
+            banner = page.get_by_role("note").filter(has_text="Simulated cluster")
             expect(banner).to_be_visible()
             expect(banner).to_be_in_viewport()
             assert page.evaluate("document.documentElement.scrollWidth") <= width

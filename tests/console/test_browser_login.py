@@ -66,6 +66,9 @@ def test_a_viewer_sees_no_destroy_and_a_forged_one_is_refused(
 
     sign_in(page, stack, tokens.viewer)
     expect(page.locator("form.who")).to_contain_text("Signed in as vera (viewer)")
+    overview = page.locator('section[aria-labelledby="vms-h"]')
+    expect(overview.get_by_role("link", name="All VMs")).to_be_visible()
+    expect(page.get_by_role("link", name="Install a VM")).to_have_count(0)
     page.goto(stack.url(f"vm/{vmid}"))
     expect(page.locator("dl.details .badge")).to_have_text("stopped")
     expect(page.get_by_role("button", name="Destroy")).to_have_count(0)
@@ -190,8 +193,8 @@ def test_the_audit_trail_names_who_installed_and_destroyed(
 
     page.goto(stack.url("events"))
     started = page.locator('li[data-type="vm.task_started"] summary')
-    expect(started.filter(has_text=f"vm:{vmid}: install started by ada")).to_have_count(1)
-    expect(started.filter(has_text=f"vm:{vmid}: destroy started by ada")).to_have_count(1)
+    expect(started.filter(has_text=f"VM {vmid}: install started by ada")).to_have_count(1)
+    expect(started.filter(has_text=f"VM {vmid}: destroy started by ada")).to_have_count(1)
 
     lines = tail_until(stack, ["command=install", "command=destroy"])
     mine = [line for line in lines if f"vm.{vmid} vm.task_started" in line]

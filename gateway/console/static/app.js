@@ -99,12 +99,12 @@ function Header({ current }) {
     </header>`;
 }
 
-// Said on every page, not in small print: nothing done here touches a real machine.
+// Said on every page, in one line (two on a phone): nothing done here touches a real machine.
 function SimulatedBanner() {
   return html`
     <p class="banner container" role="note" data-banner="simulated">
-      <strong>Simulated cluster.</strong> No Proxmox is configured (no <code>MAIN_NODE</code>):
-      cairn drives a simulated cluster on this machine, and its VMs are not real machines.</p>`;
+      <strong>Simulated cluster</strong>: no <code>MAIN_NODE</code> is set, so these VMs are not
+      real machines.</p>`;
 }
 
 function App() {

@@ -45,6 +45,39 @@ export function absolute(when) {
   return ms === null || Number.isNaN(ms) ? "" : new Date(ms).toLocaleString();
 }
 
+// "1 VM", "2 VMs", "1 match", "3 matches".
 export function count(n, word) {
-  return `${n} ${word}${n === 1 ? "" : "s"}`;
+  if (n === 1) return `${n} ${word}`;
+  return `${n} ${word}${/(s|x|ch|sh)$/.test(word) ? "es" : "s"}`;
+}
+
+// Operating systems as their products are called, not as the API spells them.
+const OS_NAMES = { debian: "Debian", ubuntu: "Ubuntu", rockylinux: "Rocky Linux" };
+export function osName(os, version = "") {
+  if (!os) return "—";
+  const name = OS_NAMES[os] || os;
+  return version ? `${name} ${version}` : name;
+}
+
+// A task record's message as its parts: the VM service writes "[+] done (0.42s)" ("[+]" done,
+// "[*]" under way, "[-]" failed; every message ends with its elapsed time). `kind` is "ok",
+// "info", "bad" or null, `seconds` a string or null. A message that already says its time
+// ("… completed in 6.63s (6.63s)") keeps it once, in its words.
+const RECORD = /^\[([+*!-])\]\s*([\s\S]*?)\s*(?:\((\d+(?:\.\d+)?)s\))?$/;
+const KINDS = { "+": "ok", "*": "info", "-": "bad", "!": "bad" };
+export function parseMessage(message) {
+  const text = (message || "").trim();
+  const match = RECORD.exec(text);
+  if (!match) return { kind: null, text, seconds: null };
+  const [, mark, body, seconds] = match;
+  const said = seconds !== undefined && new RegExp(`\\b${seconds.replace(".", "\\.")}s$`).test(body);
+  return { kind: KINDS[mark], text: body, seconds: seconds === undefined || said ? null : seconds };
+}
+
+// A service's message as a sentence: its words kept, a capital first and a full stop last.
+export function sentence(text) {
+  const words = String(text || "").trim();
+  if (!words) return "";
+  const first = words[0].toUpperCase() + words.slice(1);
+  return /[.!?…]$/.test(first) ? first : `${first}.`;
 }

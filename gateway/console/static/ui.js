@@ -1,13 +1,23 @@
 // Small pieces every page uses: an error note, a confirmation dialog, times that keep up.
 
 import { html, useEffect, useRef, useState } from "./lib.js";
-import { absolute, ago, toMillis } from "./format.js";
+import { absolute, ago, sentence, toMillis } from "./format.js";
 
-// A message from a service, shown where the action was; `role=alert` so it is announced.
+// What an HTTP status means to the person who asked, as the label before the service's words.
+const STATUS_WORDS = {
+  0: "No answer", 401: "Sign-in needed", 403: "Not allowed", 404: "Not found",
+  409: "Conflict", 429: "Busy", 502: "Unreachable", 503: "Unavailable", 504: "Timed out",
+};
+export const statusWord = (status) => STATUS_WORDS[status] || (status >= 500 ? "Failed" : "Refused");
+
+// A message from a service, shown where the action was; `role=alert` so it is announced. The
+// service's own words, as a sentence, after a label that says what kind of failure it is (the
+// status number on hover, for whoever reads logs).
 export function ErrorNote({ error }) {
   if (!error) return null;
-  const status = error.status ? `${error.status}: ` : "";
-  return html`<p class="error" role="alert">${status}${error.message}</p>`;
+  const status = error.status ?? null;
+  return html`<p class="error" role="alert" data-status=${status}>${status === null ? null : html`<span
+      class="status-label" title=${status ? `HTTP status ${status}` : "no HTTP answer"}>${statusWord(status)}</span> `}${sentence(error.message)}</p>`;
 }
 
 // A shared clock, so every "3 s ago" on a page moves on together.

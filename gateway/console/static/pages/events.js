@@ -2,38 +2,99 @@
 
 import { html, useState } from "../lib.js";
 import { recent, useEvents } from "../feed.js";
-import { absolute, bytes } from "../format.js";
+import { absolute, bytes, count, gib, mib, osName, parseMessage } from "../format.js";
 import { encodePath } from "../api.js";
 import { TimeAgo } from "../ui.js";
 
 const KEEP = 200;
-const AGGREGATES = ["vm", "vmalloc", "functions", "search", "images"];
+const AGGREGATES = [
+  ["vm", "VMs"], ["vmalloc", "VM IDs and addresses"], ["functions", "Functions"],
+  ["search", "Search"], ["images", "Images"],
+];
+
+// What kind of thing happened, in words (the type as recorded is in the event's data).
+const TITLES = {
+  "vm.progress": "Task step",
+  "vm.task_started": "Task started",
+  "vm.task_ended": "Task ended",
+  "vm.install_planned": "Install planned",
+  "vm.installed": "VM installed",
+  "vm.observed": "VM state seen",
+  "vm.adopted": "VM found",
+  "vm.disowned": "VM let go",
+  "vm.reconfigured": "VM changed",
+  "vmalloc.reserved": "ID and address reserved",
+  "vmalloc.released": "ID and address freed",
+  "vmalloc.refused": "No ID or address free",
+  "functions.version_stored": "Function stored",
+  "functions.deleted": "Function deleted",
+  "images.stored": "Image stored",
+  "images.deleted": "Image deleted",
+  "search.document_indexed": "Document indexed",
+  "search.document_removed": "Document removed",
+  "search.document_dismissed": "Document skipped",
+  "search.progress": "Indexing progress",
+  "search.database_reconciled": "Database checked",
+};
+
+export function typeTitle(type) {
+  if (TITLES[type]) return TITLES[type];
+  const words = type.replace(/[._]/g, " ");
+  return words[0].toUpperCase() + words.slice(1);
+}
+export const title = (event) => typeTitle(event.type);
 
 // One line that says what happened, from the event's own fields, and who asked for it when
-// the event records that (`by`, the audit trail: a token's name or ip:<address>).
+// the event records it (`by`, the audit trail: a token's name or ip:<address>).
 export function summary(event) {
   const by = event.data?.by;
   const what = happened(event);
   return by ? `${what} by ${by}` : what;
 }
 
+// "vm:101" is VM 101; a stream of no known kind as it is.
+function streamName(stream) {
+  const [kind, ...rest] = (stream || "").split(":");
+  return kind === "vm" && rest.length ? `VM ${rest.join(":")}` : stream || "";
+}
+
 function happened(event) {
   const d = event.data || {};
+  const vm = streamName(event.stream);
   switch (event.type) {
-    case "vm.progress": return `${d.step}: ${d.message}`;
-    case "vm.task_started": return `${event.stream}: ${d.command} started`;
-    case "vm.task_ended": return `${event.stream}: ${d.ok ? "done" : `failed: ${d.error}`} (now ${d.state})`;
-    case "vm.installed": return `${event.stream}: ${d.name} (${d.os} ${d.version}) at ${d.ip}`;
-    case "vm.observed": return `${event.stream} is ${d.state}`;
+    case "vm.progress": {
+      const { text } = parseMessage(d.message);
+      return `${vm}: ${(d.step || "").replace(" > ", " › ")}: ${text}`;
+    }
+    case "vm.task_started": return `${vm}: ${d.command} started`;
+    case "vm.task_ended": return `${vm}: ${d.command ? `${d.command} ` : ""}${d.ok ? "done" : `failed: ${d.error}`} (now ${d.state})`;
+    case "vm.install_planned": return `${vm}: ${d.name} (${osName(d.os, d.version)}) on ${d.node} at ${d.ip}`;
+    case "vm.installed": return `${vm}: ${d.name} (${osName(d.os, d.version)}) at ${d.ip}`;
+    case "vm.observed": return `${vm} is ${d.state}`;
+    case "vm.adopted": return `${vm}: ${d.name} on ${d.node}, made by someone else`;
+    case "vm.disowned": return `${vm}: ${d.reason}`;
+    case "vm.reconfigured": {
+      const sizes = [
+        d.cpu ? count(d.cpu, "vCPU") : null,
+        d.ram ? mib(d.ram) : null,
+        d.disk_gb ? `${gib(d.disk_gb)} disk` : null,
+        d.node ? `on ${d.node}` : null,
+      ].filter(Boolean);
+      return `${vm}: ${sizes.join(", ") || "changed"}`;
+    }
+    case "vmalloc.reserved": return `VM ${d.vmid} and ${d.ip} kept for an install`;
+    case "vmalloc.released": return `VM ${d.vmid}'s ID and address free again${d.reason ? ` (${d.reason})` : ""}`;
+    case "vmalloc.refused": return d.reason || "an install found no free ID or address";
     case "functions.version_stored": return `${d.path} version of ${absolute(d.version)} (${d.language})`;
-    case "functions.deleted": return `${d.path} deleted (${d.versions} versions)`;
+    case "functions.deleted": return `${d.path} deleted (${count(d.versions, "version")})`;
     case "images.stored": return `${d.path} (${d.type}, ${bytes(d.size)})`;
     case "images.deleted": return `${d.path} deleted`;
-    case "search.document_indexed": return `${d.db}: ${d.source} (${d.chunks} chunks)`;
+    case "search.document_indexed": return `${d.db}: ${d.source} (${count(d.chunks, "chunk")})`;
     case "search.document_removed": return `${d.db}: ${d.source} removed`;
     case "search.document_dismissed": return `${d.db}: ${d.source}: ${d.reason}`;
-    case "search.progress": return `${d.db}: ${d.state}, ${d.embedded} of ${d.chunks} chunks embedded`;
-    default: return event.stream;
+    case "search.progress": return `${d.db}: ${d.state}, ${d.embedded} of ${count(d.chunks, "chunk")} embedded`;
+    case "search.database_reconciled": return `${d.db}: ${count(d.queued, "file")} to index`;
+    default: return vm;
   }
 }
 
@@ -80,7 +141,7 @@ function EventRow({ event }) {
     <li class="event" data-type=${event.type} data-position=${event.position}>
       <div class="head">
         <${TimeAgo} when=${event.recorded_at} />
-        <code class="type">${event.type}</code>
+        <strong class="what" title=${event.type}>${title(event)}</strong>
         ${subject ? html`<a class="subject" href=${subject.href}>${subject.label}</a>` : null}
       </div>
       <details>
@@ -117,17 +178,17 @@ export function EventsPage() {
         <select value=${kind} onChange=${(e) => setKind(e.target.value)}>
           <option value="">every type</option>
           <optgroup label="Kinds">
-            ${AGGREGATES.map((a) => html`<option value=${a}>${a}.*</option>`)}
+            ${AGGREGATES.map(([a, label]) => html`<option value=${a}>${label}</option>`)}
           </optgroup>
           <optgroup label="Types seen">
-            ${types.map((t) => html`<option value=${t}>${t}</option>`)}
+            ${types.map((t) => html`<option value=${t}>${typeTitle(t)}</option>`)}
           </optgroup>
         </select></label>
       <button type="button" class="secondary" aria-pressed=${paused}
               onClick=${() => (paused ? resume() : setPaused(true))}>
         ${paused ? `Resume (${held.length} new)` : "Pause"}</button>
     </form>
-    <p class="muted" role="status">${shown.length === events.length ? `${events.length} events` : `${shown.length} of ${events.length} events`}, newest first</p>
+    <p class="muted" role="status">${shown.length === events.length ? count(events.length, "event") : `${shown.length} of ${count(events.length, "event")}`}, newest first</p>
     <ol class="events feed" tabindex="0" aria-label="Events, newest first">
       ${shown.map((e) => html`<${EventRow} key=${e.position} event=${e} />`)}
     </ol>

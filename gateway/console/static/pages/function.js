@@ -17,10 +17,21 @@ function Run({ path, version }) {
   const [busy, setBusy] = useState(false);
   const abort = useRef(null);
   const box = useRef(null);
+  const result = useRef(null);
+  const problem = useRef(null);
   useEffect(() => () => abort.current?.abort(), []);
   useEffect(() => {
     if (box.current) box.current.scrollTop = box.current.scrollHeight;
   }, [lines.length]);
+  // What a click on Run gave is where the user looks, on a phone too (where the output is
+  // below the fold): the output as it starts, the result or the error once it is in.
+  useEffect(() => {
+    if (busy) box.current?.scrollIntoView({ block: "nearest" });
+  }, [busy]);
+  useEffect(() => {
+    if (error) problem.current?.scrollIntoView({ block: "nearest" });
+    else if (outcome) result.current?.scrollIntoView({ block: "nearest" });
+  }, [outcome, error]);
 
   const run = async (e) => {
     e.preventDefault();
@@ -54,10 +65,10 @@ function Run({ path, version }) {
           <button type="button" class="secondary" disabled=${!busy} onClick=${stop}>Stop</button>
         </div>
       </form>
-      <${ErrorNote} error=${error} />
+      <div ref=${problem}><${ErrorNote} error=${error} /></div>
       <h3>Output</h3>
       <pre class="log output" ref=${box} tabindex="0" role="log" aria-label="Output">${lines.join("\n")}</pre>
-      <div class="outcome" role="status">
+      <div class="outcome" role="status" ref=${result}>
         ${outcome?.event === "result" ? html`<p class="ok">Result (${outcome.type}): <code>${outcome.data}</code></p>` : null}
         ${outcome?.event === "error" ? html`<p class="error">Error: ${outcome.data}</p>` : null}
       </div>

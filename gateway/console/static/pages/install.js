@@ -8,6 +8,7 @@
 import { html, useEffect, useRef, useState } from "../lib.js";
 import { api, DEFAULT_VERSION, OS_VERSIONS } from "../api.js";
 import { ErrorNote, useLoad } from "../ui.js";
+import { osName } from "../format.js";
 import { TaskStages } from "./task.js";
 
 const DEFAULT_USER = { debian: "debian", ubuntu: "ubuntu", rockylinux: "rocky" };
@@ -99,7 +100,7 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
       <div class="grid-form">
         <label>Operating system
           <select name="os" value=${os} onChange=${(e) => { setOs(e.target.value); setVersion(DEFAULT_VERSION[e.target.value]); }}>
-            ${Object.keys(OS_VERSIONS).map((name) => html`<option value=${name}>${name}</option>`)}
+            ${Object.keys(OS_VERSIONS).map((name) => html`<option value=${name}>${osName(name)}</option>`)}
           </select></label>
         <label>Version
           <select name="version" value=${version} onChange=${(e) => setVersion(e.target.value)}>
@@ -130,7 +131,7 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
 // What was sent, in one line, where the form was (the form folds away so the progress is
 // where the user looks).
 export function describeRequest(body) {
-  const parts = [`${body.os} ${body.version}`];
+  const parts = [osName(body.os, body.version)];
   if (body.name) parts.push(`named ${body.name}`);
   if (body.id) parts.push(`as VM ${body.id}`);
   parts.push(`on ${body.node || "the main node"}`);

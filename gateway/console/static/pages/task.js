@@ -3,6 +3,7 @@
 // does not move as records arrive.
 
 import { html, useEffect, useRef } from "../lib.js";
+import { count, parseMessage } from "../format.js";
 
 const MARK = { pending: "○", processing: "◔", success: "✓", error: "✗", skipped: "–" };
 
@@ -59,6 +60,17 @@ export function requestedSizes(records) {
   return sizes;
 }
 
+// A message in its parts: a mark for done, under way or failed (the stream's "[+]", "[*]",
+// "[-]"), the words, and the elapsed time apart and muted.
+const KIND_MARK = { ok: "✓", info: "›", bad: "✗" };
+const KIND_WORD = { ok: "done", info: "", bad: "failed" };
+export function Message({ message }) {
+  const { kind, text, seconds } = parseMessage(message);
+  return html`<span class="msg" data-kind=${kind}>${kind ? html`<span class="kind" aria-hidden="true">${KIND_MARK[kind]}</span>` : null}${
+    kind && KIND_WORD[kind] ? html`<span class="visually-hidden">${KIND_WORD[kind]}: </span>` : null}<span class="text">${text}</span>${
+    seconds === null ? null : html` <span class="elapsed" title="time since the task began">${seconds} s</span>`}</span>`;
+}
+
 export function Log({ records }) {
   const box = useRef(null);
   const stick = useRef(true);
@@ -70,9 +82,8 @@ export function Log({ records }) {
     const el = box.current;
     stick.current = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
   };
-  return html`<pre class="log" ref=${box} onScroll=${onScroll} tabindex="0" role="log" aria-label="Log">${records
-    .map((r) => `${r.step}: ${tidy(r.message)}`)
-    .join("\n")}</pre>`;
+  return html`<div class="log records" ref=${box} onScroll=${onScroll} tabindex="0" role="log" aria-label="Log"><ol>${records
+    .map((r, i) => html`<li key=${i} data-status=${r.status}><span class="step">${r.step.replace(" > ", " › ")}</span> <${Message} message=${r.message} /></li>`)}</ol></div>`;
 }
 
 function current(records) {
@@ -101,7 +112,7 @@ export function TaskStages({ stages = [], records, running, done = null, follow 
       <progress class=${bar.outcome} data-outcome=${bar.outcome} value=${bar.value} max=${bar.max}
                 aria-label=${label}></progress>
       <p class=${`task-note ${failed ? "error" : "ok"}`} role=${failed ? "alert" : "status"}>
-        ${failed ? `${failed.step}: ${failed.message}` : done}</p>
+        ${failed ? `${failed.step}: ${parseMessage(failed.message).text}` : done}</p>
       <p class="visually-hidden" role="status">${current(records)}</p>
       <ol class="stages">
         ${rows.map((row) => html`
@@ -109,11 +120,11 @@ export function TaskStages({ stages = [], records, running, done = null, follow 
             <span class="mark" aria-hidden="true">${MARK[row.status] || "•"}</span>
             <span class="step">${row.step.replace(" > ", " › ")}</span>
             <span class="visually-hidden">: ${row.status}</span>
-            <span class="message" title=${row.message}>${row.message}</span>
+            <span class="message" title=${parseMessage(row.message).text}><${Message} message=${row.message} /></span>
           </li>`)}
       </ol>
       <details>
-        <summary>Log (${records.length} records)</summary>
+        <summary>Log (${count(records.length, "record")})</summary>
         <${Log} records=${records} />
       </details>
     </section>`;

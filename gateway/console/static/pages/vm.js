@@ -3,7 +3,7 @@
 import { html, useEffect, useRef, useState } from "../lib.js";
 import { api } from "../api.js";
 import { useEvents } from "../feed.js";
-import { gib, mib } from "../format.js";
+import { gib, mib, osName } from "../format.js";
 import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
@@ -61,7 +61,7 @@ function Details({ vm, records }) {
   const rows = [
     ["State", html`<${StateBadge} state=${vm.state} />`],
     ["Node", vm.node],
-    ["Operating system", [vm.os, vm.version].filter(Boolean).join(" ")],
+    ["Operating system", osName(vm.os, vm.version)],
     ["IP address", vm.ip ? html`<code>${vm.ip}</code>` : "—"],
     ["User", vm.user || "—"],
     ["vCPUs", size(vm.cpu, installing, asked.cpu, String)],
@@ -78,14 +78,23 @@ function Details({ vm, records }) {
     </dl>`;
 }
 
-function SetForm({ id, what, label, unit, min, max, value, disabled, onDone, confirm }) {
+// What a resize changes, old → new, in the units the details show: "vCPUs: 2 → 4",
+// "Memory: 2 GiB → 4 GiB", "Disk: 16 GiB → 24 GiB" (the disk grows by what was typed).
+export function resizeTitle(what, current, typed) {
+  const n = Number(typed);
+  if (what === "cpu") return `vCPUs: ${current} → ${n}`;
+  if (what === "memory") return `Memory: ${mib(current)} → ${mib(n)}`;
+  return `Disk: ${gib(current)} → ${gib(current + n)} (${gib(n)} more)`;
+}
+
+function SetForm({ id, what, label, unit, min, max, value, current, disabled, onDone, confirm }) {
   const [error, setError] = useState(null);
   const [note, setNote] = useState(null);
   const submit = (e) => {
     e.preventDefault();
     const raw = new FormData(e.target).get(what);
     const body = what === "disk" ? { disk: `${raw}G` } : { [what]: Number(raw) };
-    confirm(`${label}: ${raw} ${unit}`, "The VM is changed while it is stopped.", async () => {
+    confirm(resizeTitle(what, current, raw), "The VM is changed while it is stopped.", async () => {
       setError(null);
       setNote(null);
       try {
@@ -208,11 +217,11 @@ export function VmDetail({ id }) {
           <${ErrorNote} error=${error} />
           <h3>Resize</h3>
           ${stopped ? null : html`<p class="muted">Stop the VM to resize or migrate it.</p>`}
-          <${SetForm} id=${id} what="cpu" label="vCPUs" unit="cores" min="1" max="32" value=${vm.cpu}
+          <${SetForm} id=${id} what="cpu" label="vCPUs" unit="cores" min="1" max="32" value=${vm.cpu} current=${vm.cpu}
                       disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
-          <${SetForm} id=${id} what="memory" label="Memory" unit="MiB" min="512" value=${vm.memory}
+          <${SetForm} id=${id} what="memory" label="Memory" unit="MiB" min="512" value=${vm.memory} current=${vm.memory}
                       disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
-          <${SetForm} id=${id} what="disk" label="Grow disk by" unit="GiB" min="1" value="8"
+          <${SetForm} id=${id} what="disk" label="Grow disk by" unit="GiB" min="1" value="8" current=${vm.disk}
                       disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
           <h3>Migrate</h3>
           <form class="inline" onSubmit=${(e) => {

@@ -3,7 +3,7 @@
 import { html, useState } from "../lib.js";
 import { api } from "../api.js";
 import { useEvents } from "../feed.js";
-import { gib, mib } from "../format.js";
+import { count, gib, mib, osName } from "../format.js";
 import { ErrorNote, StateBadge, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
 
@@ -25,7 +25,7 @@ const COLUMNS = [
   ["state", "State", (vm) => stateOf(vm)],
   ["node", "Node", (vm) => vm.node],
   ["ip", "IP address", (vm) => ipKey(vm.ip)],
-  ["os", "OS", (vm) => vm.os],
+  ["os", "OS", (vm) => osName(vm.os)],
   ["cpu", "vCPUs", (vm) => vm.cpu],
   ["memory", "Memory", (vm) => vm.memory],
   ["disk", "Disk", (vm) => vm.disk],
@@ -55,11 +55,11 @@ const distinct = (list, fn) => [...new Set(list.map(fn).filter(Boolean))].sort()
 
 function Filters({ list, view, setView }) {
   const set = (key) => (e) => setView({ ...view, [key]: e.target.value });
-  const choice = (key, label, values) => html`
+  const choice = (key, label, values, name = (v) => v) => html`
     <label>${label}
       <select value=${view[key]} onChange=${set(key)}>
         <option value="">any</option>
-        ${values.map((v) => html`<option value=${v}>${v}</option>`)}
+        ${values.map((v) => html`<option value=${v}>${name(v)}</option>`)}
       </select></label>`;
   return html`
     <form class="filters" role="search" aria-label="Filter the VMs" onSubmit=${(e) => e.preventDefault()}>
@@ -67,7 +67,7 @@ function Filters({ list, view, setView }) {
         <input type="search" value=${view.text} onInput=${set("text")} autocomplete="off" /></label>
       ${choice("state", "State", distinct(list, stateOf))}
       ${choice("node", "Node", distinct(list, (vm) => vm.node))}
-      ${choice("os", "OS", distinct(list, (vm) => vm.os))}
+      ${choice("os", "OS", distinct(list, (vm) => vm.os), (v) => osName(v))}
     </form>`;
 }
 
@@ -85,21 +85,21 @@ export function VmTable({ list, view = null, setView = null }) {
         ${label}<span aria-hidden="true">${active ? (view.desc ? " ▼" : " ▲") : ""}</span></button></th>`;
   };
   return html`
-    <div class="table" tabindex="0" role="region" aria-label="VMs"><table class="vms">
+    <div class="table" tabindex="0" role="region" aria-label="VMs"><table class=${`vms${sortable ? " sortable" : ""}`}>
       <thead><tr>${COLUMNS.map(header)}</tr></thead>
       <tbody>
         ${rows.map((vm) => html`
           <tr key=${vm.vmid} data-vmid=${vm.vmid}>
-            <td><a href=${`#/vm/${vm.vmid}`}>${vm.vmid}</a></td>
-            <td><a href=${`#/vm/${vm.vmid}`}>${vm.name}</a>
+            <td class="id"><a href=${`#/vm/${vm.vmid}`}>${vm.vmid}</a></td>
+            <td class="name"><a href=${`#/vm/${vm.vmid}`}>${vm.name}</a>
               ${vm.created_by_cairn === false && stateOf(vm) !== "installing" ? html` <small class="muted" title="cairn did not create this VM and never destroys or migrates it">(not cairn's)</small>` : null}</td>
-            <td><${StateBadge} state=${stateOf(vm)} /></td>
-            <td>${vm.node}</td>
-            <td class="nowrap">${vm.ip ? html`<code>${vm.ip}</code>` : "—"}</td>
-            <td>${vm.os}</td>
-            <td class="num">${vm.cpu}</td>
-            <td class="num">${mib(vm.memory)}</td>
-            <td class="num">${gib(vm.disk)}</td>
+            <td class="state"><${StateBadge} state=${stateOf(vm)} /></td>
+            <td data-label="Node">${vm.node}</td>
+            <td class="nowrap" data-label="IP">${vm.ip ? html`<code>${vm.ip}</code>` : "—"}</td>
+            <td data-label="OS">${osName(vm.os)}</td>
+            <td class="num" data-label="vCPUs">${vm.cpu}</td>
+            <td class="num" data-label="Memory">${mib(vm.memory)}</td>
+            <td class="num" data-label="Disk">${gib(vm.disk)}</td>
           </tr>`)}
       </tbody>
     </table></div>
@@ -123,6 +123,6 @@ export function VmList() {
     <${ErrorNote} error=${vms.error} />
     ${vms.data ? html`
       <${Filters} list=${list} view=${view} setView=${setView} />
-      <p class="muted" role="status">${`${shown === vms.data.count ? vms.data.count : `${shown} of ${vms.data.count}`} VMs on the ${vms.data.simulated ? "simulated" : "Proxmox"} cluster`}</p>
+      <p class="muted" role="status">${`${shown === vms.data.count ? count(vms.data.count, "VM") : `${shown} of ${count(vms.data.count, "VM")}`} on the ${vms.data.simulated ? "simulated" : "Proxmox"} cluster`}</p>
       <${VmTable} list=${list} view=${view} setView=${setView} />` : vms.error ? null : html`<p aria-busy="true">Loading…</p>`}`;
 }
