@@ -64,10 +64,11 @@ export function requestedSizes(records) {
 // "[-]"), the words, and the elapsed time apart and muted.
 const KIND_MARK = { ok: "✓", info: "›", bad: "✗" };
 const KIND_WORD = { ok: "done", info: "", bad: "failed" };
-export function Message({ message }) {
+// `mark`: false where the line has its own (a stage's row).
+export function Message({ message, mark = true }) {
   const { kind, text, seconds } = parseMessage(message);
-  return html`<span class="msg" data-kind=${kind}>${kind ? html`<span class="kind" aria-hidden="true">${KIND_MARK[kind]}</span>` : null}${
-    kind && KIND_WORD[kind] ? html`<span class="visually-hidden">${KIND_WORD[kind]}: </span>` : null}<span class="text">${text}</span>${
+  return html`<span class="msg" data-kind=${kind}>${kind && mark ? html`<span class="kind" aria-hidden="true">${KIND_MARK[kind]}</span>` : null}${
+    kind && mark && KIND_WORD[kind] ? html`<span class="visually-hidden">${KIND_WORD[kind]}: </span>` : null}<span class="text">${text}</span>${
     seconds === null ? null : html` <span class="elapsed" title="time since the task began">${seconds} s</span>`}</span>`;
 }
 
@@ -120,7 +121,7 @@ export function TaskStages({ stages = [], records, running, done = null, follow 
             <span class="mark" aria-hidden="true">${MARK[row.status] || "•"}</span>
             <span class="step">${row.step.replace(" > ", " › ")}</span>
             <span class="visually-hidden">: ${row.status}</span>
-            <span class="message" title=${parseMessage(row.message).text}><${Message} message=${row.message} /></span>
+            <span class="message" title=${parseMessage(row.message).text}><${Message} message=${row.message} mark=${false} /></span>
           </li>`)}
       </ol>
       <details>
