@@ -195,7 +195,9 @@ def test_events_read_as_words_and_counts_agree(page: Page, seeded: Stack) -> Non
     expect(reserved.locator("summary")).to_contain_text(
         re.compile(r"VM \d+ and 127\.0\.0\.\d+ kept")
     )
-    installed = entries.filter(has=page.locator('[title="vm.installed"]')).filter(has_text="db")
+    installed = entries.filter(has=page.locator('[title="vm.installed"]')).filter(
+        has_text=re.compile(r": db \(")
+    )
     expect(installed.locator("summary")).to_contain_text("(Rocky Linux 9)")
     # One chunk is "1 chunk" (fox.txt is one short line).
     indexed = entries.filter(has_text="fox.txt").filter(

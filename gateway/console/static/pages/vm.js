@@ -90,6 +90,8 @@ export function resizeTitle(what, current, typed) {
 function SetForm({ id, what, label, unit, min, max, value, current, disabled, onDone, confirm }) {
   const [error, setError] = useState(null);
   const [note, setNote] = useState(null);
+  // What the user typed, kept over the reloads events bring (the VM's figure would replace it).
+  const [typed, setTyped] = useState(null);
   const submit = (e) => {
     e.preventDefault();
     const raw = new FormData(e.target).get(what);
@@ -99,6 +101,7 @@ function SetForm({ id, what, label, unit, min, max, value, current, disabled, on
       setNote(null);
       try {
         await api.act(id, `set/${what}`, body);
+        setTyped(null);
         setNote("Done.");
         onDone();
       } catch (err) {
@@ -109,7 +112,8 @@ function SetForm({ id, what, label, unit, min, max, value, current, disabled, on
   return html`
     <form class="inline" onSubmit=${submit}>
       <label>${label} (${unit})
-        <input name=${what} type="number" min=${min} max=${max} value=${value} required disabled=${disabled} /></label>
+        <input name=${what} type="number" min=${min} max=${max} value=${typed ?? value} required
+               disabled=${disabled} onInput=${(e) => setTyped(e.target.value)} /></label>
       <button type="submit" class="secondary" disabled=${disabled}>Apply</button>
       <span role="status" class="muted">${note}</span>
       <${ErrorNote} error=${error} />
