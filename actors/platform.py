@@ -19,6 +19,7 @@ from actors.config import data_dir as resolve_data_dir
 from actors.journal import Journal
 from actors.runtime import ActorHost
 from events.access import NatsAccess
+from events.consumers import ConsumerBroker
 from events.credentials import Keyring, KeyringError
 from events.integrity import Verdict, damaged_file, quick_check
 from events.jetstream import DUPLICATE_WINDOW, StreamSettings
@@ -130,6 +131,9 @@ async def open_runtime(
             refuse_if_damaged(url, damage, exc)
             raise
         stack.push_async_callback(relay.stop)
+        # Readers (gateways, observers) get their consumers of the events stream from a host.
+        broker = await ConsumerBroker(nc).start()
+        stack.push_async_callback(broker.stop)
         host = ActorHost(store)
         stack.push_async_callback(host.stop_all)
         yield Runtime(
@@ -212,12 +216,15 @@ def external_nats(env: Mapping[str, str]) -> NatsAccess | None:
 
 def stream_settings(env: Mapping[str, str]) -> StreamSettings:
     """The events stream's settings: ``CAIRN_EVENTS_REPLICAS`` (default 1; 3 on a three-server
-    cluster) and ``CAIRN_EVENTS_MAX_AGE`` (seconds an event stays in the stream)."""
+    cluster), ``CAIRN_EVENTS_MAX_AGE`` (seconds an event stays in the stream) and
+    ``CAIRN_EVENTS_MAX_BYTES`` (its size cap)."""
     replicas = env_int(env, "CAIRN_EVENTS_REPLICAS", 1, min=1, max=5)
     assert replicas is not None
     default = StreamSettings()
     max_age = env_float(env, "CAIRN_EVENTS_MAX_AGE", default.max_age, min=DUPLICATE_WINDOW)
-    return StreamSettings(replicas=replicas, max_age=max_age)
+    max_bytes = env_int(env, "CAIRN_EVENTS_MAX_BYTES", default.max_bytes, min=1 << 20)
+    assert max_bytes is not None
+    return StreamSettings(replicas=replicas, max_age=max_age, max_bytes=max_bytes)
 
 
 def lease_settings(env: Mapping[str, str]) -> LeaseSettings:

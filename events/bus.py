@@ -24,6 +24,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from events.errors import CommandFailed
+from events.permissions import Role, reply_prefixes
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -31,6 +32,7 @@ __all__ = [
     "CommandFailed",
     "CommandTimeout",
     "NoResponders",
+    "answerable",
     "command",
     "connect",
     "deadline_headers",
@@ -209,6 +211,20 @@ async def command(nc: Client, subject: str, payload: Any, timeout: float = 5.0) 
     return reply
 
 
+def answerable(msg: Msg, prefixes: tuple[str, ...] = reply_prefixes(Role.HOST)) -> bool:
+    """Whether ``msg``'s reply subject is one a responder may answer: a private subject NATS
+    made for a request from another account, or a requester's own inbox. Anything else
+    (``$KV.…``, ``$JS.API.…``, ``cairn.…``) names a subject the answer would act on, not a
+    requester waiting for it: the request is logged and dropped, not served."""
+    if not msg.reply or msg.reply.startswith(prefixes):
+        return True
+    log.warning(
+        "dropped a request on %s: its reply subject %.80s is no requester's inbox",
+        msg.subject, msg.reply,
+    )  # fmt: skip
+    return False
+
+
 async def serve_json(
     nc: Client,
     subject: str,
@@ -216,18 +232,20 @@ async def serve_json(
     *,
     queue: str = "",
     concurrent: bool = False,
+    replies: tuple[str, ...] = reply_prefixes(Role.HOST),
 ) -> Subscription:
     """Answer requests on ``subject`` with ``handler(payload)``. A :class:`CommandFailed`
     (``Rejected``) becomes ``{"error": {"status", "message"}}``; any other error becomes
     status 500 and is logged, so the caller never waits for a time-out. A request past its
-    caller's deadline is dropped unanswered (:func:`expired`).
+    caller's deadline is dropped unanswered (:func:`expired`), and so is one whose reply
+    subject is not under ``replies`` (:func:`answerable`).
 
     nats-py runs one subscription's callbacks one after another; with ``concurrent=True``
     each request is answered in its own task, so a slow one does not queue the rest (use it
     when the handler does not rely on arrival order)."""
 
     async def answer(msg: Msg) -> None:
-        if expired(msg):
+        if not answerable(msg, replies) or expired(msg):
             return
         try:
             reply = await handler(json.loads(msg.data))

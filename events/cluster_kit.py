@@ -4,7 +4,7 @@ A kit is a directory:
 
 - ``keys/``: the keyring (``events/credentials.py``): each role's nkey seed and the events
   signing key. Copy it to every cairn host (``NATS_KEYS``); give a reader ``observer.nk`` alone.
-- ``auth.conf``: the ``authorization`` block of the servers' configuration, public keys only
+- ``auth.conf``: the ``accounts`` block of the servers' configuration, public keys only
   (``events/permissions.py``). Copy it beside every nats-server's configuration.
 - ``tls/ca.pem``: the cluster's own certificate authority. Every server and every cairn host
   (``NATS_CA``) trusts it and nothing else.
@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from events.credentials import Keyring, write_secret
-from events.permissions import authorization_block_for
+from events.permissions import accounts_block_for
 
 CA_NAME = "cairn cluster CA"
 # Certificates are made for ten years: rotation is the operator's choice (docs/cluster.md).
@@ -71,7 +71,7 @@ def write_auth(path: Path, keyrings: Sequence[Keyring]) -> None:
     text = (
         "# Written by `cairn cluster`: who may connect, and what each role may do\n"
         "# (events/permissions.py). Public keys only.\n"
-        + authorization_block_for([k.public_keys() for k in keyrings])
+        + accounts_block_for([k.public_keys() for k in keyrings])
     )
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)

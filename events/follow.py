@@ -3,8 +3,12 @@ across NATS disconnects and server restarts.
 
 A :class:`Follower` reads the JetStream stream ``CAIRN_EVENTS`` through an ephemeral push
 consumer (in memory, one replica, no acks: the stream keeps the events, the follower keeps its
-place). It remembers the stream sequence of the last event it handed over; whenever the
-consumer may have lost something (the client reconnected, a delivery skipped a consumer
+place). A reader's consumer is made by a host on its behalf (``events/consumers.py``): the
+follower subscribes to a delivery subject of its own and asks for it; a host's own follower
+may make its consumer itself (``direct``).
+
+It remembers the stream sequence of the last event it handed over; whenever the consumer may
+have lost something (the client reconnected, a delivery skipped a consumer
 sequence, heartbeats stopped because a restarted server forgot the consumer) it drops that
 consumer and creates a new one that starts right after that sequence. Deliveries of a dropped
 consumer are ignored and nothing at or before the last sequence is handed over again: no gap,
@@ -21,14 +25,17 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from events.bus import command, flush_all
+from events.consumers import INACTIVE_THRESHOLD, FollowRequest, consumer_config, deliver_subject
 from events.jetstream import STREAM
+from events.permissions import FOLLOW
 from events.signing import EventSigner
 
 log = logging.getLogger(__name__)
@@ -38,8 +45,10 @@ EventCallback = Callable[[int, Msg], Awaitable[None]]
 # The server sends an idle heartbeat this often when there is nothing to deliver; two missed
 # ones mean the consumer is gone (a restarted server) or the connection is dead.
 HEARTBEAT = 1.0
-# A consumer nobody listens to any more is removed by the server after this long.
-INACTIVE_THRESHOLD = 30.0
+__all__ = ["HEARTBEAT", "INACTIVE_THRESHOLD", "EventCallback", "Follower"]
+
+# How long a host may take to make a consumer.
+FOLLOW_TIMEOUT = 5.0
 _STATUS = "Status"
 _LAST_CONSUMER = "Nats-Last-Consumer"
 
@@ -59,10 +68,12 @@ class Follower:
         since: datetime.datetime | None = None,
         heartbeat: float = HEARTBEAT,
         signer: EventSigner | None = None,
+        direct: bool = False,
     ) -> None:
         self._nc = nc
         self._signer = signer
-        self._js = nc.jetstream()
+        # A host's connection may call the JetStream API itself; a reader's asks a host.
+        self._js = nc.jetstream() if direct else None
         self.subject = subject
         self._on_event = on_event
         self.last_seq = after
@@ -85,7 +96,7 @@ class Follower:
     async def start(self) -> Follower:
         """Subscribe; raises if JetStream does not answer (the caller reports the bus down)."""
         try:
-            if self.last_seq is None and self._since is None:
+            if self._js is not None and self.last_seq is None and self._since is None:
                 info = await self._js.stream_info(STREAM)
                 self.last_seq = info.state.last_seq
             await self._subscribe()
@@ -110,25 +121,9 @@ class Follower:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _config(self) -> ConsumerConfig:
-        if self.last_seq is not None:
-            start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE,
-                     "opt_start_seq": self.last_seq + 1}  # fmt: skip
-        else:
-            start = {"deliver_policy": DeliverPolicy.BY_START_TIME, "opt_start_time": self._since}
-        return ConsumerConfig(
-            deliver_subject=self._inbox,
-            filter_subject=self.subject,
-            ack_policy=AckPolicy.NONE,
-            idle_heartbeat=self._heartbeat,
-            inactive_threshold=INACTIVE_THRESHOLD,
-            mem_storage=True,
-            num_replicas=1,
-            **start,  # type: ignore[arg-type]
-        )
-
     async def _subscribe(self) -> None:
-        self._inbox = self._nc.new_inbox()
+        token = secrets.token_hex(12)
+        self._inbox = self._nc.new_inbox() if self._js is not None else deliver_subject(token)
         self._next_dseq = 1
         self._stale = None
         self._reconnects = self._nc.stats["reconnects"]
@@ -142,7 +137,20 @@ class Follower:
 
         self._sub = await self._nc.subscribe(inbox, cb=on_msg)
         self._heard = asyncio.get_running_loop().time()
-        await self._js.add_consumer(STREAM, self._config())
+        if self._js is not None:
+            config = consumer_config(
+                inbox, self.subject,
+                after=self.last_seq, since=self._since, heartbeat=self._heartbeat,
+            )  # fmt: skip
+            await self._js.add_consumer(STREAM, config)
+            return
+        # The subscription reaches the server before the request: the consumer's first
+        # deliveries find it.
+        await flush_all(self._nc)
+        request = FollowRequest(token, self.subject, self.last_seq, self._since, self._heartbeat)
+        reply = await command(self._nc, FOLLOW, request.fields(), FOLLOW_TIMEOUT)
+        if self.last_seq is None and self._since is None:
+            self.last_seq = int(reply["after"])
 
     async def _drop_subscription(self) -> None:
         sub, self._sub = self._sub, None

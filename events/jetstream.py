@@ -26,6 +26,12 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 # back later than this publishes those events a second time.
 DUPLICATE_WINDOW = 120.0
 DEFAULT_MAX_AGE = 7 * 24 * 3600.0
+# The stream's size cap: past it the oldest events go first (the store keeps them all). Only
+# hosts can publish into it (events/permissions.py); the cap bounds what a host gone wrong
+# could fill the server's disk with.
+DEFAULT_MAX_BYTES = 1 << 30
+# NATS's own default largest message: no event is bigger.
+MAX_MSG_SIZE = 1 << 20
 # nats-server's answer when a stream exists with another configuration.
 _STREAM_NAME_IN_USE = 10058
 
@@ -34,10 +40,12 @@ _STREAM_NAME_IN_USE = 10058
 class StreamSettings:
     """What the events stream is created with: ``CAIRN_EVENTS_REPLICAS`` (1 for the embedded
     server, 3 in a cluster) and ``CAIRN_EVENTS_MAX_AGE`` (seconds an event stays in the
-    stream; the event store keeps it for ever)."""
+    stream; the event store keeps it for ever) and ``CAIRN_EVENTS_MAX_BYTES`` (the stream's
+    size, oldest events dropped first)."""
 
     replicas: int = 1
     max_age: float = DEFAULT_MAX_AGE
+    max_bytes: int = DEFAULT_MAX_BYTES
     duplicate_window: float = DUPLICATE_WINDOW
 
     def config(self) -> StreamConfig:
@@ -50,6 +58,8 @@ class StreamSettings:
             storage=StorageType.FILE,
             num_replicas=self.replicas,
             max_age=self.max_age,
+            max_bytes=self.max_bytes,
+            max_msg_size=MAX_MSG_SIZE,
             duplicate_window=self.duplicate_window,
         )
 

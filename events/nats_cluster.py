@@ -32,7 +32,7 @@ from events.nats_server import (
     find_binary,
     free_port,
 )
-from events.permissions import Role, authorization_block
+from events.permissions import Role, accounts_block
 
 __all__ = ["ClusterServer", "NatsCluster", "cluster_config"]
 
@@ -87,7 +87,7 @@ def cluster_config(
         )
         tls = f"tls {{ {files} }}\n"
         route_tls = f"  tls {{ {files}, verify: true }}\n"
-        auth = authorization_block(kit.keyring.public_keys())
+        auth = accounts_block(kit.keyring.public_keys())
     return (
         f"server_name: {name}\n"
         f'listen: "{host}:{port}"\n'

@@ -41,7 +41,7 @@ from nats.aio.client import Client
 from events.access import NatsAccess
 from events.children import end_child, kill_child, signal_child
 from events.credentials import Keyring, write_secret
-from events.permissions import Role, authorization_block
+from events.permissions import Role, accounts_block
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def write_config(path: Path, keyring: Keyring) -> None:
     write_secret(
         path,
         "# Written by cairn at each start from the keyring beside it (events/permissions.py).\n"
-        + authorization_block(keyring.public_keys()),
+        + accounts_block(keyring.public_keys()),
     )
 
 

@@ -1,5 +1,6 @@
-"""Who may say what on NATS: cairn's roles, the subjects each may publish and subscribe to, and
-the ``authorization`` block of a nats-server configuration that enforces them.
+"""Who may say what on NATS: cairn's roles, the account each lives in, what the accounts lend
+each other, what each role may publish and subscribe to, and the ``accounts`` block of a
+nats-server configuration that enforces it all.
 
 Every cairn process connects once per part it plays, each connection with its role's nkey
 (``events/credentials.py``):
@@ -7,19 +8,34 @@ Every cairn process connects once per part it plays, each connection with its ro
 - ``host`` runs the actors: answers commands and queries, publishes the stored events, keeps
   the events stream, the lease bucket and the function code store (the JetStream API);
 - ``gateway`` translates HTTP: sends commands and queries, sends function runs and hears their
-  replies, follows the events stream (read-only consumers);
+  replies, follows the events stream;
 - ``runner`` runs functions: takes runs from the queue group and streams their replies back;
 - ``observer`` only reads events (``cairn events tail``, a subscriber of your own).
 
-Replies: every role gets its own inbox prefix (``_INBOX_<role>``) and may subscribe to that
-prefix alone, so no role hears another's replies (command answers, JetStream API answers with
-lease values or function code). A role that answers requests may publish only to the reply
-subject of a request it received (``allow_responses``), so no one can answer a request meant
-for someone else. Function runs stream many messages back, so their replies go to
-``cairn.functions.reply.>``, which only the runner may publish to and only the gateway hear.
+Each role is an account of its own. Permissions alone cannot hold a role to its row: they
+govern what a client publishes, not the reply subject it names on a request, and whoever
+answers (JetStream, or a host's responder) publishes to that subject with its own rights. So
+the events stream, the lease bucket and the code store live in the hosts' account, where only
+hosts connect and JetStream is enabled; the other accounts have no JetStream and reach the
+hosts' account only through what it lends them (``SHARES``):
 
-The table is data, rendered into the server's configuration by :func:`authorization_block`;
-``docs/events.md`` shows it as a table and ``tests/security`` tries every forbidden row.
+- commands, queries and runs are *service imports*: NATS hands the answerer a private reply
+  subject (``_R_.…``) and carries the answer back to the asker's account on the subject the
+  asker named, so a forged reply subject lands in the asker's own account, where nothing of
+  cairn's lives;
+- events are read through consumers a host creates on a reader's behalf
+  (``events/consumers.py``), delivering to ``cairn.deliver.<role>.<token>``, a subject the
+  hosts' account lends to that role's account alone as ``cairn.deliver.<token>``. A reader
+  never calls the JetStream API, so it can neither name where JetStream answers nor where a
+  consumer delivers.
+
+Inside each account every role still gets only the subjects it uses; a runner may take runs
+only as a member of the runners' queue group (``subject queue`` permissions), so it never sees
+a run handed to another runner.
+
+The table is data, rendered into the server's configuration by :func:`accounts_block`;
+``docs/events.md`` shows it as a table and ``tests/security`` tries every forbidden row and
+every forged reply.
 """
 
 from __future__ import annotations
@@ -30,16 +46,27 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from events.jetstream import STREAM
-
 # Subjects of the events, the lease bucket and the function code store (JetStream).
 EVENTS = "cairn.evt.>"
 LEASE_BUCKET = "CAIRN_LEASES"
 CODE_BUCKET = "CAIRN_CODE"
 # Where a function run's messages go back to (``gateway/functions.py``, ``RunClient``).
 RUN_REPLIES = "cairn.functions.reply"
+RUN = "cairn.functions.run"
+CANCEL = "cairn.functions.cancel"
+RUNTIMES = "cairn.functions.runtimes"
+RUNNERS_QUEUE = "functions-runners"
+# A reader asks a host for a consumer here, and hears its deliveries under DELIVER.
+FOLLOW = "cairn.events.follow"
+DELIVER = "cairn.deliver"
+# Where NATS maps the reply subject of a request that crossed from another account.
+MAPPED_REPLIES = "_R_."
 # How long a host may take to answer one command (an install's first records included).
 _RESPONSE_WINDOW = "10m"
+# How long a runner may go on sending one run's messages: a run's queueing and its time limit.
+_RUN_WINDOW = "2h"
+# A runner's messages for one run (log lines, `alive` every second): more than a run sends.
+_RUN_MESSAGES = 10_000_000
 
 
 class Role(enum.Enum):
@@ -53,39 +80,41 @@ class Role(enum.Enum):
         """The prefix of this role's reply subjects (nats-py's ``inbox_prefix``)."""
         return f"_INBOX_{self.value}"
 
+    @property
+    def account(self) -> str:
+        """The NATS account this role's keys belong to."""
+        return self.value.upper()
+
+
+def reply_prefixes(role: Role) -> tuple[str, ...]:
+    """The reply subjects a responder of ``role`` answers: a private subject NATS made for a
+    request from another account, a requester's own inbox (requests inside one account; on an
+    open bus, without keys, nats-py's default ``_INBOX.``), and for a runner the run-reply
+    subjects of an open bus."""
+    inboxes = ("_INBOX.", *(r.inbox + "." for r in Role))
+    if role is Role.RUNNER:
+        return (MAPPED_REPLIES, RUN_REPLIES + ".", *inboxes)
+    return (MAPPED_REPLIES, *inboxes)
+
 
 @attrs.frozen
 class Permissions:
     publish: tuple[str, ...]
+    # "subject" or "subject queue" (only as a member of that queue group).
     subscribe: tuple[str, ...]
-    # Whether the role answers requests: it may then publish once to each reply subject of a
-    # request it received, within the window.
-    responds: bool = False
+    # How many answers the role may publish to each reply subject it received, within how
+    # long (0: it answers nothing).
+    answers: int = 0
+    window: str = _RESPONSE_WINDOW
 
     def config(self) -> dict[str, object]:
         granted: dict[str, object] = {
             "publish": {"allow": list(self.publish)} if self.publish else {"deny": [">"]},
             "subscribe": {"allow": list(self.subscribe)},
         }
-        if self.responds:
-            granted["allow_responses"] = {"max": 1, "expires": _RESPONSE_WINDOW}
+        if self.answers:
+            granted["allow_responses"] = {"max": self.answers, "expires": self.window}
         return granted
-
-
-def _read_events(*extra: str) -> tuple[str, ...]:
-    """The JetStream API calls that read the events stream through a consumer of one's own:
-    the stream's info, consumers created and removed on it, flow control answers."""
-    return (
-        "$JS.API.INFO",
-        f"$JS.API.STREAM.INFO.{STREAM}",
-        "$JS.API.STREAM.NAMES",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{STREAM}.>",
-        f"$JS.API.CONSUMER.INFO.{STREAM}.>",
-        f"$JS.API.CONSUMER.DELETE.{STREAM}.>",
-        "$JS.FC.>",
-        *extra,
-    )
 
 
 PERMISSIONS: Mapping[Role, Permissions] = {
@@ -97,52 +126,119 @@ PERMISSIONS: Mapping[Role, Permissions] = {
             f"$O.{CODE_BUCKET}.>",
             "$JS.FC.>",
             "$JS.ACK.>",
+            FOLLOW,  # a host's own followers ask a host too
         ),
-        # Events too: it can read them through the JetStream API anyway.
-        subscribe=("cairn.cmd.>", "cairn.q.>", EVENTS, Role.HOST.inbox + ".>"),
-        responds=True,
-    ),
-    Role.GATEWAY: Permissions(
-        publish=(
+        subscribe=(
             "cairn.cmd.>",
             "cairn.q.>",
-            "cairn.functions.run",
-            "cairn.functions.cancel",
-            *_read_events(),
+            FOLLOW,
+            f"{FOLLOW}.*",
+            EVENTS,
+            f"{DELIVER}.*",  # a host's own followers: one token, never a reader's delivery
+            Role.HOST.inbox + ".>",
         ),
-        subscribe=(f"{RUN_REPLIES}.>", Role.GATEWAY.inbox + ".>"),
+        answers=1,
+    ),
+    Role.GATEWAY: Permissions(
+        publish=("cairn.cmd.>", "cairn.q.>", RUN, CANCEL, RUNTIMES, FOLLOW),
+        subscribe=(f"{RUN_REPLIES}.>", f"{DELIVER}.>", Role.GATEWAY.inbox + ".>"),
     ),
     Role.RUNNER: Permissions(
-        publish=(f"{RUN_REPLIES}.>",),
+        publish=(),
         subscribe=(
-            "cairn.functions.run",
-            "cairn.functions.cancel",
-            "cairn.q.functions.runtimes",
+            f"{RUN} {RUNNERS_QUEUE}",
+            CANCEL,
+            f"{RUNTIMES} {RUNNERS_QUEUE}",
             Role.RUNNER.inbox + ".>",
         ),
-        responds=True,
+        answers=_RUN_MESSAGES,
+        window=_RUN_WINDOW,
     ),
     Role.OBSERVER: Permissions(
-        publish=_read_events(),
-        subscribe=(EVENTS, Role.OBSERVER.inbox + ".>"),
+        publish=(FOLLOW,),
+        subscribe=(f"{DELIVER}.>", Role.OBSERVER.inbox + ".>"),
     ),
 }
 
 
-def authorization_block(public_keys: Mapping[Role, str]) -> str:
-    """The ``authorization`` block of a nats-server configuration: one nkey user per role
-    with that role's permissions; nobody else may connect."""
-    return authorization_block_for([public_keys])
+@attrs.frozen
+class Share:
+    """A subject one role's account lends to another's: a service (requests go in, answers
+    come back on a private reply subject) or a stream (messages flow to the borrower)."""
+
+    kind: str  # "service" or "stream"
+    subject: str  # in the lender's account
+    lender: Role
+    borrower: Role
+    # The subject as the borrower sees it (None: the same).
+    local: str | None = None
+    # Services: "stream" when one request has many answers (a run's messages).
+    responses: str = "singleton"
+    window: str | None = None
 
 
-def authorization_block_for(keyrings: Sequence[Mapping[Role, str]]) -> str:
-    """:func:`authorization_block` letting in the keys of several keyrings (while keys
-    rotate, the old and the new). JSON is valid NATS configuration syntax, and quoting keeps
-    ``$JS...`` from being read as a variable."""
-    users = [
-        {"nkey": keys[role], "permissions": PERMISSIONS[role].config()}
-        for keys in keyrings
-        for role in Role
-        if role in keys
-    ]
-    return "authorization " + json.dumps({"users": users}, indent=2) + "\n"
+def _reading(role: Role) -> tuple[Share, ...]:
+    return (
+        Share("service", f"{FOLLOW}.{role.value}", Role.HOST, role, local=FOLLOW),
+        Share("stream", f"{DELIVER}.{role.value}.>", Role.HOST, role, local=f"{DELIVER}.>"),
+    )
+
+
+SHARES: tuple[Share, ...] = (
+    Share("service", "cairn.cmd.>", Role.HOST, Role.GATEWAY, window=_RESPONSE_WINDOW),
+    Share("service", "cairn.q.>", Role.HOST, Role.GATEWAY),
+    *_reading(Role.GATEWAY),
+    *_reading(Role.OBSERVER),
+    Share("service", RUN, Role.RUNNER, Role.GATEWAY, responses="stream", window=_RUN_WINDOW),
+    Share("service", CANCEL, Role.RUNNER, Role.GATEWAY),
+    Share("service", RUNTIMES, Role.RUNNER, Role.GATEWAY),
+)
+
+
+def _export(share: Share) -> dict[str, object]:
+    entry: dict[str, object] = {share.kind: share.subject, "accounts": [share.borrower.account]}
+    if share.kind == "service" and share.responses != "singleton":
+        entry["response_type"] = share.responses
+    if share.window is not None:
+        entry["response_threshold"] = share.window
+    return entry
+
+
+def _import(share: Share) -> dict[str, object]:
+    entry: dict[str, object] = {
+        share.kind: {"account": share.lender.account, "subject": share.subject}
+    }
+    if share.local is not None:
+        entry["to"] = share.local
+    return entry
+
+
+def accounts_block(public_keys: Mapping[Role, str]) -> str:
+    """The ``accounts`` block of a nats-server configuration: an account per role, with that
+    role's key as its one user; nobody else may connect."""
+    return accounts_block_for([public_keys])
+
+
+def accounts_block_for(keyrings: Sequence[Mapping[Role, str]]) -> str:
+    """:func:`accounts_block` letting in the keys of several keyrings (while keys rotate, the
+    old and the new). JSON is valid NATS configuration syntax, and quoting keeps ``$JS...``
+    from being read as a variable."""
+    accounts: dict[str, dict[str, object]] = {}
+    for role in Role:
+        account: dict[str, object] = {
+            "users": [
+                {"nkey": keys[role], "permissions": PERMISSIONS[role].config()}
+                for keys in keyrings
+                if role in keys
+            ]
+        }
+        if role is Role.HOST:
+            account["jetstream"] = "enabled"
+        exports = [_export(s) for s in SHARES if s.lender is role]
+        imports = [_import(s) for s in SHARES if s.borrower is role]
+        if exports:
+            account["exports"] = exports
+        if imports:
+            account["imports"] = imports
+        accounts[role.account] = account
+    return "accounts " + json.dumps(accounts, indent=2) + "\n"

@@ -31,6 +31,7 @@ from events.credentials import Keyring
 from events.follow import Follower
 from events.nats_server import KEYS_DIR, URL_FILE
 from events.permissions import Role
+from events.signing import SIG_HEADER, EventSigner
 from events.subjects import EVENT_SUBJECT_PREFIX, subject_for
 
 FIELD_WIDTH = 40
@@ -83,8 +84,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= FIELD_WIDTH else text[: FIELD_WIDTH - 1] + "…"
 
 
-def event_line(seq: int, subject: str, body: Mapping[str, Any]) -> str:
-    """One printed line for one event."""
+def event_line(seq: int, subject: str, body: Mapping[str, Any], mark: str = "") -> str:
+    """One printed line for one event; ``mark`` (``UNSIGNED``, ``FORGED``) goes before its
+    type."""
     at = body.get("recorded_at")
     when = (
         datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
@@ -98,7 +100,18 @@ def event_line(seq: int, subject: str, body: Mapping[str, Any]) -> str:
         if isinstance(data, dict)
         else ""
     )
-    return f"{when} {seq:>8} {subject} {body.get('type', '?')} {fields}".rstrip()
+    kind = f"{mark} {body.get('type', '?')}" if mark else str(body.get("type", "?"))
+    return f"{when} {seq:>8} {subject} {kind} {fields}".rstrip()
+
+
+def signature_mark(msg: Msg, signer: EventSigner | None) -> str:
+    """What a reader must know of an event's signature: ``FORGED`` when this keyring holds the
+    events key and the signature is missing or wrong; without the key (an observer's copy:
+    the key signs, so it is not handed to readers) ``UNSIGNED`` when there is no signature at
+    all. Empty for an event that is, or may be, genuine."""
+    if signer is not None:
+        return "" if signer.genuine(msg) else "FORGED"
+    return "" if (msg.headers or {}).get(SIG_HEADER) else "UNSIGNED"
 
 
 def nats_url(env: Mapping[str, str]) -> str:
@@ -139,13 +152,15 @@ def _ca(env: Mapping[str, str]) -> Path | None:
 
 async def tail(access: NatsAccess, subject: str, start: Start, out: TextIO = sys.stdout) -> None:
     nc = await access.connect(Role.OBSERVER, name="cairn events tail")
+    signer = access.signer()
 
     async def show(seq: int, msg: Msg) -> None:
         try:
             body = json.loads(msg.data)
         except ValueError:
             body = {}
-        print(event_line(seq, msg.subject, body), file=out, flush=True)
+        mark = signature_mark(msg, signer)
+        print(event_line(seq, msg.subject, body, mark), file=out, flush=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -16,17 +16,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from events import permissions
+
 UPLOAD_SUBJECT = "cairn.cmd.functions.upload"
 RESOLVE_SUBJECT = "cairn.cmd.functions.resolve"
 LIST_SUBJECT = "cairn.q.functions.list"
 DELETE_SUBJECT = "cairn.cmd.functions.delete"
 # Any runner host answers with the languages it runs and their runtimes' versions.
-RUNTIMES_SUBJECT = "cairn.q.functions.runtimes"
+RUNTIMES_SUBJECT = permissions.RUNTIMES
 REGISTRY_QUEUE = "functions-registry"
-RUN_SUBJECT = "cairn.functions.run"
-RUNNERS_QUEUE = "functions-runners"
+RUN_SUBJECT = permissions.RUN
+# The only queue group a runner may take runs in (events/permissions.py).
+RUNNERS_QUEUE = permissions.RUNNERS_QUEUE
 # Every runner host listens (no queue group): only the one running the id acts on it.
-CANCEL_SUBJECT = "cairn.functions.cancel"
+CANCEL_SUBJECT = permissions.CANCEL
 
 ACCEPTED = "accepted"
 BUSY = "busy"

@@ -31,7 +31,8 @@ from actors.functions.runtimes import describe as describe_runtimes
 from actors.functions.sandbox import LANGUAGE_OF_RUNTIME, RUNTIMES, runtime_of
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import TranspileError, Transpiler
-from events.bus import expired, flush_all, serve_json, unsubscribe_all
+from events.bus import answerable, expired, flush_all, serve_json, unsubscribe_all
+from events.permissions import Role, reply_prefixes
 
 log = logging.getLogger(__name__)
 # A run is no stored event, so the runner host says what became of it (see actors/journal.py).
@@ -41,6 +42,8 @@ journal = logging.getLogger("cairn.journal")
 # when JSON escaping makes it six times longer).
 LOG_PIECE = 16 * 1024
 STOP_GRACE_S = 10.0
+# The reply subjects a run or a runtimes query may name (events/permissions.py).
+_REPLIES = reply_prefixes(Role.RUNNER)
 PREPARE_DELAY_S = 0.01
 
 
@@ -150,7 +153,11 @@ class RunnerHost:
             ),
             await self.nc.subscribe(protocol.CANCEL_SUBJECT, cb=self._on_cancel),
             await serve_json(
-                self.nc, protocol.RUNTIMES_SUBJECT, on_runtimes, queue=protocol.RUNNERS_QUEUE
+                self.nc,
+                protocol.RUNTIMES_SUBJECT,
+                on_runtimes,
+                queue=protocol.RUNNERS_QUEUE,
+                replies=_REPLIES,
             ),
         ]
         # Once start returns, the server has the subscriptions: a run sent from another
@@ -194,11 +201,16 @@ class RunnerHost:
     # -- NATS ------------------------------------------------------------------------------
 
     async def _on_run(self, msg: Msg) -> None:
-        if not msg.reply or expired(msg):
+        if not msg.reply or not answerable(msg, _REPLIES) or expired(msg):
             return
         job = parse_job(msg.data, msg.reply)
         if job is None:
             await self._send(msg.reply, {"t": protocol.ERROR, "message": "malformed run request"})
+            return
+        if job.id in self._held:
+            # Each run's messages go to the reply subject it came with, and to nothing else: a
+            # second request with the id of a run held here does not take its place.
+            await self._send(msg.reply, {"t": protocol.ERROR, "message": "duplicate run id"})
             return
         if self.pending >= self.capacity:
             await self._send(msg.reply, {"t": protocol.BUSY})

@@ -57,7 +57,7 @@ async def test_a_follower_gets_new_events_of_its_subject_in_order(
     await store.append("counter:a", 0, [Incremented(-1)])  # before the follower: not shown
     await wait_for(lambda: relay.cursor == 1, what="published")
     seen = Seen()
-    async with Follower(nc, "cairn.evt.counter.a", seen):
+    async with Follower(nc, "cairn.evt.counter.a", seen, direct=True):
         await store.append("counter:b", 0, [Incremented(100)])  # another subject
         await store.append("counter:a", 1, [Incremented(i) for i in range(5)])
         await wait_for(lambda: len(seen.events) >= 5, what="five events")
@@ -71,12 +71,12 @@ async def test_a_follower_resumes_after_a_sequence_or_since_a_time(
     await store.append("counter:a", 0, [Incremented(i) for i in range(6)])
     await wait_for(lambda: relay.cursor == 6, what="published")
     after = Seen()
-    async with Follower(nc, "cairn.evt.>", after, after=4):
+    async with Follower(nc, "cairn.evt.>", after, after=4, direct=True):
         await wait_for(lambda: len(after.events) >= 2, what="the two after 4")
     assert after.values() == [4, 5]
     since = Seen()
     an_hour_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
-    async with Follower(nc, "cairn.evt.>", since, since=an_hour_ago):
+    async with Follower(nc, "cairn.evt.>", since, since=an_hour_ago, direct=True):
         await wait_for(lambda: len(since.events) >= 6, what="all six")
     assert since.values() == list(range(6))
 
@@ -87,7 +87,7 @@ async def test_nothing_is_missed_or_repeated_across_a_killed_nats_server(
     await store.append("counter:a", 0, [Incremented(-1)])  # history: must never be replayed
     await wait_for(lambda: relay.cursor == 1, what="published")
     seen = Seen()
-    follower = Follower(nc, "cairn.evt.counter.>", seen, heartbeat=0.5)
+    follower = Follower(nc, "cairn.evt.counter.>", seen, heartbeat=0.5, direct=True)
     async with follower:
         await store.append("counter:a", 1, [Incremented(0), Incremented(1)])
         await wait_for(lambda: len(seen.events) >= 2, what="events before the kill")
@@ -112,7 +112,7 @@ async def test_a_follower_started_while_nothing_is_new_skips_the_history(
     await store.append("counter:a", 0, [Incremented(i) for i in range(10)])
     await wait_for(lambda: relay.cursor == 10, what="published")
     seen = Seen()
-    async with Follower(nc, "cairn.evt.>", seen, heartbeat=0.5):
+    async with Follower(nc, "cairn.evt.>", seen, heartbeat=0.5, direct=True):
         await kill_and_wait_for_restart(nats_server)
         await store.append("counter:a", 10, [Incremented(10)])
         await wait_for(lambda: len(seen.events) >= 1, timeout=15, what="the new event")

@@ -11,15 +11,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
+from events.access import NatsAccess
+from events.consumers import ConsumerBroker
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
+from events.signing import SIG_HEADER, EventSigner
 from events.store import EventStore
-from gateway.events_cli import Start, event_line, parse_since, subject_filter
+from gateway.events_cli import Start, event_line, parse_since, signature_mark, subject_filter
 from tests.events.sample_events import Incremented, Noted
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
+
+
+def access_of(server: EmbeddedNats) -> NatsAccess:
+    return NatsAccess(server.url, server.keyring)
 
 
 def test_since_is_a_sequence_or_a_duration() -> None:
@@ -68,8 +76,11 @@ async def test_cairn_events_tail_prints_events_live(
     store: EventStore, nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
     nc = await nats_server.connect()
-    relay = OutboxRelay(store, nc)
+    assert nats_server.keyring is not None
+    relay = OutboxRelay(store, nc, signer=access_of(nats_server).signer())
     await relay.start()
+    # A running cairn's hosts make the consumers readers ask for.
+    broker = await ConsumerBroker(nc).start()
     await store.append("counter:a", 0, [Incremented(1)])
     await store.append("note:x", 0, [Noted("before")])
     # No NATS_URL: the embedded server of the cairn on CAIRN_DATA (its store is <data>/nats).
@@ -84,13 +95,36 @@ async def test_cairn_events_tail_prints_events_live(
         first = await read_lines(proc.stdout, 1)
         await store.append("note:x", 1, [Noted("live", tags=("a",))])
         second = await read_lines(proc.stdout, 1)
+        # Published by a host's key but not signed with the events key: this keyring holds
+        # the key, so the line says the event is forged.
+        await nc.jetstream().publish("cairn.evt.note.x", b'{"type":"test.noted"}')
+        third = await read_lines(proc.stdout, 1)
     finally:
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+        await broker.stop()
         await relay.stop()
         await nc.close()
     assert " 2 cairn.evt.note.x test.noted text=before" in first[0]
     assert ' 3 cairn.evt.note.x test.noted text=live tags=["a"]' in second[0]
+    assert third[0].endswith(" 4 cairn.evt.note.x FORGED test.noted"), third
+
+
+def test_a_reader_without_the_events_key_marks_unsigned_events() -> None:
+    """An observer's keyring has no events key (it would let its holder sign): it cannot
+    check a signature, but it shows an event that carries none as UNSIGNED."""
+    signer = EventSigner(b"k" * 32)
+    body = b'{"type":"vm.progress"}'
+
+    def msg(headers: dict[str, str]) -> Msg:
+        return Msg(None, "cairn.evt.vm.1", "", body, headers)  # type: ignore[arg-type]
+
+    signed = msg({SIG_HEADER: signer.sign("cairn.evt.vm.1", body)})
+    bare, wrong = msg({}), msg({SIG_HEADER: "00" * 32})
+    assert [signature_mark(m, None) for m in (signed, bare, wrong)] == ["", "UNSIGNED", ""]
+    assert [signature_mark(m, signer) for m in (signed, bare, wrong)] == ["", "FORGED", "FORGED"]
+    line = event_line(7, "cairn.evt.vm.1", {"type": "vm.progress"}, "UNSIGNED")
+    assert line == "-        7 cairn.evt.vm.1 UNSIGNED vm.progress"
 
 
 async def test_tail_without_a_server_says_so(tmp_path: Path) -> None:

@@ -23,10 +23,12 @@ from nats.aio.msg import Msg
 
 from events.access import NatsAccess
 from events.bus import flush_all
+from events.consumers import ConsumerBroker
 from events.credentials import Keyring
+from events.follow import Follower
 from events.jetstream import STREAM, StreamSettings, ensure_stream
 from events.nats_server import EmbeddedNats
-from events.permissions import Role
+from events.permissions import RUNNERS_QUEUE, Role
 from tests.conftest import wait_for
 
 
@@ -115,15 +117,20 @@ FORBIDDEN_PUBLISH = {
         "cairn.evt.vm.100", f"$JS.API.STREAM.MSG.DELETE.{STREAM}", f"$JS.API.STREAM.PURGE.{STREAM}",
         f"$JS.API.STREAM.DELETE.{STREAM}", "$KV.CAIRN_LEASES.vm", "$O.CAIRN_CODE.C.abc",
         "$JS.API.STREAM.CREATE.EVIL", "cairn.functions.reply.x.y", "_INBOX_gateway.x",
+        f"$JS.API.STREAM.INFO.{STREAM}", f"$JS.API.CONSUMER.CREATE.{STREAM}", "cairn.deliver.x",
+        "cairn.events.follow.gateway",
     ],
     Role.GATEWAY: [
         "cairn.evt.vm.100", f"$JS.API.STREAM.MSG.DELETE.{STREAM}", f"$JS.API.STREAM.PURGE.{STREAM}",
         "$KV.CAIRN_LEASES.vm", "$JS.API.STREAM.MSG.GET.KV_CAIRN_LEASES", "$O.CAIRN_CODE.C.abc",
         "$JS.API.STREAM.DELETE.OBJ_CAIRN_CODE", "cairn.functions.reply.x.y", "_INBOX_host.x",
+        f"$JS.API.STREAM.INFO.{STREAM}", f"$JS.API.CONSUMER.CREATE.{STREAM}", "$JS.API.INFO",
+        "cairn.deliver.x", "cairn.events.follow.observer",
     ],
     Role.RUNNER: [
         "cairn.cmd.vm.do", "cairn.cmd.functions.upload", "cairn.evt.functions.x",
         "$JS.API.STREAM.INFO.CAIRN_EVENTS", "$KV.CAIRN_LEASES.functions", "_INBOX_gateway.x",
+        "cairn.functions.reply.x.y", "cairn.functions.run", "cairn.events.follow",
     ],
     Role.HOST: ["cairn.functions.run", "cairn.functions.reply.x.y", "_INBOX_gateway.x"],
 }  # fmt: skip
@@ -138,8 +145,15 @@ FORBIDDEN_SUBSCRIBE = {
         "cairn.cmd.vm.install", "cairn.functions.run", "cairn.evt.>", "_INBOX_host.>",
         "_INBOX_runner.>",
     ],
-    Role.RUNNER: ["cairn.cmd.>", "cairn.evt.>", "cairn.functions.reply.>", "_INBOX_gateway.>"],
-    Role.HOST: ["cairn.functions.run", "cairn.functions.reply.>", "_INBOX_gateway.>"],
+    Role.RUNNER: [
+        "cairn.cmd.>", "cairn.evt.>", "cairn.functions.reply.>", "_INBOX_gateway.>",
+        # Runs only as a member of the runners' queue group: never beside it.
+        "cairn.functions.run", "cairn.functions.>", "cairn.functions.runtimes",
+    ],
+    Role.HOST: [
+        "cairn.functions.run", "cairn.functions.reply.>", "_INBOX_gateway.>",
+        "cairn.deliver.gateway.>",
+    ],
 }  # fmt: skip
 
 
@@ -163,6 +177,12 @@ async def test_a_role_cannot_subscribe_outside_its_row(
     async for a in attempt(server, role):
         await a.nc.subscribe(subject)
         assert await a.refused("subscription", subject), a.refusals
+
+
+async def test_a_runner_takes_runs_only_in_the_runners_queue_group(server: EmbeddedNats) -> None:
+    async for a in attempt(server, Role.RUNNER):
+        await a.nc.subscribe("cairn.functions.run", queue="elsewhere")
+        assert await a.refused("subscription", "cairn.functions.run"), a.refusals
 
 
 async def test_each_role_can_do_what_its_row_says(server: EmbeddedNats) -> None:
@@ -190,17 +210,24 @@ async def test_each_role_can_do_what_its_row_says(server: EmbeddedNats) -> None:
         async def hear(msg: Msg) -> None:
             heard.put_nowait(msg.data)
 
-        await runner.subscribe("cairn.functions.run", queue="runners", cb=take_run)
+        await runner.subscribe("cairn.functions.run", queue=RUNNERS_QUEUE, cb=take_run)
         await gateway.subscribe("cairn.functions.reply.g1.*", cb=hear)
         await flush_all(runner)
         await flush_all(gateway)
         await gateway.publish("cairn.functions.run", b"{}", reply="cairn.functions.reply.g1.r1")
         assert [await asyncio.wait_for(heard.get(), 5) for _ in range(2)] == [b"log", b"result"]
 
-        await host.jetstream().publish("cairn.evt.vm.100", b'{"type":"vm.progress"}')
-        sub = await observer.jetstream().subscribe("cairn.evt.>", ordered_consumer=True)
-        msg = await sub.next_msg(timeout=5)
+        broker = await ConsumerBroker(host).start()
+        events: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_event(_: int, msg: Msg) -> None:
+            events.put_nowait(msg)
+
+        async with Follower(observer, "cairn.evt.>", on_event, after=0):
+            await host.jetstream().publish("cairn.evt.vm.100", b'{"type":"vm.progress"}')
+            msg = await asyncio.wait_for(events.get(), 5)
         assert (msg.subject, msg.data) == ("cairn.evt.vm.100", b'{"type":"vm.progress"}')
+        await broker.stop()
     finally:
         for nc in (host, gateway, runner, observer):
             await nc.close()
