@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -19,8 +20,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import AuthorizationError, NoRespondersError
 from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from events.errors import CommandFailed
@@ -28,6 +29,7 @@ from events.permissions import Role, reply_prefixes
 
 __all__ = [
     "DEADLINE_HEADER",
+    "BusRefused",
     "BusUnavailable",
     "CommandFailed",
     "CommandTimeout",
@@ -62,6 +64,25 @@ class BusUnavailable(CommandFailed):
         super().__init__(503, message)
 
 
+class BusRefused(Exception):
+    """A NATS server refused this client's credentials or its TLS: trying again cannot help."""
+
+
+def refusal(exc: BaseException) -> str | None:
+    """Why ``exc``, an error met while connecting, is a refusal (a wrong key, a key the
+    server does not know, a certificate it or we reject), or None for anything a retry may
+    cure (a server not up yet, a lost network)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    text = str(exc).strip()
+    lowered = text.lower()
+    if isinstance(exc, AuthorizationError) or "authorization violation" in lowered:
+        return "Authorization Violation (its key is not one this server lets in)"
+    if "authentication" in lowered or "secure connection" in lowered or "tls" in lowered:
+        return text.removeprefix("nats: ").strip("'")
+    return None
+
+
 class CommandTimeout(CommandFailed):
     """Nobody answered a command in time (no actor host, or it is overloaded)."""
 
@@ -80,13 +101,22 @@ async def connect(url: str, *, name: str = "cairn", **options: Any) -> Client:
     """A client that never gives up reconnecting: a NATS restart delays work, never ends it.
     Losing and regaining the server is logged once each way (the address without any user
     or password it names). ``options`` go to nats-py's ``connect`` as they are: a role's
-    credentials and TLS context (``events.access.NatsAccess.client_options``)."""
+    credentials and TLS context (``events.access.NatsAccess.client_options``).
+
+    Until the first connection, a server that refuses the credentials or the TLS handshake
+    ends the attempt with :class:`BusRefused` naming the server and the reason (nats-py
+    would try again for ever, and the process would sit silent)."""
     shown = redact_url(url)
+    nc = Client()
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def on_error(exc: Exception) -> None:
         log.debug("nats: %s", exc)
-
-    nc = Client()
+        why = refusal(exc)
+        if why is not None and not refused.done() and not nc.is_connected:
+            server = getattr(nc, "_current_server", None)
+            where = redact_url(server.uri.geturl()) if server is not None else shown
+            refused.set_result(f"{where} refused the connection: {why}")
 
     async def on_disconnected() -> None:
         if not nc.is_closed:  # nats-py calls this on close() too
@@ -95,18 +125,35 @@ async def connect(url: str, *, name: str = "cairn", **options: Any) -> Client:
     async def on_reconnected() -> None:
         log.warning("nats: reconnected to %s", shown)
 
-    await nc.connect(
-        server_urls(url),
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.1,  # type: ignore[arg-type]  # seconds; a float works
-        ping_interval=PING_INTERVAL,
-        max_outstanding_pings=MAX_OUTSTANDING_PINGS,
-        error_cb=on_error,
-        disconnected_cb=on_disconnected,
-        reconnected_cb=on_reconnected,
-        **options,
+    attempt = asyncio.ensure_future(
+        nc.connect(
+            server_urls(url),
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.1,  # type: ignore[arg-type]  # seconds; a float works
+            ping_interval=PING_INTERVAL,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            **options,
+        )
     )
+    waiting: set[asyncio.Future[Any]] = {attempt, refused}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not attempt.done():
+            attempt.cancel()
+            with contextlib.suppress(BaseException):
+                await attempt
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), 2)
+    if not attempt.cancelled() and attempt.exception() is None:
+        return nc
+    if refused.done():
+        raise BusRefused(f"NATS server {refused.result()}")
+    await attempt  # its own error
     return nc
 
 
@@ -248,7 +295,11 @@ async def serve_json(
         if not answerable(msg, replies) or expired(msg):
             return
         try:
-            reply = await handler(json.loads(msg.data))
+            try:
+                payload = json.loads(msg.data)
+            except ValueError:
+                raise CommandFailed(400, "the request is not JSON") from None
+            reply = await handler(payload)
         except CommandFailed as exc:
             reply = {"error": {"status": exc.status, "message": exc.message}}
         except Exception as exc:

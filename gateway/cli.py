@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from actors.config import ConfigError, env_float, env_int, env_str, load_env
 from actors.platform import Runtime, StoreUnreadable, open_runtime
+from events.bus import BusRefused
 from events.errors import reason
 from events.integrity import Verdict, damaged_file
 from events.nats_server import NatsServerError, free_port
@@ -169,8 +170,37 @@ async def serve(
     settings = ServerSettings.from_env(env, len(chosen))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    ready = asyncio.Event()
+
+    def on_signal() -> None:
+        stop.set()
+        # Start-up has no point at which it looks at `stop` (a NATS server that does not
+        # answer is waited for): it is cancelled, so a signal always ends cairn.
+        if not ready.is_set() and main_task is not None:
+            main_task.cancel()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        return await _serve(env, flags, settings, chosen, single, stop, ready, routes)
+    except asyncio.CancelledError:
+        if ready.is_set():
+            raise
+        print("cairn: stopped while starting", file=sys.stderr, flush=True)
+        return 1
+
+
+async def _serve(
+    env: Mapping[str, str],
+    flags: frozenset[str],
+    settings: ServerSettings,
+    chosen: list[catalogue.ServiceDef],
+    single: bool,
+    stop: asyncio.Event,
+    ready: asyncio.Event,
+    routes: bool,
+) -> int:
     async with open_runtime(env, flags=flags) as runtime, contextlib.AsyncExitStack() as stack:
         print(f"cairn: data in {runtime.data_dir}", flush=True)
         where = "embedded" if runtime.embedded_nats else "external"
@@ -198,6 +228,7 @@ async def serve(
                 )
             waiting.discard(service.name)
         settle_heap()
+        ready.set()
         print("cairn: ready (Ctrl-C stops)", flush=True)
         await stop.wait()
         print("cairn: stopping", flush=True)
@@ -420,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cairn: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (NatsServerError, StoreTooNew, StoreUnreadable) as exc:
+    except (NatsServerError, StoreTooNew, StoreUnreadable, BusRefused) as exc:
         print(f"cairn: {exc}", file=sys.stderr)
         return 1
 

@@ -166,3 +166,31 @@ async def test_after_flush_all_another_connection_finds_the_subscription(
     finally:
         await responder.close()
         await asker.close()
+
+
+async def test_a_request_whose_reply_names_no_inbox_is_dropped_unserved(nc: Client) -> None:
+    """On an open bus (no accounts to map replies) a request may name any reply subject: the
+    responder serves only one under a requester's inbox, so its answer cannot be sent into
+    the lease bucket, the JetStream API or cairn's own subjects."""
+    served: list[Any] = []
+
+    async def handler(payload: Any) -> Any:
+        served.append(payload)
+        return {}
+
+    await serve_json(nc, "cairn.q.functions.list", handler)
+    landed: list[str] = []
+
+    async def land(msg: Msg) -> None:
+        landed.append(msg.subject)
+
+    forged = ["$KV.CAIRN_LEASES.vm", "$JS.API.STREAM.PURGE.CAIRN_EVENTS", "cairn.evt.vm.1"]
+    for subject in forged:
+        await nc.subscribe(subject, cb=land)
+    await flush_all(nc)
+    for subject in forged:
+        await nc.publish("cairn.q.functions.list", b'{"n":1}', reply=subject)
+    # A request with a real inbox, after them: once it is answered, they have been handled.
+    assert await command(nc, "cairn.q.functions.list", {"n": 2}) == {}
+    assert served == [{"n": 2}]
+    assert landed == []
