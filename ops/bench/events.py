@@ -17,8 +17,9 @@ back (time until the last one arrives), with the embedded server (1 replica) and
 
 Each run is made twice in the same process: on an open bus (no keys, no TLS, no signatures:
 cairn before issue 26) and on the closed bus cairn runs on (role nkeys and permissions, events
-signed and checked; with ``--replicas 3`` also TLS to clients and between servers), so the
-price of security is a ratio of the same hour's figures.
+signed and checked, an account per role, readers' consumers made by a host and delivered
+across accounts; with ``--replicas 3`` also TLS to clients and between servers), so the price
+of security is a ratio of the same hour's figures.
 
     .venv/bin/python -m ops.bench.events [--n 2000] [--batch 100] [--batches 200] [--replicas 1]
 """
@@ -42,6 +43,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from events.access import NatsAccess
+from events.consumers import ConsumerBroker
 from events.follow import Follower
 from events.jetstream import StreamSettings
 from events.model import Event, domain_event
@@ -205,6 +207,8 @@ async def bench(n: int, batch: int, batches: int, replicas: int, secure: bool) -
             await store.save_cursor("outbox", await store.last_position())
             relay = OutboxRelay(store, nc, stream=StreamSettings(replicas=replicas), signer=signer)
             await relay.start()
+            # A reader's consumers are made by a host (events/consumers.py), as in cairn.
+            broker = await ConsumerBroker(nc).start()
             follower = await Follower(reader, "cairn.evt.bench.>", on_event, signer=signer).start()
 
             # After: append → relay → JetStream → follower.
@@ -215,6 +219,7 @@ async def bench(n: int, batch: int, batches: int, replicas: int, secure: bool) -
 
             await raw_sub.unsubscribe()
             await follower.stop()
+            await broker.stop()
             await relay.stop()
             await store.close()
             await reader.close()

@@ -5,13 +5,18 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
+from actors.functions import protocol
 from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
 from actors.platform import Runtime
+from events.bus import flush_all
 from events.permissions import Role
 from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV, start_service
@@ -110,3 +115,35 @@ async def test_a_runner_host_killed_mid_run_fails_that_run_at_once_and_others_ca
         if remote.returncode is None:
             remote.kill()
             await remote.wait()
+
+
+async def test_a_second_run_with_a_held_runs_id_does_not_take_its_replies(
+    runtime: Runtime,
+) -> None:
+    """A run's messages go to the reply subject it came with: a request naming the id of a run
+    the host holds is refused, and the held run's result still reaches its own asker."""
+    async with start_service(runtime) as service:
+        assert service.host.runner is not None
+        gateway = runtime.gateway_nc
+        heard: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
+
+        def hearing(name: str) -> Callable[[Msg], Awaitable[None]]:
+            async def hear(msg: Msg) -> None:
+                heard[name].append(protocol.decode(msg.data))
+
+            return hear
+
+        for name in heard:
+            await gateway.subscribe(f"cairn.functions.reply.dup.{name}", cb=hearing(name))
+        await flush_all(gateway)
+        run = {"language": "python", "code": "return 7", "id": "same-id"}
+        for name in heard:
+            await gateway.publish(
+                protocol.RUN_SUBJECT,
+                protocol.encode(run),
+                reply=f"cairn.functions.reply.dup.{name}",
+            )
+        await wait_for(lambda: any(m["t"] in protocol.FINAL for m in heard["first"]),
+                       what="the first run's result")  # fmt: skip
+    assert heard["second"] == [{"t": "error", "message": "duplicate run id"}]
+    assert heard["first"][-1]["t"] == protocol.RESULT
