@@ -42,6 +42,9 @@ INACTIVE_THRESHOLD = 30.0
 MIN_HEARTBEAT = 0.05
 MAX_HEARTBEAT = 30.0
 QUEUE = "events-follow"
+# Consumers the events stream may hold before a reader's request is refused: a reader that
+# asks over and over (and listens to all it asked for) cannot exhaust the server.
+MAX_CONSUMERS = 1000
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 # A subject's tokens: no spaces, no empty token; wildcards only as whole tokens.
 _SUBJECT_TOKEN = re.compile(r"[^\s.*>]+|\*|>")
@@ -146,8 +149,9 @@ class ConsumerBroker:
     (delivering to ``cairn.deliver.<token>``) and, on a service each, for every reader role
     (delivering to ``cairn.deliver.<role>.<token>``). One host of a queue group answers."""
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, max_consumers: int = MAX_CONSUMERS) -> None:
         self.nc = nc
+        self.max_consumers = max_consumers
         self._js = nc.jetstream()
         self._subs: list[Subscription] = []
 
@@ -171,9 +175,14 @@ class ConsumerBroker:
     async def follow(self, request: FollowRequest, prefix: str) -> dict[str, Any]:
         """Make the consumer; answer the stream sequence it starts after (from now on: the
         stream's last sequence, read before the consumer is made)."""
+        state = (await self._js.stream_info(STREAM)).state
+        if state.consumer_count >= self.max_consumers:
+            raise CommandFailed(
+                503, f"the events stream has {state.consumer_count} consumers; try again later"
+            )
         after = request.after
         if after is None and request.since is None:
-            after = (await self._js.stream_info(STREAM)).state.last_seq
+            after = state.last_seq
         config = consumer_config(
             f"{prefix}.{request.token}", request.subject,
             after=after, since=request.since, heartbeat=request.heartbeat,

@@ -8,9 +8,9 @@ follower subscribes to a delivery subject of its own and asks for it; a host's o
 may make its consumer itself (``direct``).
 
 It remembers the stream sequence of the last event it handed over; whenever the consumer may
-have lost something (the client reconnected, a delivery skipped a consumer
-sequence, heartbeats stopped because a restarted server forgot the consumer) it drops that
-consumer and creates a new one that starts right after that sequence. Deliveries of a dropped
+have lost something (the client reconnected, a delivery skipped a consumer sequence,
+heartbeats stopped because a restarted server forgot the consumer) it drops that consumer
+and creates a new one that starts right after that sequence. Deliveries of a dropped
 consumer are ignored and nothing at or before the last sequence is handed over again: no gap,
 no duplicate. With a signer, an event no cairn host signed is dropped (``events/signing.py``).
 
@@ -38,6 +38,8 @@ from events.jetstream import STREAM
 from events.permissions import FOLLOW
 from events.signing import EventSigner
 
+__all__ = ["HEARTBEAT", "INACTIVE_THRESHOLD", "EventCallback", "Follower"]
+
 log = logging.getLogger(__name__)
 
 EventCallback = Callable[[int, Msg], Awaitable[None]]
@@ -45,8 +47,6 @@ EventCallback = Callable[[int, Msg], Awaitable[None]]
 # The server sends an idle heartbeat this often when there is nothing to deliver; two missed
 # ones mean the consumer is gone (a restarted server) or the connection is dead.
 HEARTBEAT = 1.0
-__all__ = ["HEARTBEAT", "INACTIVE_THRESHOLD", "EventCallback", "Follower"]
-
 # How long a host may take to make a consumer.
 FOLLOW_TIMEOUT = 5.0
 _STATUS = "Status"

@@ -100,3 +100,22 @@ async def test_a_bad_request_is_answered_with_its_reason(
         }
     finally:
         await observer.close()
+
+
+async def test_a_reader_cannot_pile_up_consumers(nats_server: EmbeddedNats) -> None:
+    host = await nats_server.connect(Role.HOST)
+    await ensure_stream(host.jetstream(), StreamSettings())
+    broker = await ConsumerBroker(host, max_consumers=3).start()
+    observer = await nats_server.connect(Role.OBSERVER)
+    try:
+        for n in range(3):
+            token = f"cairn.deliver.piling{n:03d}"
+            await observer.subscribe(token)  # listened to: the server keeps them
+            await command(observer, "cairn.events.follow", {"deliver": token})
+        with pytest.raises(CommandFailed, match="the events stream has 3 consumers") as caught:
+            await command(observer, "cairn.events.follow", {"deliver": "cairn.deliver.piling999"})
+        assert caught.value.status == 503
+    finally:
+        await observer.close()
+        await broker.stop()
+        await host.close()
