@@ -28,7 +28,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from events.bus import serve_json, unsubscribe_all
+from events.bus import flush_all, serve_json, unsubscribe_all
 from events.errors import CommandFailed
 from events.jetstream import STREAM
 from events.permissions import DELIVER, FOLLOW, Role
@@ -160,6 +160,8 @@ class ConsumerBroker:
         for role in READERS:
             reader = await self._serve(f"{FOLLOW}.{role.value}", f"{DELIVER}.{role.value}")
             self._subs.append(reader)
+        # A follower started right after this (the services' own, at start-up) finds it.
+        await flush_all(self.nc)
         return self
 
     async def stop(self) -> None:
