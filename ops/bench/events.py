@@ -104,7 +104,7 @@ async def batched(
 
 
 async def through_sse(
-    store: EventStore, nc: Client, n: int, signer: EventSigner | None
+    store: EventStore, nc: Client, n: int, signer: EventSigner | None, name: str = "sse"
 ) -> list[float]:
     """Append → relay → JetStream → the console's event feed (``gateway/console/feed.py``,
     a real aiohttp server) → an HTTP client reading its SSE stream: what a browser, or a
@@ -124,7 +124,7 @@ async def through_sse(
         ):
             for i in range(n):
                 t0 = time.perf_counter()
-                await store.append(f"sse:{i % 50}", i // 50, [Ticked(i, t0)])
+                await store.append(f"{name}:{i % 50}", i // 50, [Ticked(i, t0)])
                 while not (await resp.content.readline()).startswith(b"data: "):
                     pass
                 out.append(time.perf_counter() - t0)
@@ -209,22 +209,49 @@ async def bench(n: int, batch: int, batches: int, replicas: int, secure: bool) -
             await relay.start()
             # A reader's consumers are made by a host (events/consumers.py), as in cairn.
             broker = await ConsumerBroker(nc).start()
-            follower = await Follower(reader, "cairn.evt.bench.>", on_event, signer=signer).start()
 
-            # After: append → relay → JetStream → follower.
-            after = await single(store, "bench", arrivals, n)
-            after_rate = await batched(store, "bench", arrivals, batch, batches)
+            async def following(via: Client, name: str) -> tuple[list[float], float, list[float]]:
+                """append → relay → JetStream → a follower on ``via``, then → SSE."""
+                follower = await Follower(
+                    via, f"cairn.evt.{name}.>", on_event, signer=signer
+                ).start()
+                try:
+                    latencies = await single(store, name, arrivals, n // 2)
+                    rate = await batched(store, name, arrivals, batch, batches // 2)
+                finally:
+                    await follower.stop()
+                return latencies, rate, await through_sse(store, via, n // 2, signer, name + "sse")
 
-            sse = await through_sse(store, reader, n, signer)
+            # After: the gateway's follower (its consumer delivers across accounts), and, in
+            # turns so that the machine's load weighs on both alike, a follower in the hosts'
+            # own account: the path before each role had an account of its own.
+            after: list[float] = []
+            sse: list[float] = []
+            rates: list[float] = []
+            same: list[float] = []
+            same_sse: list[float] = []
+            same_rates: list[float] = []
+            # Each goes first once: what runs later meets a bigger store.
+            for turn, order in ((1, (reader, nc)), (2, (nc, reader))):
+                for via in order:
+                    name = f"bench{turn}" if via is reader else f"benchhost{turn}"
+                    latencies, rate, through = await following(via, name)
+                    mine = (after, rates, sse) if via is reader else (same, same_rates, same_sse)
+                    mine[0].extend(latencies)
+                    mine[1].append(rate)
+                    mine[2].extend(through)
+            after_rate = statistics.mean(rates)
 
             await raw_sub.unsubscribe()
-            await follower.stop()
             await broker.stop()
             await relay.stop()
             await store.close()
             await reader.close()
             await nc.close()
-    return Figures(raw, bare, before, after, sse, before_rate, after_rate)
+    return Figures(
+        raw, bare, before, after, sse, before_rate, after_rate,
+        same, same_sse, statistics.mean(same_rates),
+    )  # fmt: skip
 
 
 @attrs.frozen
@@ -236,6 +263,10 @@ class Figures:
     sse: list[float]
     before_rate: float
     after_rate: float
+    # The same path with the follower in the hosts' account (no account crossing).
+    same: list[float]
+    same_sse: list[float]
+    same_rate: float
 
 
 def report(f: Figures, title: str, batch: int) -> None:
@@ -249,6 +280,13 @@ def report(f: Figures, title: str, batch: int) -> None:
     print(f"      ratio after/before: {ratio:.2f}x")
     print(f"    batches of {batch}, before: {f.before_rate:,.0f} events/s")
     print(f"    batches of {batch}, after:  {f.after_rate:,.0f} events/s   (target: >= 5,000/s)")
+    print("    a reader in the hosts' account (no account crossing, as before per-role accounts):")
+    print(f"      append→JetStream follower           {fmt_ms(f.same)}")
+    print(f"      append→SSE client (feed, HTTP)      {fmt_ms(f.same_sse)}")
+    print(f"      batches of {batch}:                 {f.same_rate:,.0f} events/s")
+    sse = statistics.median(f.sse) / statistics.median(f.same_sse)
+    rate = f.after_rate / f.same_rate
+    print(f"      a reader's own account: SSE median x{sse:.2f}, batched x{rate:.2f}")
 
 
 async def compare(n: int, batch: int, batches: int, replicas: int) -> None:
