@@ -9,6 +9,7 @@ call of an operation raise; `calls` lists every operation asked, in order.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import attrs
@@ -22,6 +23,16 @@ class FakeVm:
     node: str
     config: dict[str, str]
     status: str = "stopped"
+    snapshots: dict[str, FakeSnapshot] = attrs.field(factory=dict)
+
+
+@attrs.define
+class FakeSnapshot:
+    config: dict[str, str]  # the VM's config when it was taken
+    snaptime: int
+    description: str = ""
+    parent: str | None = None
+    vmstate: bool = False
 
 
 @attrs.define
@@ -260,6 +271,70 @@ class FakePve:
         return pve.Task(node)
 
     # -- storage tasks ---------------------------------------------------------------------
+
+    # -- snapshots (Proxmox's rules: see docs/simulator.md) ---------------------------------
+
+    async def snapshots(self, node: str, vmid: int) -> list[pve.Snapshot]:
+        self._ask("snapshots", node, vmid)
+        vm = self._vm(node, vmid)
+        return pve.snapshots_of([
+            {"name": name, "description": s.description, "snaptime": s.snaptime,
+             "parent": s.parent, "vmstate": int(s.vmstate)}
+            for name, s in vm.snapshots.items()
+        ])  # fmt: skip
+
+    async def snapshot(
+        self, node: str, vmid: int, name: str, *, description: str = "", vmstate: bool = False
+    ) -> pve.Task:
+        self._ask("snapshot", node, vmid)
+        vm = self._vm(node, vmid)
+        if error := pve.snapshot_name_error(name):
+            raise pve.Refused(error)
+        self._unlocked(vm)
+        if name in vm.snapshots:
+            raise pve.TaskFailed(f"snapshot name '{name}' already used")
+        if pve.snapshot_refusal(pve.VmConfig(vm.config), self.storage_types):
+            raise pve.TaskFailed("snapshot feature is not available")
+        config = {k: v for k, v in vm.config.items() if k != "parent"}
+        vm.snapshots[name] = FakeSnapshot(
+            config,
+            snaptime=int(time.time()),
+            description=description,
+            parent=vm.config.get("parent"),
+            vmstate=vmstate and vm.status == "running",
+        )
+        vm.config["parent"] = name
+        return pve.Task(node)
+
+    async def rollback(self, node: str, vmid: int, name: str, *, start: bool = False) -> pve.Task:
+        self._ask("rollback", node, vmid)
+        vm = self._vm(node, vmid)
+        snap = vm.snapshots.get(name)
+        if snap is None:
+            raise pve.NotFound(f"snapshot '{name}' does not exist")
+        self._unlocked(vm)
+        vm.config = dict(snap.config) | {"parent": name}
+        vm.status = "running" if snap.vmstate or start else "stopped"
+        return pve.Task(node)
+
+    async def delete_snapshot(self, node: str, vmid: int, name: str) -> pve.Task:
+        self._ask("delete_snapshot", node, vmid)
+        vm = self._vm(node, vmid)
+        snap = vm.snapshots.get(name)
+        if snap is None:
+            raise pve.NotFound(f"snapshot '{name}' does not exist")
+        self._unlocked(vm)
+        # Its children (and the VM, if it descends from it) move up to its parent.
+        for other in vm.snapshots.values():
+            if other.parent == name:
+                other.parent = snap.parent
+        if vm.config.get("parent") == name:
+            if snap.parent:
+                vm.config["parent"] = snap.parent
+            else:
+                vm.config.pop("parent")
+        del vm.snapshots[name]
+        return pve.Task(node)
 
     async def download_url(
         self,

@@ -64,6 +64,11 @@ class VmConfig:
         return self.options.get("lock") or None
 
     @property
+    def parent(self) -> str | None:
+        """The snapshot the VM's current state descends from."""
+        return self.options.get("parent") or None
+
+    @property
     def disk_volume(self) -> str | None:
         """The volume of the boot disk (`scsi0`), without its options."""
         drive = self.options.get("scsi0")
@@ -288,6 +293,101 @@ class Clone:
         return {k: v for k, v in out.items() if v is not None}
 
 
+@attrs.frozen
+class Snapshot:
+    """One snapshot of a VM, as Proxmox lists it (its `current` pseudo-entry is left out)."""
+
+    name: str
+    description: str = ""
+    snaptime: int | None = None  # seconds since the epoch
+    parent: str | None = None
+    vmstate: bool = False  # the guest's RAM was saved with it (a rollback resumes the VM)
+
+
+def snapshots_of(entries: list[Any]) -> list[Snapshot]:
+    """`GET /nodes/{node}/qemu/{vmid}/snapshot` as either driver receives it, oldest first;
+    the `current` entry (where the VM is now) is not a snapshot."""
+    out: list[Snapshot] = []
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        name = _opt_str(e, "name")
+        if name is None or name == "current":
+            continue
+        vmstate = e.get("vmstate")
+        out.append(
+            Snapshot(
+                name=name,
+                description=_opt_str(e, "description") or "",
+                snaptime=_opt_int(e, "snaptime") or None,
+                parent=_opt_str(e, "parent") or None,
+                vmstate=vmstate in (1, True, "1"),
+            )
+        )
+    # Oldest first; snaptime has one-second steps, so a tie goes to the one nearer the root.
+    parents = {s.name: s.parent for s in out}
+
+    def depth(name: str | None) -> int:
+        seen: set[str] = set()
+        while name in parents and name not in seen:
+            seen.add(name)
+            name = parents[name]
+        return len(seen)
+
+    out.sort(key=lambda s: (s.snaptime or 0, depth(s.name), s.name))
+    return out
+
+
+# Proxmox's snapshot name: a configuration id (a letter, then letters, digits, `-` or `_`, two
+# characters at least), at most 40 long, and not one of the names its API reserves.
+SNAPSHOT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]+")
+SNAPSHOT_NAME_MAX = 40
+# Storage types whose volumes Proxmox snapshots in place; file storages only in qcow2 format.
+SNAPSHOT_STORAGE_TYPES = frozenset({"lvmthin", "zfspool", "rbd", "zfs"})
+FILE_STORAGE_TYPES = frozenset({"dir", "nfs", "cifs", "glusterfs", "cephfs", "btrfs"})
+
+
+def snapshot_name_error(name: str) -> str | None:
+    """Why Proxmox would refuse `name` as a snapshot's name, or None."""
+    if not SNAPSHOT_NAME.fullmatch(name):
+        return (
+            f"invalid snapshot name '{name}': it must start with a letter and have at least 2 "
+            "characters, letters, digits, '-' or '_'"
+        )
+    if len(name) > SNAPSHOT_NAME_MAX:
+        return f"invalid snapshot name '{name}': at most {SNAPSHOT_NAME_MAX} characters"
+    if name == "current" or name.lower() == "pending":
+        return f"invalid snapshot name '{name}': the name is reserved by Proxmox"
+    return None
+
+
+_DISK_KEY = re.compile(r"(scsi|virtio|sata|ide|efidisk|tpmstate)\d+")
+
+
+def snapshot_refusal(config: VmConfig, storage_types: Mapping[str, str]) -> str | None:
+    """Why Proxmox cannot snapshot this VM (a disk on a storage without snapshots), or None:
+    the check it makes before it changes anything (cdrom and cloud-init drives do not count)."""
+    for key in sorted(config.options):
+        if not _DISK_KEY.fullmatch(key):
+            continue
+        drive = config.options[key]
+        if "media=cdrom" in drive or "cloudinit" in drive.split(",")[0] or drive.startswith("none"):
+            continue
+        volid = drive.split(",")[0]
+        storage, sep, volname = volid.partition(":")
+        if not sep:
+            return f"disk {key} ({volid}) is not on a Proxmox storage"
+        stype = storage_types.get(storage)
+        if stype in SNAPSHOT_STORAGE_TYPES:
+            continue
+        if stype in FILE_STORAGE_TYPES and volname.endswith(".qcow2"):
+            continue
+        kind = f"{stype} storage" if stype else "storage"
+        fmt = " in raw format" if stype in FILE_STORAGE_TYPES else ""
+        return f"disk {key} is on {kind} '{storage}'{fmt}, which cannot take snapshots"
+    return None
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 
@@ -423,6 +523,21 @@ class Pve(Protocol):
         self, node: str, vmid: int, target: str, *, on_line: LineSink | None = None
     ) -> Task: ...
     async def destroy(self, node: str, vmid: int, *, cleanup: bool = False) -> Task: ...
+
+    # Snapshots (`snapshot_refusal` says up front whether the VM's storages can take them)
+    async def snapshots(self, node: str, vmid: int) -> list[Snapshot]: ...
+    async def snapshot(
+        self, node: str, vmid: int, name: str, *, description: str = "", vmstate: bool = False
+    ) -> Task:
+        """Take a snapshot; `vmstate` saves the RAM too (Proxmox ignores it on a stopped VM)."""
+        ...
+
+    async def rollback(self, node: str, vmid: int, name: str, *, start: bool = False) -> Task:
+        """Go back to a snapshot. Proxmox stops a running VM first; it runs again afterwards
+        only if the snapshot holds RAM (resumed) or `start` asks for it."""
+        ...
+
+    async def delete_snapshot(self, node: str, vmid: int, name: str) -> Task: ...
 
     # Storage tasks
     async def download_url(

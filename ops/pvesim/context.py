@@ -31,6 +31,7 @@ DURATIONS: dict[str, float] = {
     "migrate_base": 2.0,
     "migrate_per_gib": 9.5,  # dd over 1 GbE, ~110 MB/s
     "query": 0.2,
+    "snapshot": 1.0,  # one volume snapshot taken, rolled back or removed
     "timeout": 1.0,  # one second of a command's own --timeout (factor: the seconds)
 }
 

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import attrs
 from aiohttp import web
 
-from . import cloudinit, pvesh, workers
+from . import cloudinit, pvesh, snapshots, workers
 from . import qm as fake_qm
 from . import resources as res
 from . import termproxy as term
@@ -1393,6 +1393,82 @@ def delete_vm(proxy: PveProxy, call: Call) -> Any:
 
     task = proxy.new_task(node, "qmdestroy", str(vmid), call.tokenid)
     return proxy.run_task(task, work)
+
+
+def _snapname(value: str) -> str:
+    if error := snapshots.check_snapname(value):
+        raise HttpError(400, "Parameter verification failed.", {"snapname": error})
+    return value
+
+
+@route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot")
+def get_snapshots(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(call, {"node": "string", "vmid": "integer"})
+    proxy.need(call, f"/vms/{vmid}", "VM.Audit")
+    return snapshots.listing(proxy.vm_rec(node, vmid))
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot")
+def post_snapshot(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "vmid": "integer",
+            "snapname": "string",
+            "vmstate": "boolean",
+            "description": "string",
+        },
+        ("snapname",),
+    )
+    name = _snapname(call.params["snapname"])
+    proxy.need(call, f"/vms/{vmid}", "VM.Snapshot")
+    if error := snapshots.reserved_name_error(name):
+        raise HttpError(500, error)
+    proxy.vm_rec(node, vmid)
+    argv = ["snapshot", str(vmid), name]
+    for key in ("description", "vmstate"):
+        if key in call.params:
+            argv += [f"--{key}", call.params[key]]
+    task = proxy.new_task(node, "qmsnapshot", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot/([^/]+)/rollback")
+def post_rollback(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call, {"node": "string", "vmid": "integer", "snapname": "string", "start": "boolean"}
+    )
+    name = _snapname(call.match[2])
+    proxy.need(call, f"/vms/{vmid}", "VM.Snapshot", "VM.Snapshot.Rollback", any_of=True)
+    if call.params.get("start") == "1":
+        proxy.need(call, f"/vms/{vmid}", "VM.PowerMgmt")
+    proxy.vm_rec(node, vmid)
+    argv = [
+        "rollback",
+        str(vmid),
+        name,
+        *(["--start", "1"] if call.params.get("start") == "1" else []),
+    ]
+    task = proxy.new_task(node, "qmrollback", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+@route("DELETE", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot/([^/]+)")
+def delete_snapshot(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call, {"node": "string", "vmid": "integer", "snapname": "string", "force": "boolean"}
+    )
+    name = _snapname(call.match[2])
+    proxy.need(call, f"/vms/{vmid}", "VM.Snapshot")
+    proxy.vm_rec(node, vmid)
+    argv = ["delsnapshot", str(vmid), name]
+    task = proxy.new_task(node, "qmdelsnapshot", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
 
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/migrate")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import resources as res
-from . import workers
+from . import snapshots, workers
 from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
 from .context import Ctx, take_failure
 from .formats import format_json, format_json_pretty, format_text_table
@@ -108,6 +108,15 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                  if k not in ("id", "node", "type")}
                 for r in vms.get(m.group(1), [])
             ]  # fmt: skip
+        m = re.fullmatch(r"/nodes/([^/]+)/qemu/(\d+)/snapshot", path)
+        if m and m.group(1) in nodes:
+            rec = txn.vm_on(m.group(1), int(m.group(2)))
+            if rec is None:
+                raise CliError(
+                    f"Configuration file 'nodes/{m.group(1)}/qemu-server/{m.group(2)}.conf' "
+                    "does not exist"
+                )
+            return snapshots.listing(rec)
         if path == "/cluster/nextid":
             taken = {int(r["vmid"]) for recs in vms.values() for r in recs}
             taken |= {int(k) for k in txn.containers}

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cloudinit
+from . import cloudinit, snapshots
 from . import vmconfig as vc
 from .args import (
     NET_MODELS,
@@ -1335,6 +1335,7 @@ def usage_short() -> str:
     lines = ["USAGE: qm <COMMAND> [ARGS] [OPTIONS]"]
     for name in sorted(_SPEC_BUILDERS):
         lines.append(f"       {SPECS[name].usage}")
+    lines += [f"       {snapshots.SPECS[n].usage}" for n in sorted(snapshots.SPECS)]
     lines.append("       qm disk import <vmid> <source> <storage> [OPTIONS]")
     lines.append("       qm disk resize <vmid> <disk> <size> [OPTIONS]")
     return "\n".join(lines) + "\n"
@@ -1353,6 +1354,7 @@ HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
     "config": cmd_config,
     "list": cmd_list,
     "unlock": cmd_unlock,
+    **snapshots.HANDLERS,
 }
 
 

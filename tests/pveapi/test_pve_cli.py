@@ -17,7 +17,7 @@ from gateway.pve_cli import check, run_bootstrap
 VM = (
     "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"
     "VM.Config.Cloudinit,VM.Config.Network,VM.Config.HWType,VM.Config.Options,VM.PowerMgmt,"
-    "VM.Migrate"
+    "VM.Migrate,VM.Snapshot"
 )
 
 

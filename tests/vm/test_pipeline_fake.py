@@ -226,3 +226,38 @@ async def test_clone_and_template_through_the_port() -> None:
     fake.vms[151].status = "running"
     with pytest.raises(PveError, match="if VM is running"):
         await fake.template("pve2", 151)
+
+
+async def test_snapshots_through_the_port() -> None:
+    from actors.vm.pve import Locked, NotFound, Refused, TaskFailed
+
+    fake = FakePve(storage_types={"local-lvm": "lvmthin", "files": "dir"})
+    await fake.create("pve1", 150, _hardware())
+    fake.vms[150].config["scsi0"] = "local-lvm:vm-150-disk-0,size=8G"
+    await fake.snapshot("pve1", 150, "one", description="d", vmstate=True)
+    fake.vms[150].config["memory"] = "4096"
+    await fake.snapshot("pve1", 150, "two")
+    snaps = await fake.snapshots("pve1", 150)
+    assert [(s.name, s.parent, s.vmstate) for s in snaps] == [
+        ("one", None, False),  # stopped: no RAM saved
+        ("two", "one", False),
+    ]
+    await fake.rollback("pve1", 150, "one")
+    assert fake.vms[150].config["memory"] == "2048" and fake.vms[150].config["parent"] == "one"
+    await fake.delete_snapshot("pve1", 150, "one")
+    assert [(s.name, s.parent) for s in await fake.snapshots("pve1", 150)] == [("two", None)]
+    with pytest.raises(Refused, match="invalid snapshot name 'current'"):
+        await fake.snapshot("pve1", 150, "current")
+    with pytest.raises(TaskFailed, match="already used"):
+        await fake.snapshot("pve1", 150, "two")
+    with pytest.raises(NotFound, match="snapshot 'one' does not exist"):
+        await fake.rollback("pve1", 150, "one")
+    fake.vms[150].config["lock"] = "backup"
+    with pytest.raises(Locked):
+        await fake.delete_snapshot("pve1", 150, "two")
+    fake.vms[150].config.pop("lock")
+    fake.vms[150].config["scsi1"] = "files:150/vm-150-disk-1.raw,size=1G"
+    with pytest.raises(TaskFailed, match="snapshot feature is not available"):
+        await fake.snapshot("pve1", 150, "three")
+    with pytest.raises(NotFound):
+        await fake.snapshots("pve2", 150)

@@ -263,6 +263,27 @@ class CliPve:
     async def destroy(self, node: str, vmid: int, *, cleanup: bool = False) -> pve.Task:
         return await self._task(node, qm.cleanup_destroy(vmid) if cleanup else qm.destroy(vmid))
 
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def snapshots(self, node: str, vmid: int) -> list[pve.Snapshot]:
+        # pvesh, not `qm listsnapshot`: the latter prints a tree in local time with the first
+        # line of each description and no word of the saved RAM.
+        data = await self._json(node, qm.snapshot_list(node, vmid))
+        if not isinstance(data, list):
+            raise pve.Unreadable(f"pvesh printed no snapshot list: {data!r}")
+        return pve.snapshots_of(data)
+
+    async def snapshot(
+        self, node: str, vmid: int, name: str, *, description: str = "", vmstate: bool = False
+    ) -> pve.Task:
+        return await self._task(node, qm.snapshot(vmid, name, description, vmstate))
+
+    async def rollback(self, node: str, vmid: int, name: str, *, start: bool = False) -> pve.Task:
+        return await self._task(node, qm.rollback(vmid, name, start))
+
+    async def delete_snapshot(self, node: str, vmid: int, name: str) -> pve.Task:
+        return await self._task(node, qm.delsnapshot(vmid, name))
+
     # -- storage tasks ---------------------------------------------------------------------
 
     async def download_url(

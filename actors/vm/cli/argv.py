@@ -75,6 +75,27 @@ def template(vmid: int) -> Argv:
     return ["qm", "template", str(vmid)]
 
 
+def snapshot(vmid: int, name: str, description: str, vmstate: bool) -> Argv:
+    argv = ["qm", "snapshot", str(vmid), name]
+    if description:
+        argv += ["--description", description]
+    if vmstate:
+        argv += ["--vmstate", "1"]
+    return argv
+
+
+def rollback(vmid: int, name: str, start: bool) -> Argv:
+    return ["qm", "rollback", str(vmid), name, *(["--start", "1"] if start else [])]
+
+
+def delsnapshot(vmid: int, name: str) -> Argv:
+    return ["qm", "delsnapshot", str(vmid), name]
+
+
+def snapshot_list(node: str, vmid: int) -> Argv:
+    return api_get(f"/nodes/{node}/qemu/{vmid}/snapshot")
+
+
 def import_disk(vmid: int, image_path: str, storage: str) -> Argv:
     return ["qm", "disk", "import", str(vmid), image_path, storage]
 

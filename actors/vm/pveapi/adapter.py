@@ -275,6 +275,31 @@ class RestPve:
             params["destroy-unreferenced-disks"] = "1"
         return await self._task(node, "DELETE", f"/nodes/{node}/qemu/{vmid}", params)
 
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def snapshots(self, node: str, vmid: int) -> list[pve.Snapshot]:
+        data = await self._get(node, f"/nodes/{node}/qemu/{vmid}/snapshot")
+        if not isinstance(data, list):
+            raise pve.Unreadable(f"snapshot list is not an array: {data!r}")
+        return pve.snapshots_of(data)
+
+    async def snapshot(
+        self, node: str, vmid: int, name: str, *, description: str = "", vmstate: bool = False
+    ) -> pve.Task:
+        params = {"snapname": name}
+        if description:
+            params["description"] = description
+        if vmstate:
+            params["vmstate"] = "1"
+        return await self._task(node, "POST", f"/nodes/{node}/qemu/{vmid}/snapshot", params)
+
+    async def rollback(self, node: str, vmid: int, name: str, *, start: bool = False) -> pve.Task:
+        path = f"/nodes/{node}/qemu/{vmid}/snapshot/{name}/rollback"
+        return await self._task(node, "POST", path, {"start": "1"} if start else None)
+
+    async def delete_snapshot(self, node: str, vmid: int, name: str) -> pve.Task:
+        return await self._task(node, "DELETE", f"/nodes/{node}/qemu/{vmid}/snapshot/{name}")
+
     # -- storage tasks ---------------------------------------------------------------------
 
     async def download_url(
