@@ -1,4 +1,4 @@
-"""`cairn vm list|show|install|start|stop|shutdown|reboot|destroy|set|task`: the VM service
+"""`cairn vm list|show|install|start|stop|shutdown|reboot|destroy|set|task|snapshot`: the VM service
 over HTTP (docs/vm.md has the routes; docs/cli.md this command line).
 
 Installs, starts, reboots and migrations (``set --node``) print their stages as the service
@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from gateway.cli_common import Io, add_command, clean, size_gb, size_mb, table
 from gateway.cli_http import (
@@ -302,6 +303,82 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
     return 0
 
 
+# -- snapshots --------------------------------------------------------------------------------
+
+
+SNAPSHOT_COLUMNS = ("NAME", "CREATED", "PARENT", "RAM", "BY", "DESCRIPTION")
+
+
+def snapshot_table(snaps: list[dict[str, Any]]) -> str:
+    if not snaps:
+        return "no snapshots"
+    rows = [
+        (
+            s.get("name"),
+            s.get("created"),
+            s.get("parent"),
+            "yes" if s.get("vmstate") else "no",
+            s.get("by"),
+            str(s.get("description") or "").split("\n")[0] or None,
+        )
+        for s in snaps
+    ]
+    return table(SNAPSHOT_COLUMNS, rows)
+
+
+def cmd_snapshot_list(args: Any, t: Target, io: Io) -> int:
+    snaps = call(t, "GET", f"/vm/{args.id}/snapshots").json()
+    if io.json:
+        io.document(snaps)
+    else:
+        io.say(snapshot_table(snaps))
+    return 0
+
+
+def cmd_snapshot_create(args: Any, t: Target, io: Io) -> int:
+    body: dict[str, Any] = {"name": args.name, "vmstate": args.vmstate}
+    if args.description is not None:
+        body["description"] = args.description
+    return tasked(io, run_task(t, io, f"/vm/{args.id}/snapshots", body, "snapshot"))
+
+
+def cmd_snapshot_rollback(args: Any, t: Target, io: Io) -> int:
+    path = f"/vm/{args.id}/snapshots/{quote(args.name, safe='')}/rollback"
+    return tasked(io, run_task(t, io, path, {}, "rollback"))
+
+
+def cmd_snapshot_delete(args: Any, t: Target, io: Io) -> int:
+    answer = call(t, "DELETE", f"/vm/{args.id}/snapshots/{quote(args.name, safe='')}")
+    if io.json:
+        io.document({"ok": True, "vm_id": args.id, "deleted": args.name})
+    else:
+        io.say(
+            f"VM {args.id}: snapshot {clean(args.name)} deleted ({clean(answer.text().strip())})"
+        )
+    return 0
+
+
+def register_snapshot(sub: Any) -> None:
+    snapshot = sub.add_parser("snapshot", help="list, take, roll back to and delete snapshots")
+    inner = snapshot.add_subparsers(dest="snapshot_command", required=True)
+    listing = add_command(inner, SERVICE, "list", cmd_snapshot_list, "a VM's snapshots")
+    listing.add_argument("id", type=_vm_id)
+    create = add_command(
+        inner, SERVICE, "create", cmd_snapshot_create, "take a snapshot (stages shown live)"
+    )
+    create.add_argument("id", type=_vm_id)
+    create.add_argument("name", help="a letter, then letters, digits, - or _ (2-40)")
+    create.add_argument("--description", help="what the snapshot is for")
+    create.add_argument("--vmstate", action="store_true", help="save the RAM of a running VM too")
+    for name, handler, text in (
+        ("rollback", cmd_snapshot_rollback, "go back to a snapshot (stages shown live)"),
+        ("delete", cmd_snapshot_delete, "delete a snapshot"),
+    ):
+        parser = add_command(inner, SERVICE, name, handler, text)
+        parser.add_argument("id", type=_vm_id)
+        parser.add_argument("name")
+
+
 # -- the command line -------------------------------------------------------------------------
 
 
@@ -358,3 +435,4 @@ def register(subparsers: Any) -> None:
 
     task = add_command(sub, SERVICE, "task", cmd_task, "follow a VM's latest task again")
     task.add_argument("id", type=_vm_id)
+    register_snapshot(sub)

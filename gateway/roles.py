@@ -5,7 +5,9 @@ One table for every service, read top to bottom, first match wins:
 | service | routes | role |
 |---|---|---|
 | vm | ``POST /api/vm/install``, ``POST /api/vm/<id>/destroy`` | admin |
+| vm | ``POST /api/vm/<id>/snapshots/<name>/rollback``, ``DELETE .../snapshots/<name>`` | admin |
 | vm | ``POST /api/vm/<id>/{start,stop,shutdown,reboot}``, ``POST /api/vm/<id>/set/*`` | operator |
+| vm | ``POST /api/vm/<id>/snapshots`` (take one) | operator |
 | functions | ``POST /upload``, ``DELETE /functions/<path>`` | admin |
 | functions | ``POST /run-now``, ``POST /run/<path>`` | operator |
 | images | ``POST /upload/<path>``, ``DELETE /del/<path>`` | admin |
@@ -68,6 +70,11 @@ _RULES: tuple[tuple[str, frozenset[str], str, Role], ...] = (
     ("vm", frozenset({"POST"}), "/api/vm/*/shutdown", Role.OPERATOR),
     ("vm", frozenset({"POST"}), "/api/vm/*/reboot", Role.OPERATOR),
     ("vm", frozenset({"POST"}), "/api/vm/*/set/*", Role.OPERATOR),
+    # Taking a snapshot changes nothing in the VM; going back to one, or deleting one, throws
+    # away what the VM or the snapshot held.
+    ("vm", frozenset({"POST"}), "/api/vm/*/snapshots", Role.OPERATOR),
+    ("vm", frozenset({"POST"}), "/api/vm/*/snapshots/*/rollback", Role.ADMIN),
+    ("vm", frozenset({"DELETE"}), "/api/vm/*/snapshots/*", Role.ADMIN),
     ("functions", frozenset({"POST"}), "/upload", Role.ADMIN),
     ("functions", frozenset({"DELETE"}), "/functions/**", Role.ADMIN),
     ("functions", frozenset({"POST"}), "/run-now", Role.OPERATOR),

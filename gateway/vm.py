@@ -39,12 +39,15 @@ from actors.vm.requests import (
     parse_set_disk,
     parse_set_memory,
     parse_set_node,
+    parse_snapshot,
+    parse_snapshot_name,
 )
 from actors.vm.service import (
     SUBJECT_DETAIL,
     SUBJECT_DO,
     SUBJECT_INSTALL,
     SUBJECT_LIST,
+    SUBJECT_SNAPSHOTS,
     SUBJECT_STATUS,
     VmService,
 )
@@ -581,6 +584,55 @@ class VmGateway:
             return await self._streamed(request, vmid, command, args)
         return await self._synchronous(vmid, command, args, self.who(request))
 
+    # -- snapshots --------------------------------------------------------------------------
+
+    async def snapshots(self, request: web.Request) -> web.Response:
+        """`GET /api/vm/<id>/snapshots`: Proxmox's list, oldest first, with cairn's `by`."""
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        reply = await self.query(SUBJECT_SNAPSHOTS, {"vmid": vmid})
+        return web.json_response(reply["snapshots"])
+
+    async def snapshot(self, request: web.Request) -> web.StreamResponse:
+        """`POST /api/vm/<id>/snapshots` {name, description, vmstate}: the task as SSE."""
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        try:
+            args = parse_snapshot(await self.body(request))
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        return await self._streamed(request, vmid, Command.SNAPSHOT, args)
+
+    async def snapshot_rollback(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        try:
+            name = parse_snapshot_name(request.match_info["name"])
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        return await self._streamed(request, vmid, Command.ROLLBACK, {"name": name})
+
+    async def snapshot_delete(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        try:
+            name = parse_snapshot_name(request.match_info["name"])
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        return await self._synchronous(
+            vmid, Command.DELETE_SNAPSHOT, {"name": name}, self.who(request)
+        )
+
     async def _streamed(
         self, request: web.Request, vmid: int, command: Command, args: dict[str, Any]
     ) -> web.StreamResponse:
@@ -836,6 +888,10 @@ async def build(runtime: Runtime) -> web.Application:
         api.router.add_post(f"/vm/{{id}}/{{action:{action}}}", gw.action)
     for what in ("cpu", "memory", "disk", "node"):
         api.router.add_post(f"/vm/{{id}}/set/{{what:{what}}}", gw.set)
+    api.router.add_get("/vm/{id}/snapshots", gw.snapshots)
+    api.router.add_post("/vm/{id}/snapshots", gw.snapshot)
+    api.router.add_post("/vm/{id}/snapshots/{name}/rollback", gw.snapshot_rollback)
+    api.router.add_delete("/vm/{id}/snapshots/{name}", gw.snapshot_delete)
     add_openapi(api, "vm", runtime.env, mounted_at="/api")
     app.add_subapp("/api", api)
     app.router.add_get("/sh/{file}", init_scripts(SCRIPTS_DIR))

@@ -28,6 +28,8 @@ from actors.vm.requests import (
     parse_set_disk,
     parse_set_memory,
     parse_set_node,
+    parse_snapshot,
+    parse_snapshot_name,
 )
 from actors.vm.settings import VmSettings
 
@@ -135,6 +137,12 @@ def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[
         return {"grow_gb": parse_set_disk({"disk": f"{grow}G"})}
     if command is Command.SET_NODE:
         return {"node": parse_set_node({"node": args.get("node")}, settings)}
+    if command is Command.SNAPSHOT:
+        return parse_snapshot(args)
+    if command in (Command.ROLLBACK, Command.DELETE_SNAPSHOT):
+        if set(args) != {"name"}:
+            raise BadRequest(f"{command.value} takes the snapshot's name only")
+        return {"name": parse_snapshot_name(args["name"])}
     if args:
         raise BadRequest(f"{command.value} takes no arguments")
     return {}

@@ -87,6 +87,14 @@ class Reconfigured(Event):
     node: str | None = None
 
 
+@domain_event("vm.snapshot_taken")
+class SnapshotTaken(Event):
+    """A snapshot cairn took (Proxmox keeps it; this says which task, and so who, asked)."""
+
+    task: str
+    name: str
+
+
 @domain_event("vm.adopted")
 class Adopted(Event):
     """A VM found in the cluster that cairn did not install (or lost track of)."""

@@ -277,11 +277,11 @@ class FakePve:
     async def snapshots(self, node: str, vmid: int) -> list[pve.Snapshot]:
         self._ask("snapshots", node, vmid)
         vm = self._vm(node, vmid)
-        return pve.snapshots_of([
-            {"name": name, "description": s.description, "snaptime": s.snaptime,
-             "parent": s.parent, "vmstate": int(s.vmstate)}
+        entries = [
+            attrs.asdict(s, filter=lambda a, _: a.name != "config") | {"name": name}
             for name, s in vm.snapshots.items()
-        ])  # fmt: skip
+        ]
+        return pve.snapshots_of(entries)
 
     async def snapshot(
         self, node: str, vmid: int, name: str, *, description: str = "", vmstate: bool = False

@@ -70,6 +70,7 @@ class JobResult:
     changes: dict[str, Any] = attrs.field(factory=dict)
     # The VM at this id turned out not to be the one cairn created: cairn drops its claim.
     disowned: str | None = None
+    snapshot: str | None = None  # the snapshot this task took
 
 
 @attrs.define

@@ -24,6 +24,8 @@ class State(enum.StrEnum):
     RESIZING = "resizing"
     MIGRATING = "migrating"
     DESTROYING = "destroying"
+    SNAPSHOTTING = "snapshotting"  # taking or deleting a snapshot
+    ROLLING_BACK = "rolling back"
     FAILED = "failed"
 
 
@@ -38,6 +40,9 @@ class Command(enum.StrEnum):
     SET_MEMORY = "set/memory"
     SET_DISK = "set/disk"
     SET_NODE = "set/node"
+    SNAPSHOT = "snapshot"
+    ROLLBACK = "snapshot/rollback"
+    DELETE_SNAPSHOT = "snapshot/delete"
 
 
 @attrs.frozen
@@ -64,6 +69,17 @@ TABLE: dict[tuple[State, Command], Transition] = {
     (S.STOPPED, C.SET_MEMORY): Transition(S.RESIZING, S.STOPPED, S.STOPPED),
     (S.STOPPED, C.SET_DISK): Transition(S.RESIZING, S.STOPPED, S.STOPPED),
     (S.STOPPED, C.SET_NODE): Transition(S.MIGRATING, S.STOPPED, S.STOPPED),
+    # Snapshots work on a running or a stopped VM and leave it as it was (a rollback to a
+    # snapshot with RAM, or of a running VM, leaves it running).
+    **{
+        (state, command): Transition(working, state, state)
+        for state in (S.RUNNING, S.STOPPED)
+        for command, working in (
+            (C.SNAPSHOT, S.SNAPSHOTTING),
+            (C.DELETE_SNAPSHOT, S.SNAPSHOTTING),
+            (C.ROLLBACK, S.ROLLING_BACK),
+        )
+    },
 }
 
 WORKING = frozenset(t.working for t in TABLE.values())
@@ -80,8 +96,12 @@ POWER: dict[State, str] = {
     S.RESIZING: "stopped",
     S.MIGRATING: "stopped",
     S.DESTROYING: "stopped",
+    S.SNAPSHOTTING: "stopped",  # VmInfo.power says the power it had before
+    S.ROLLING_BACK: "stopped",
     S.FAILED: "stopped",
 }
+# Working states that keep the power the VM had when its task began.
+KEEPS_POWER = frozenset({S.SNAPSHOTTING, S.ROLLING_BACK})
 NEEDS_RUNNING = frozenset({C.STOP, C.SHUTDOWN, C.REBOOT})
 
 

@@ -366,7 +366,8 @@ _DISK_KEY = re.compile(r"(scsi|virtio|sata|ide|efidisk|tpmstate)\d+")
 
 def snapshot_refusal(config: VmConfig, storage_types: Mapping[str, str]) -> str | None:
     """Why Proxmox cannot snapshot this VM (a disk on a storage without snapshots), or None:
-    the check it makes before it changes anything (cdrom and cloud-init drives do not count)."""
+    the check it makes before it changes anything (cdrom and cloud-init drives do not count).
+    `storage_types`: storage -> type, of the storages the caller can see."""
     for key in sorted(config.options):
         if not _DISK_KEY.fullmatch(key):
             continue
@@ -378,13 +379,12 @@ def snapshot_refusal(config: VmConfig, storage_types: Mapping[str, str]) -> str 
         if not sep:
             return f"disk {key} ({volid}) is not on a Proxmox storage"
         stype = storage_types.get(storage)
-        if stype in SNAPSHOT_STORAGE_TYPES:
-            continue
+        if stype is None or stype in SNAPSHOT_STORAGE_TYPES:
+            continue  # a storage cairn cannot see (no Datastore.Audit): Proxmox will say
         if stype in FILE_STORAGE_TYPES and volname.endswith(".qcow2"):
             continue
-        kind = f"{stype} storage" if stype else "storage"
         fmt = " in raw format" if stype in FILE_STORAGE_TYPES else ""
-        return f"disk {key} is on {kind} '{storage}'{fmt}, which cannot take snapshots"
+        return f"disk {key} is on {stype} storage '{storage}'{fmt}, which cannot take snapshots"
     return None
 
 

@@ -16,6 +16,7 @@ import asyncssh
 import attrs
 
 from actors.vm.osimages import MATRIX, default_user
+from actors.vm.pve import snapshot_name_error
 from actors.vm.settings import VMID_MAX, VMID_MIN, VmSettings
 
 DEFAULT_CPU = 2
@@ -281,3 +282,36 @@ def parse_set_node(body: Any, settings: VmSettings) -> str:
     if node not in settings.nodes:
         raise BadRequest(f"node: unknown node {node!r}; known: {', '.join(sorted(settings.nodes))}")
     return node
+
+
+# A snapshot's description: Proxmox stores it in the VM's config file, whose size it caps.
+SNAPSHOT_DESCRIPTION_MAX = 1024
+
+
+def parse_snapshot_name(name: Any) -> str:
+    """A snapshot's name as Proxmox takes it (pve.snapshot_name_error), else a 400."""
+    if not isinstance(name, str):
+        raise BadRequest("name: must be a string")
+    if error := snapshot_name_error(name):
+        raise BadRequest(f"name: {error}")
+    return name
+
+
+def parse_snapshot(body: Any) -> dict[str, Any]:
+    """`POST /api/vm/<id>/snapshots`: {name, description?, vmstate?}."""
+    data = _object(body)
+    unknown = sorted(set(data) - {"name", "description", "vmstate"})
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown field; known: name, description, vmstate")
+    if data.get("name") is None:
+        raise BadRequest("name: is required")
+    name = parse_snapshot_name(data["name"])
+    description = _str(data, "description") or ""
+    if len(description) > SNAPSHOT_DESCRIPTION_MAX:
+        raise BadRequest(f"description: at most {SNAPSHOT_DESCRIPTION_MAX} characters")
+    if "\x00" in description:
+        raise BadRequest("description: must not contain NUL characters")
+    vmstate = data.get("vmstate", False)
+    if not isinstance(vmstate, bool):
+        raise BadRequest("vmstate: must be true or false")
+    return {"name": name, "description": description, "vmstate": vmstate}

@@ -6,6 +6,7 @@ Subjects (request/reply, JSON):
 - `cairn.q.vm.status` {vmid}                     -> {status} | {error}
 - `cairn.q.vm.list` {}                           -> the list payload
 - `cairn.q.vm.detail` {vmid}                     -> one VM's detail | {error}
+- `cairn.q.vm.snapshots` {vmid}                  -> {snapshots, refusal} | {error}
 Errors are `{"error": {"status": <http>, "message": ...}}`.
 """
 
@@ -24,6 +25,7 @@ from nats.aio.subscription import Subscription
 
 from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
+from actors.vm import snapshots
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.commands import (
     DoCommand,
@@ -45,6 +47,7 @@ from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
 from events.bus import flush_all, serve_json, unsubscribe_all
 from events.errors import CommandFailed
 from events.store import Recorded
+from events.subjects import stream_name
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ SUBJECT_DO = "cairn.cmd.vm.do"
 SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
 SUBJECT_DETAIL = "cairn.q.vm.detail"
+SUBJECT_SNAPSHOTS = "cairn.q.vm.snapshots"
 # The streams this service's actors own: VMs, the VMID/IP allocator, the nodes.
 AGGREGATES = (VmActor.aggregate, AllocatorActor.aggregate, NodeActor.aggregate)
 _MIB = 1024 * 1024
@@ -267,6 +271,7 @@ class VmService:
             await serve_json(nc, SUBJECT_STATUS, self._on_status, concurrent=True),
             await serve_json(nc, SUBJECT_LIST, self._on_list, concurrent=True),
             await serve_json(nc, SUBJECT_DETAIL, self._on_detail, concurrent=True),
+            await serve_json(nc, SUBJECT_SNAPSHOTS, self._on_snapshots, concurrent=True),
         ]
         # A gateway's command sent at once (another connection) finds them.
         with contextlib.suppress(Exception):  # the bus is away: they reach it when back
@@ -548,11 +553,45 @@ class VmService:
                 refusal = self._too_many_vcpus(facts.cpu, str(args["node"]))
                 if refusal:
                     return _error(400, f"node: VM {vmid} has {facts.cpu} vCPUs, but {refusal}")
+        if command in (Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT):
+            now: VmInfo = await handle.ask(Query())
+            if now.state in (State.RUNNING, State.STOPPED):  # else the actor says why not
+                assert self.services is not None
+                node = now.facts.node if now.facts else self.settings.main_node
+                try:
+                    said = await snapshots.precheck(self.services, vmid, node, command, args)
+                except PveError as exc:
+                    return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+                if said is not None:
+                    return _error(said.status, said.message)
         try:
             info: VmInfo = await handle.ask(Do(parsed.task, command, args, parsed.by))
         except Rejected as exc:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": info.task, "version": info.task_version}
+
+    async def _on_snapshots(self, payload: Any) -> dict[str, Any]:
+        """A VM's snapshots as Proxmox lists them, with who asked for each one cairn took."""
+        try:
+            vmid = parse_vmid(payload)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        handle = self.runtime.actors.get(VmActor, vmid)
+        info = await handle.ask(Query()) if handle is not None else None
+        if info is None or info.state is State.ABSENT:
+            return _error(404, f"VM {vmid} not found")
+        assert self.services is not None
+        node = info.facts.node if info.facts else self.settings.main_node
+        try:
+            snaps, refusal = await snapshots.listing(self.services, vmid, node)
+        except PveError as exc:
+            return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+        records = await self.runtime.store.read_stream(stream_name("vm", vmid))
+        taken_by = snapshots.takers(records)
+        return {
+            "snapshots": [snapshots.row(s, taken_by) for s in snaps],
+            "refusal": refusal,
+        }
 
     async def _on_status(self, payload: Any) -> dict[str, Any]:
         try:

@@ -54,6 +54,10 @@ SET_CPU = "set > cpu"
 SET_MEMORY = "set > memory"
 SET_DISK = "set > disk"
 MIGRATE_VM = "migrate > migrating VM"
+SNAPSHOT = "snapshot > taking snapshot"
+ROLLBACK = "rollback > rolling back"
+ROLLBACK_READY = "rollback > waiting for ready"
+DELETE_SNAPSHOT = "snapshot delete > deleting snapshot"
 RECOVERY = "recovery"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import install, jobs, stages
+from actors.vm import install, jobs, snapshots, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -27,11 +27,12 @@ from actors.vm.events import (
     Observed,
     Progress,
     Reconfigured,
+    SnapshotTaken,
     TaskEnded,
     TaskStarted,
 )
 from actors.vm.jobs import Facts, JobResult, Services
-from actors.vm.lifecycle import POWER, WORKING, Command, Refusal, State, decide
+from actors.vm.lifecycle import KEEPS_POWER, POWER, WORKING, Command, Refusal, State, decide
 from actors.vm.ownership import Claim
 from actors.vm.requests import InstallRequest
 from events.model import Event
@@ -162,9 +163,12 @@ class VmInfo:
     claim: Claim | None = None  # why cairn holds the VM for its own; None: not cairn's
     plan: InstallPlanned | None = None  # what a running install builds
     last_task: LastTask | None = None
+    before: State | None = None  # the state the running task began in
 
     @property
     def power(self) -> str:
+        if self.state in KEEPS_POWER and self.before is not None:
+            return POWER[self.before]
         return POWER[self.state]
 
 
@@ -174,6 +178,7 @@ _STORE_REFUSALS = ("the disk holding the event store is full", "the event store 
 
 # Commands that need the VM to be cairn's own (its mark is checked again before they run).
 _OWNERS_ONLY = {Command.DESTROY: "destroy", Command.SET_NODE: "migrate"}
+_SNAPSHOT_COMMANDS = frozenset({Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT})
 
 
 class VmActor(AggregateActor):
@@ -192,6 +197,7 @@ class VmActor(AggregateActor):
         self.task: str | None = None
         self.task_command: str | None = None
         self.task_version = 0  # stream version of the current (or last) task's start
+        self.before: State | None = None  # the state the current task began in
         self.plan: InstallPlanned | None = None
         self.last_task: LastTask | None = None
         # When the last task settled (monotonic; not state: the cluster's lag is a runtime fact).
@@ -203,6 +209,7 @@ class VmActor(AggregateActor):
         match event:
             case TaskStarted(task=task, command=command, working=working):
                 self.task, self.task_command = task, command
+                self.before = self.state
                 self.task_version = self.version + 1
                 self.state = State(working)
                 self.last_task = LastTask(task, command)
@@ -256,7 +263,7 @@ class VmActor(AggregateActor):
                 if self.state is State.ABSENT:
                     self.facts = None
                     self.claim = None
-            case Progress():
+            case Progress() | SnapshotTaken():
                 pass
 
     # -- commands ------------------------------------------------------------------------------
@@ -303,6 +310,7 @@ class VmActor(AggregateActor):
             self.claim,
             self.plan,
             self.last_task,
+            self.before if self.task is not None else None,
         )
 
     def _refuse(self, verdict: Refusal) -> None:
@@ -365,6 +373,14 @@ class VmActor(AggregateActor):
                 )
         self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
+        if cmd.command in _SNAPSHOT_COMMANDS:
+            job = snapshots.run(
+                self.svc, cmd.command, self.vmid, node, self.facts, report, cmd.args
+            )
+            self.start_job(
+                report.around(job), done=functools.partial(Finished, cmd.task, cmd.command)
+            )
+            return self.info()
         self.start_job(
             report.around(
                 jobs.power(
@@ -405,6 +421,8 @@ class VmActor(AggregateActor):
             events.append(Disowned(msg.task, outcome.disowned))
         if outcome.ok and outcome.changes:
             events.append(Reconfigured(msg.task, **outcome.changes))
+        if outcome.ok and outcome.snapshot:
+            events.append(SnapshotTaken(msg.task, outcome.snapshot))
         if outcome.state is State.ABSENT:
             # The task ends only once the allocator has the id back: a client told "ok" (or
             # shown the install's error) may reuse the id at once.

@@ -246,3 +246,36 @@ def test_with_json_a_terminal_still_sees_the_stages_on_stderr(cairn: Cairn) -> N
     assert [f"  {r['message']}" for r in doc["records"]] == [
         ln for ln in shown if ln.startswith("  ")
     ]
+
+
+def test_snapshots_from_the_command_line(cairn: Cairn) -> None:
+    vmid = installed(cairn)
+    empty = cairn.run("vm", "snapshot", "list", str(vmid))
+    assert (empty.code, empty.out) == (0, "no snapshots\n")
+    taken = cairn.run(
+        "vm", "snapshot", "create", str(vmid), "pre", "--description", "before the upgrade"
+    )
+    assert taken.code == 0, taken
+    assert "snapshot > taking snapshot\n" in taken.out and "[+] snapshot pre taken (" in taken.out
+    listed = cairn.run("vm", "snapshot", "list", str(vmid))
+    header, row = listed.out.splitlines()
+    assert header.split() == ["NAME", "CREATED", "PARENT", "RAM", "BY", "DESCRIPTION"]
+    cells = row.split()
+    assert cells[0] == "pre" and " ".join(cells[2:]) == "- no ip:127.0.0.1 before the upgrade"
+    doc = cairn.run("vm", "snapshot", "list", str(vmid), "--json").json()
+    assert [(s["name"], s["vmstate"]) for s in doc] == [("pre", False)]
+
+    again = cairn.run("vm", "snapshot", "create", str(vmid), "pre", "--json")
+    assert again.code == 1
+    assert again.json()["error"] == f"VM {vmid} already has a snapshot named 'pre'"
+    bad = cairn.run("vm", "snapshot", "create", str(vmid), "1st")
+    assert bad.code == 1 and bad.err.startswith("cairn: name: invalid snapshot name '1st'")
+
+    back = cairn.run("vm", "snapshot", "rollback", str(vmid), "pre", "--json")
+    assert back.code == 0, back
+    assert back.json()["records"][0]["step"] == "rollback > rolling back"
+    gone = cairn.run("vm", "snapshot", "delete", str(vmid), "nope")
+    assert (gone.code, gone.err) == (1, f"cairn: VM {vmid} has no snapshot named 'nope'\n")
+    deleted = cairn.run("vm", "snapshot", "delete", str(vmid), "pre")
+    assert (deleted.code, deleted.out) == (0, f"VM {vmid}: snapshot pre deleted (ok)\n")
+    assert cairn.run("vm", "snapshot", "list", str(vmid), "--json").json() == []

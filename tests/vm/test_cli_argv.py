@@ -100,13 +100,14 @@ def test_clone_and_template_command_lines() -> None:
 
 
 def test_snapshot_command_lines() -> None:
+    head = ["qm", "snapshot", "120", "pre"]
     assert qm.snapshot(120, "pre", "before the upgrade", True) == [
-        "qm", "snapshot", "120", "pre", "--description", "before the upgrade", "--vmstate", "1",
-    ]  # fmt: skip
-    assert qm.snapshot(120, "pre", "", False) == ["qm", "snapshot", "120", "pre"]
+        *head,
+        *("--description", "before the upgrade", "--vmstate", "1"),
+    ]
+    assert qm.snapshot(120, "pre", "", False) == head
     assert qm.rollback(120, "pre", False) == ["qm", "rollback", "120", "pre"]
     assert qm.rollback(120, "pre", True) == ["qm", "rollback", "120", "pre", "--start", "1"]
     assert qm.delsnapshot(120, "pre") == ["qm", "delsnapshot", "120", "pre"]
-    assert qm.snapshot_list("pve2", 120) == [
-        "pvesh", "get", "/nodes/pve2/qemu/120/snapshot", "--output-format", "json",
-    ]  # fmt: skip
+    listing = "pvesh get /nodes/pve2/qemu/120/snapshot --output-format json"
+    assert qm.snapshot_list("pve2", 120) == listing.split()
