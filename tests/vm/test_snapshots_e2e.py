@@ -192,3 +192,24 @@ async def test_a_stopped_vm_gets_no_ram_and_stays_stopped(
     sse = await service.post_sse(f"/vm/{vmid}/snapshots/cold/rollback")
     assert sse.last["status"] == "success" and sse.steps == [ROLLBACK], sse.records
     assert await service.get(f"/vm/{vmid}/status") == (200, "stopped")
+
+
+async def test_a_restart_mid_snapshot_settles_its_task(sim: SimCluster, start_service: Any) -> None:
+    service: Service = await start_service()
+    vmid = await service.installed(id=125)
+    sim.set_delay_scale(3)
+    async with service.session.post(
+        service.api + f"/vm/{vmid}/snapshots", json={"name": "cut"}
+    ) as resp:
+        first = await read_sse(resp, stop_after=1)
+    assert first.records[0]["step"] == TAKE
+    await start_service.stop_last()  # cairn stops with the snapshot task under way
+    sim.set_delay_scale(0)
+    again: Service = await start_service()
+    async with again.session.get(again.api + f"/vm/{vmid}/task") as resp:
+        sse = await read_sse(resp)  # re-attached after the restart: the task's whole story
+    assert sse.closed and sse.records[0] == first.records[0]
+    assert (sse.last["step"], sse.last["status"]) == ("recovery", "error")
+    assert "interrupted by a restart" in sse.last["message"]
+    assert sse.last["message"].endswith("VM left running (0.00s)")
+    assert await again.get(f"/vm/{vmid}/status") == (200, "running")
