@@ -40,7 +40,7 @@ from actors.vm.jobs import Services
 from actors.vm.lifecycle import WORKING, Command, State
 from actors.vm.node import Cluster, NodeActor
 from actors.vm.ownership import mark_line
-from actors.vm.pve import NodeResource, PveError, Unreadable, VmResource
+from actors.vm.pve import NodeResource, NotFound, PveError, Unreadable, VmResource
 from actors.vm.requests import BadRequest, clamp_cpu
 from actors.vm.settings import VmSettings
 from actors.vm.vm import Do, Install, Observe, Query, Recover, VmActor, VmInfo
@@ -584,6 +584,8 @@ class VmService:
         node = info.facts.node if info.facts else self.settings.main_node
         try:
             snaps, refusal = await snapshots.listing(self.services, vmid, node)
+        except NotFound:  # not (yet, or any more) in the cluster: an install's first steps
+            return _error(404, f"VM {vmid} not found")
         except PveError as exc:
             return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
         records = await self.runtime.store.read_stream(stream_name("vm", vmid))

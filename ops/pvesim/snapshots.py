@@ -172,7 +172,10 @@ def cmd_snapshot(ctx: Ctx, argv: Sequence[str]) -> int:
         running = rec["status"] == "running"
         snap: dict[str, Any] = {k: v for k, v in conf.items() if k not in ("lock", "parent")}
         if p.options.get("vmstate") and running:
-            state_storage = str(conf.get("vmstatestorage") or _disks(conf)[0][1].split(":")[0])
+            # QemuConfig's find_vmstate_storage: vmstatestorage, else the first disk's storage
+            disks = _disks(conf)
+            first = disks[0][1].split(":")[0] if disks else "local"
+            state_storage = str(conf.get("vmstatestorage") or first)
             snap["vmstate"] = f"{state_storage}:vm-{vmid}-state-{name}"
         if conf.get("parent"):
             snap["parent"] = conf["parent"]
