@@ -7,6 +7,7 @@ violation). The button is not offered under the qm/SSH driver, nor to a viewer."
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -89,7 +90,10 @@ def test_type_into_a_vms_serial_console_and_close_it(page: Page, stack: Stack) -
     page.keyboard.type("debian\n")
     expect(page.locator(".serial-console .xterm-rows")).to_contain_text(f"debian@t{VMID}:~$")
     page.keyboard.type("echo typed in the page\n")
-    expect(page.locator(".serial-console .xterm-rows")).to_contain_text("typed in the page")
+    # The command line itself contains the words: wait for the output row after it.
+    expect(page.locator(".serial-console .xterm-rows")).to_contain_text(
+        re.compile(r"echo typed in the page\s*typed in the page")
+    )
     lines = [line.strip() for line in terminal_text(page).splitlines()]
     assert "typed in the page" in lines  # the echo's output line, not only the command line
     # What xterm.js styles itself is in force without any inline style: its rows are sized.
