@@ -608,30 +608,33 @@ class VmGateway:
         return await self._streamed(request, vmid, Command.SNAPSHOT, args)
 
     async def snapshot_rollback(self, request: web.Request) -> web.StreamResponse:
-        if (denied := self.forbidden(request)) is not None:
-            return denied
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
-        try:
-            name = parse_snapshot_name(request.match_info["name"])
-        except BadRequest as exc:
-            return web.Response(status=400, text=str(exc))
+        target = self._snapshot_target(request)
+        if isinstance(target, web.Response):
+            return target
+        vmid, name = target
         return await self._streamed(request, vmid, Command.ROLLBACK, {"name": name})
 
     async def snapshot_delete(self, request: web.Request) -> web.StreamResponse:
+        target = self._snapshot_target(request)
+        if isinstance(target, web.Response):
+            return target
+        vmid, name = target
+        return await self._synchronous(
+            vmid, Command.DELETE_SNAPSHOT, {"name": name}, self.who(request)
+        )
+
+    def _snapshot_target(self, request: web.Request) -> tuple[int, str] | web.Response:
+        """The VM and snapshot a route names, or the refusal to answer with (the caller's
+        address first, then the id, then the name)."""
         if (denied := self.forbidden(request)) is not None:
             return denied
         vmid = _vmid(request)
         if vmid is None:
             return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
         try:
-            name = parse_snapshot_name(request.match_info["name"])
+            return vmid, parse_snapshot_name(request.match_info["name"])
         except BadRequest as exc:
             return web.Response(status=400, text=str(exc))
-        return await self._synchronous(
-            vmid, Command.DELETE_SNAPSHOT, {"name": name}, self.who(request)
-        )
 
     async def _streamed(
         self, request: web.Request, vmid: int, command: Command, args: dict[str, Any]
