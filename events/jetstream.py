@@ -10,10 +10,12 @@ a sequence of their choosing, so one that was disconnected resumes where it stop
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
-from nats.js.errors import BadRequestError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from events.signing import ID_SIG_CHARS
 from events.store import Recorded
@@ -34,6 +36,11 @@ DEFAULT_MAX_BYTES = 1 << 30
 MAX_MSG_SIZE = 1 << 20
 # nats-server's answer when a stream exists with another configuration.
 _STREAM_NAME_IN_USE = 10058
+# nats-server's answer when a stream's max_bytes is more than its JetStream store may still
+# reserve (by default a share of the disk's free space when the server started).
+_INSUFFICIENT_RESOURCES = 10047
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -74,8 +81,51 @@ def msg_id(record: Recorded, signature: str | None = None) -> str:
 
 
 async def ensure_stream(js: JetStreamContext, settings: StreamSettings) -> None:
-    """Create the events stream, or bring an existing one to ``settings``."""
-    config = settings.config()
+    """Create the events stream, or bring an existing one to ``settings``.
+
+    JetStream reserves a stream's ``max_bytes`` up front and refuses one larger than its store
+    has room for. On a small disk the cap is halved until it fits (never below one largest
+    message) rather than keeping cairn from starting: the store holds every event anyway, and
+    a smaller stream only shortens how far back a subscriber can resume from NATS."""
+    max_bytes = settings.max_bytes
+    while True:
+        config = attrs.evolve(settings, max_bytes=max_bytes).config()
+        try:
+            await _create_or_update(js, config)
+            break
+        except APIError as exc:
+            if exc.err_code != _INSUFFICIENT_RESOURCES:
+                raise
+            # nats-server counts a stream's own reservation against an update of it (even to
+            # the same size), so a stream that filled a small store can no longer be changed:
+            # it is kept as it is, and it still works.
+            existing = await _existing_max_bytes(js)
+            if existing is not None:
+                max_bytes = existing
+                break
+            smaller = max_bytes // 2
+            if smaller < MAX_MSG_SIZE:
+                raise
+            max_bytes = smaller
+    if max_bytes != settings.max_bytes:
+        log.warning(
+            "the events stream is capped at %d MiB, not CAIRN_EVENTS_MAX_BYTES=%d MiB: "
+            "JetStream's store has no room for more",
+            max_bytes >> 20,
+            settings.max_bytes >> 20,
+        )
+
+
+async def _existing_max_bytes(js: JetStreamContext) -> int | None:
+    try:
+        info = await js.stream_info(STREAM)
+    except NotFoundError:
+        return None
+    # The server always says; -1 is its word for "no cap".
+    return -1 if info.config.max_bytes is None else info.config.max_bytes
+
+
+async def _create_or_update(js: JetStreamContext, config: StreamConfig) -> None:
     try:
         await js.add_stream(config)
     except BadRequestError as exc:
