@@ -1,7 +1,7 @@
 """Who asked, as a command carries it: the audit trail's ``by``.
 
 The gateway puts it in every state-changing command it sends over NATS (a token's name, or
-``ip:<address>`` when this cairn has no tokens; ``gateway/identity.py``) and the actor records
+``ip:<address>`` when this cairn has no tokens; ``gateway/http/identity.py``) and the actor records
 it in the event the command causes. The actor host does not trust the bus more than HTTP: a
 ``by`` that is not a short printable text is refused, whoever sent it, so nothing that could
 forge a second journal line or a column of the console's events reaches the store.

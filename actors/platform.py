@@ -65,7 +65,7 @@ class Runtime:
     flags: frozenset[str] = frozenset()
     # Where each service listens, (host, port), known before its app is built.
     listen: dict[str, tuple[str, int]] = attrs.field(factory=dict)
-    # Each service's health report (gateway/health.py), gathered by /status. Shared by the
+    # Each service's health report (gateway/http/health.py), gathered by /status. Shared by the
     # copies a service makes of its runtime.
     health: dict[str, Callable[[], dict[str, Any]]] = attrs.field(factory=dict)
     # Not None in cluster mode (``cluster_mode``).

@@ -9,7 +9,7 @@ deadline; once the dead holder's subscription is gone (NATS answers "no responde
 tried every ``RETRY_NO_RESPONDERS`` seconds until the next holder takes it. A command is run at
 most once whatever the number of copies: the holder answers a task id it already knows (in
 flight, answered, or found in the store it replayed) with that task's answer
-(``actors/vm/service.py``), so a copy of an install the dead holder had begun gets the task
+(``actors/vm/host.py``), so a copy of an install the dead holder had begun gets the task
 that survivor settles, not a second install.
 """
 

@@ -3,7 +3,7 @@
 The daily commands that only talk HTTP to running services (``cairn vm``, ``cairn fn``,
 ``cairn images``) are parsed and run here without importing the server side (aiohttp,
 SQLAlchemy, the actors, the store), which costs most of a second per call and matters to a
-script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gateway.cli`.
+script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gateway.cli.main`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from gateway.cli_clients import CLIENT_COMMANDS
+from gateway.cli.clients import CLIENT_COMMANDS
 
 # The exit code of a program whose reader went away, as a shell reports one killed by SIGPIPE.
 CLOSED_PIPE = 128 + signal.SIGPIPE
@@ -37,7 +37,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     module_name = CLIENT_COMMANDS.get(args[0]) if args else None
     if module_name is None:
-        from gateway.cli import main as full_main
+        from gateway.cli.main import main as full_main
 
         return full_main(args)
     from actors.config import load_env

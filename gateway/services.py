@@ -1,4 +1,4 @@
-"""The service catalogue: each service module ``gateway/<name>.py`` exposes ``SERVICE``."""
+"""The service catalogue: each service module ``gateway/apps/<name>.py`` exposes ``SERVICE``."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from actors.config import ConfigError
 from actors.platform import Runtime
 from gateway.console.login import LOGIN
 from gateway.console.sessions import SESSIONS
-from gateway.crosssite import cross_site_guard
-from gateway.hosts import HostPolicy, host_guard
-from gateway.identity import auth_guard
+from gateway.http.crosssite import cross_site_guard
+from gateway.http.hosts import HostPolicy, host_guard
+from gateway.http.identity import auth_guard
+from gateway.http.roles import RouteRoles
+from gateway.http.tokens import FILE_NAME, TokenStore
 from gateway.openapi.sign_in import reference_sign_in
-from gateway.roles import RouteRoles
-from gateway.tokens import FILE_NAME, TokenStore
 
 AppFactory = Callable[[Runtime], Awaitable[web.Application]]
 
@@ -50,7 +50,7 @@ KNOWN = ("status", "vm", "functions", "search", "images")
 
 
 def module_name(name: str) -> str:
-    return f"gateway.{name}" if name != "status" else "gateway.status"
+    return f"gateway.apps.{name}"
 
 
 def load(name: str) -> ServiceDef:
@@ -85,9 +85,9 @@ def chosen(env: Mapping[str, str]) -> list[ServiceDef]:
 
 async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:
     """The service's app as cairn serves it: what its module builds, behind the middlewares
-    every service shares, in this order: the Host allow-list (gateway/hosts.py), the
-    cross-site refusal (gateway/crosssite.py), then who is asking and may they, once tokens
-    exist (gateway/identity.py); all answer before any handler runs."""
+    every service shares, in this order: the Host allow-list (gateway/http/hosts.py), the
+    cross-site refusal (gateway/http/crosssite.py), then who is asking and may they, once tokens
+    exist (gateway/http/identity.py); all answer before any handler runs."""
     routes = RouteRoles.from_env(runtime.env)
     app = await service.build(runtime)
     bind = runtime.listen.get(service.name, (service.default_host, 0))[0]

@@ -1,4 +1,4 @@
-"""A real nginx, started by a test with one of ops/nginx/'s example sites."""
+"""A real nginx, started by a test with one of ops/deploy/nginx/'s example sites."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import wait_for
 
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-EXAMPLES = Path(__file__).resolve().parents[1] / "ops" / "nginx"
+EXAMPLES = Path(__file__).resolve().parents[1] / "ops" / "deploy" / "nginx"
 
 
 def _write_config(site: str, work: Path) -> None:

@@ -6,7 +6,7 @@ event: it lives content-addressed under ``CAIRN_DATA/functions/code`` and the ev
 its SHA-256.
 
 ``by`` is who asked (the audit trail): a token's name, or ``ip:<address>`` when this cairn has
-no tokens (``gateway/identity.py``); None in events stored before cairn kept it. A field with a
+no tokens (``gateway/http/identity.py``); None in events stored before cairn kept it. A field with a
 default, so it keeps the schema version (``events/upcast.py``): an older event reads with
 None, and an older cairn reading a newer event leaves the field out.
 """

@@ -5,7 +5,7 @@ published on NATS (``cairn.evt.images.store``) after it is stored, which is how 
 host learns to purge its cached variants of a path.
 
 ``by`` is who asked (the audit trail): a token's name, or ``ip:<address>`` when this cairn has
-no tokens (``gateway/identity.py``); None for a change the store found on disk by itself and in
+no tokens (``gateway/http/identity.py``); None for a change the store found on disk by itself and in
 events stored before cairn kept it. A field with a default, so it keeps the schema version
 (``events/upcast.py``).
 """

@@ -16,8 +16,9 @@ class TaskStarted(Event):
     task: str
     command: str  # a lifecycle.Command value
     working: str  # the lifecycle state while the task runs
-    # Who asked: a token's name, or "ip:<address>" when identities are off (gateway/identity.py);
-    # None in events recorded before cairn knew (and for tasks cairn starts by itself).
+    # Who asked: a token's name, or "ip:<address>" when identities are off
+    # (gateway/http/identity.py); None in events recorded before cairn knew (and for tasks cairn
+    # starts by itself).
     by: str | None = None
 
 

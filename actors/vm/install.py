@@ -360,7 +360,7 @@ async def storage_pool(svc: Services) -> str:
 
 def password_hash_for(req: InstallRequest) -> asyncio.Future[str]:
     """The crypt hash an install gives Proxmox (`cipassword`). The gateway sends it (the
-    password never crosses NATS: actors/vm/commands.py); a request without one gets the hash
+    password never crosses NATS: actors/vm/messages.py); a request without one gets the hash
     of its clear password or of a random one nobody knows (never a default anyone could
     guess), made in a thread (5000 rounds of SHA-512 in Python take ~30 ms) while the stages
     before the step that needs it run."""

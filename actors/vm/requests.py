@@ -66,7 +66,7 @@ class InstallRequest:
     # a request arriving without one anyway gets a random one nobody sees (never a default).
     passwd: str | None = None
     pubkey: str | None = None
-    # How the password crosses NATS (actors/vm/commands.py): its SHA-512 crypt hash.
+    # How the password crosses NATS (actors/vm/messages.py): its SHA-512 crypt hash.
     password_hash: str | None = None
 
 

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway.clients import ClientFilter
-from gateway.exposure import require_allow_ips
+from gateway.http.allow_ips import ClientFilter
+from gateway.http.exposure import require_allow_ips
 
 
 def client_filter(env: Mapping[str, str]) -> ClientFilter:

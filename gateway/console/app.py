@@ -27,7 +27,7 @@ from gateway.console.headers import on_prepare
 from gateway.console.proxy import ServiceProxy
 from gateway.console.readmodels import project_documents
 from gateway.console.sessions import SESSIONS, Sessions
-from gateway.tokens import FILE_NAME, TokenStore
+from gateway.http.tokens import FILE_NAME, TokenStore
 
 
 class ReadModels:

@@ -31,7 +31,7 @@ from events.relay import wire_payload
 from events.signing import EventSigner
 from events.store import EventStore
 from events.subjects import EVENT_SUBJECT_PREFIX
-from gateway.sse import EventStream, last_event_id
+from gateway.http.sse import EventStream, last_event_id
 
 BACKLOG = 200
 MAX_BACKLOG = 500

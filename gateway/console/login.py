@@ -18,8 +18,8 @@ import html
 from aiohttp import web
 
 from gateway.console.sessions import Sessions
-from gateway.identity import bearer
-from gateway.tokens import TokenError, TokenStore
+from gateway.http.identity import bearer
+from gateway.http.tokens import TokenError, TokenStore
 
 LOGIN = "/console/login"
 _MAX_FORM = 4096

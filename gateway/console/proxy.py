@@ -14,7 +14,7 @@ towards the service it is a plain client. The browser's address goes along in
 Bearer`` (its own, or its console session's).
 
 An answer still streaming when the caller's token is revoked or its console session signed
-out is cut (``gateway/revocation.py``); an event stream's last event then says why (``event:
+out is cut (``gateway/http/revocation.py``); an event stream's last event then says why (``event:
 revoked``). The service ends its own stream at a revocation too, but a signed-out session's
 token may still be valid: only the console knows the session ended.
 """
@@ -31,12 +31,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway import revocation
 from gateway.console.access import ConsoleAccess
 from gateway.console.sessions import Sessions
-from gateway.crosssite import SAFE_METHODS
-from gateway.identity import bearer
-from gateway.sse import format_event, revoked_event
+from gateway.http import revocation
+from gateway.http.crosssite import SAFE_METHODS
+from gateway.http.identity import bearer
+from gateway.http.sse import format_event, revoked_event
 
 log = logging.getLogger(__name__)
 

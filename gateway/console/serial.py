@@ -9,7 +9,7 @@ the API token never reach the page or a log line.
 
 Guards, all before PVE is asked anything:
 - the Host allow-list, ``ALLOW_IPS`` and (once tokens exist) the role: operator or admin
-  (``gateway/roles.py``), applied by the middlewares in front of every console route;
+  (``gateway/http/roles.py``), applied by the middlewares in front of every console route;
 - the VM is cairn's: its id in cairn's range (``ASSIGN_IP_START``..``ASSIGN_IP_END``), checked
   before PVE is asked anything, and cairn's mark in its description (``actors/vm/
   ownership.py``), read from its config before the termproxy is asked for. A serial line is
@@ -25,7 +25,7 @@ termproxy's ``0:LEN:DATA``); a text message is ``{"resize": [cols, rows]}``. Wha
 terminal sends is passed on as binary messages. A browser message over ``MAX_MESSAGE`` bytes
 ends the session; either side closing closes the other. Revoking the token that opened it, or
 signing its console session out, ends it within seconds: the terminal is told why, and the
-websocket closes with 1008 and that reason (``gateway/revocation.py``).
+websocket closes with 1008 and that reason (``gateway/http/revocation.py``).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 from actors.vm.settings import SettingsError, VmSettings, load_settings
-from gateway import revocation
-from gateway.crosssite import same_origin
-from gateway.identity import IDENTITY
+from gateway.http import revocation
+from gateway.http.crosssite import same_origin
+from gateway.http.identity import IDENTITY
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import attrs
 from aiohttp import web
 
 from actors.config import env_float
-from gateway.clients import ClientFilter
+from gateway.http.allow_ips import ClientFilter
 
 COOKIE = "cairn_session"
 SECURE_COOKIE = "__Host-cairn_session"

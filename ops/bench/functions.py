@@ -51,7 +51,7 @@ from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import OPS, Transpiler, find_esbuild
 from actors.platform import open_runtime
 from events.nats_server import EmbeddedNats, free_port
-from gateway.functions import FUNCTIONS_HOST, build
+from gateway.apps.functions import FUNCTIONS_HOST, build
 
 from .stats import ms_line
 

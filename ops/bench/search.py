@@ -41,8 +41,8 @@ from actors.search.stemming import TYPO_MIN_LENGTH
 from actors.search.store import Database, DocumentState, Replace, vector_key
 from actors.search.tokenize import query_tokens
 from actors.search.vectors import VectorIndex
-from gateway.search import build_app
-from gateway.search_service import SearchService
+from gateway.apps.search import build_app
+from gateway.apps.search_query import SearchService
 
 from . import search_ingest
 from .stats import ms_line

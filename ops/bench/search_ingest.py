@@ -39,8 +39,8 @@ from actors.platform import open_runtime
 from actors.search.keyword_pipeline import PREPARER, WRITER
 from actors.search.registry import Registry, state_root
 from events.nats_server import free_port
-from gateway import search
-from gateway.cli import settle_heap
+from gateway.apps import search
+from gateway.cli.main import settle_heap
 
 from .stats import ms_line
 

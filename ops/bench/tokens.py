@@ -38,9 +38,9 @@ from aiohttp.test_utils import make_mocked_request
 from actors.platform import open_runtime
 from events.nats_server import free_port
 from gateway import services as catalogue
-from gateway.identity import auth_guard
-from gateway.roles import RouteRoles
-from gateway.tokens import FILE_NAME, Role, TokenStore, create
+from gateway.http.identity import auth_guard
+from gateway.http.roles import RouteRoles
+from gateway.http.tokens import FILE_NAME, Role, TokenStore, create
 
 from .stats import ms_line
 

@@ -45,13 +45,13 @@ from actors.vm import install as install_pipeline
 from actors.vm import jobs
 from actors.vm.events import Progress, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
+from actors.vm.host import VmService
 from actors.vm.node import Cluster
-from actors.vm.service import VmService
 from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.permissions import Role
 from events.store import EventStore, Recorded
-from gateway.vm import build
+from gateway.apps.vm import build
 
 from .stats import ms_line
 

@@ -18,7 +18,10 @@ import attrs
 import pytest
 from pvesim.state import Store
 
-from gateway import cli_common, cli_fn, cli_images, cli_vm
+from gateway.cli import common as cli_common
+from gateway.cli import functions as cli_fn
+from gateway.cli import images as cli_images
+from gateway.cli import vm as cli_vm
 from tests.ports import free_ports
 
 CAIRN = str(Path(sys.executable).parent / "cairn")

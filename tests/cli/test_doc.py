@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import cli_fn, cli_images, cli_vm
-from gateway.cli_http import EXIT
+from gateway.cli import functions as cli_fn
+from gateway.cli import images as cli_images
+from gateway.cli import vm as cli_vm
+from gateway.cli.client import EXIT
 
 DOC = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
 

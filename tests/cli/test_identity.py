@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokens import Role, create, read_entries, revoke, tokens_path
+from gateway.http.tokens import Role, create, read_entries, revoke, tokens_path
 from tests.cli.conftest import Cairn, Result
 
 

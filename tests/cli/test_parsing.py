@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError
-from gateway import cli_vm, services
-from gateway.cli_common import clean, size_mb, table, when_ms
-from gateway.cli_fn import result_text, streamed_value
-from gateway.cli_http import (
+from gateway import services
+from gateway.cli import vm as cli_vm
+from gateway.cli.client import (
     SERVICES,
     USAGE,
     CliError,
@@ -27,7 +26,9 @@ from gateway.cli_http import (
     service_base,
     target,
 )
-from gateway.cli_vm import install_body, list_table
+from gateway.cli.common import clean, size_mb, table, when_ms
+from gateway.cli.functions import result_text, streamed_value
+from gateway.cli.vm import install_body, list_table
 
 
 def test_clean_shows_control_characters_instead_of_sending_them() -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gateway import cli_common, cli_vm
+from gateway.cli import common as cli_common
+from gateway.cli import vm as cli_vm
 from tests.cli.conftest import Cairn
 from tests.vm.test_install_e2e import STAGES
 

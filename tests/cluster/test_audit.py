@@ -18,8 +18,8 @@ from nats.aio.msg import Msg
 
 from events.follow import Follower
 from events.permissions import Role
-from gateway.tokens import FILE_NAME, create
-from gateway.tokens import Role as TokenRole
+from gateway.http.tokens import FILE_NAME, create
+from gateway.http.tokens import Role as TokenRole
 from tests.cluster.conftest import CAIRN, Cluster, Host, dump, journal
 from tests.conftest import wait_for
 from tests.images.imagedata import encoded

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from events.leases import LeaseSettings
-from gateway.vm import NO_VM_ANSWER, NO_VM_HOST
+from gateway.apps.vm import NO_VM_ANSWER, NO_VM_HOST
 from tests.cluster.conftest import Cluster, Host, dump, journal, versions
 from tests.conftest import wait_for
 from tests.vm.conftest import read_sse

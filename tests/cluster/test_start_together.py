@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.health import STORE_CHECK_EVERY
+from gateway.http.health import STORE_CHECK_EVERY
 from tests.cluster.conftest import Cluster, Host, dump
 
 

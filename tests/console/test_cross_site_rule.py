@@ -6,8 +6,8 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from gateway.console.serial import origin_refusal
-from gateway.crosssite import refusal, same_origin
-from gateway.hosts import HostPolicy
+from gateway.http.crosssite import refusal, same_origin
+from gateway.http.hosts import HostPolicy
 
 HOST = "127.0.0.1:8000"
 

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from gateway.crosssite import REFUSED
+from gateway.http.crosssite import REFUSED
 from tests.conftest import Serve
 
 FOREIGN = [

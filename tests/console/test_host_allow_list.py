@@ -9,7 +9,7 @@ import json
 
 import aiohttp
 
-from gateway.hosts import REFUSED
+from gateway.http.hosts import REFUSED
 from tests.conftest import Serve
 
 REBOUND = "rebind.evil.example:8000"

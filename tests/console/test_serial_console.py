@@ -19,7 +19,7 @@ from actors.config import ConfigError
 from actors.platform import Runtime
 from actors.vm.ownership import mark_line
 from actors.vm.pveapi.tasks import wait_task
-from gateway.tokens import Role, create, revoke
+from gateway.http.tokens import Role, create, revoke
 from tests.conftest import Serve
 from tests.pveapi.conftest import client_for
 

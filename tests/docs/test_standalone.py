@@ -51,7 +51,7 @@ def _settings(sources: list[str], names: str) -> set[str]:
 
 # Who checks clients (ALLOW_IPS, TRUSTED_PROXIES) for the functions and images services and the
 # console; a service's listen address is `<NAME>_HOST` (gateway/services.py builds the name).
-CLIENTS = "gateway/clients.py"
+CLIENTS = "gateway/http/allow_ips.py"
 CHECKS = "ALLOW_IPS|TRUSTED_PROXIES"
 
 
@@ -60,31 +60,31 @@ CHECKS = "ALLOW_IPS|TRUSTED_PROXIES"
     [
         (
             "functions.md",
-            ["actors/functions/*.py", "gateway/functions.py", CLIENTS],
+            ["actors/functions/*.py", "gateway/apps/functions.py", CLIENTS],
             f"RUN_|CODE_MAX|FUNCTIONS_|ESBUILD|BWRAP|{CHECKS}",
             "FUNCTIONS_HOST",
         ),
         (
             "images.md",
-            ["actors/images/*.py", "gateway/images.py", CLIENTS],
+            ["actors/images/*.py", "gateway/apps/images.py", CLIENTS],
             f"IMAGES_|{CHECKS}",
             "IMAGES_HOST",
         ),
         (
             "events.md",
-            ["events/*.py", "actors/platform.py", "gateway/events_cli.py"],
+            ["events/*.py", "actors/platform.py", "gateway/cli/events.py"],
             "CAIRN_EVENT|CAIRN_STORE|CAIRN_DATA|NATS_",
             None,
         ),
         (
             "vm.md",
-            ["actors/vm/**/*.py", "gateway/vm.py", "gateway/pve_cli.py", CLIENTS],
+            ["actors/vm/**/*.py", "gateway/apps/vm.py", "gateway/cli/pve.py", CLIENTS],
             f"VM_|PVE_|ASSIGN_|GATEWAY|MAIN_NODE|IMAGE_BASE_URL|{CHECKS}",
             "VM_HOST",
         ),
         (
             "console.md",
-            ["gateway/console/*.py", "gateway/status.py", "gateway/hosts.py", CLIENTS],
+            ["gateway/console/*.py", "gateway/apps/status.py", "gateway/http/hosts.py", CLIENTS],
             f"CAIRN_PORT|CAIRN_SESSION|CAIRN_ALLOWED|{CHECKS}",
             "STATUS_HOST",
         ),

@@ -12,7 +12,7 @@ import resource
 
 import pytest
 
-from gateway.listener import MAX_LINGERING, RESERVED_FDS
+from gateway.http.listener import MAX_LINGERING, RESERVED_FDS
 from tests.conftest import Peak, wait_for
 from tests.faults.conftest import SERVICES, Cairn, StartCairn
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from nats.aio.client import Client
 from pvesim.cluster import SimCluster
 
-from actors.vm.commands import install_payload
+from actors.vm.messages import install_payload
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import DEADLINE_HEADER
 from events.nats_server import find_binary

@@ -20,7 +20,7 @@ from actors.functions.runner import Sandbox, tool_runner
 from actors.functions.settings import FunctionsSettings
 from actors.functions.transpile import Transpiler, find_esbuild
 from actors.platform import Runtime
-from gateway.functions import FUNCTIONS_HOST, build
+from gateway.apps.functions import FUNCTIONS_HOST, build
 
 TEST_LIMITS = SandboxLimits(
     timeout_s=10, cpu_seconds=10, memory_bytes=128 * MIB, processes=32, output_bytes=64 * 1024,

@@ -9,7 +9,7 @@ import json
 
 import aiohttp
 
-from gateway.clients import FORBIDDEN
+from gateway.http.allow_ips import FORBIDDEN
 from tests.conftest import Serve
 
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}

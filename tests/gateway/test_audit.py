@@ -19,8 +19,8 @@ from aiohttp.test_utils import TestServer
 from actors.platform import Runtime
 from events.codec import to_dict
 from gateway import services as catalogue
-from gateway.events_cli import event_line
-from gateway.tokens import Role, create
+from gateway.cli.events import event_line
+from gateway.http.tokens import Role, create
 
 Start = Callable[[], Awaitable[str]]
 
@@ -72,7 +72,7 @@ async def started_lines(runtime: Runtime, vmid: int) -> list[str]:
 async def test_with_tokens_the_token_name(
     console: str, runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.vm")
+    caplog.set_level(logging.INFO, logger="gateway.apps.vm")
     path = runtime.data_dir / "tokens.json"
     ada, otto = create(path, "ada", Role.ADMIN), create(path, "otto", Role.OPERATOR)
     vmid = await install(console, ada)

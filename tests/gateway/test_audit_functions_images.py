@@ -30,7 +30,7 @@ from events.bus import CommandFailed, command
 from events.codec import decode_stored
 from events.follow import Follower
 from events.store import Recorded
-from gateway.tokens import Role, create
+from gateway.http.tokens import Role, create
 from tests.conftest import Serve, wait_for
 from tests.images.imagedata import encoded
 

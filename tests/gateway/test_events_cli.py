@@ -19,7 +19,7 @@ from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.signing import SIG_HEADER, EventSigner
 from events.store import EventStore
-from gateway.events_cli import Start, event_line, parse_since, signature_mark, subject_filter
+from gateway.cli.events import Start, event_line, parse_since, signature_mark, subject_filter
 from tests.events.sample_events import Incremented, Noted
 
 CAIRN = str(Path(sys.executable).parent / "cairn")

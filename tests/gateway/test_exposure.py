@@ -11,7 +11,7 @@ import pytest
 
 from actors.config import ConfigError
 from actors.platform import Runtime
-from gateway.tokens import Role, create
+from gateway.http.tokens import Role, create
 from tests.conftest import Serve
 from tests.gateway.test_vm_exposure import refused
 

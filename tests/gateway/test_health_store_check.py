@@ -1,4 +1,4 @@
-"""The look a cluster host's /health takes at the shared store (gateway/health.py): a problem
+"""The look a cluster host's /health takes at the shared store (gateway/http/health.py): a problem
 it found clears once the store takes writes again, without waiting for a request to ask."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from events.store import EventStore, default_store_url
-from gateway.health import StoreCheck
+from gateway.http.health import StoreCheck
 from tests.conftest import wait_for
 
 

@@ -1,10 +1,10 @@
-"""The Host allow-list on its own (gateway/hosts.py): which Host headers a service answers."""
+"""The Host allow-list on its own (gateway/http/hosts.py): which Host headers a service answers."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.hosts import HostPolicy, host_name
+from gateway.http.hosts import HostPolicy, host_name
 
 NAMES = [
     ("127.0.0.1:8000", "127.0.0.1"),

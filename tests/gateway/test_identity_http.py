@@ -18,12 +18,12 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
-from gateway import search_cli
 from gateway import services as catalogue
+from gateway.apps.search import write_endpoint
+from gateway.cli import search as search_cli
+from gateway.cli.search_client import ServiceError, get_json
 from gateway.console.sessions import COOKIE, SECURE_COOKIE
-from gateway.search import write_endpoint
-from gateway.search_client import ServiceError, get_json
-from gateway.tokens import Role, create, revoke
+from gateway.http.tokens import Role, create, revoke
 from tests.conftest import Serve
 from tests.ops.test_nginx_console import certificate
 from tests.ports import free_port

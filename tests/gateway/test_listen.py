@@ -10,7 +10,7 @@ import pytest
 
 from actors.config import ConfigError
 from gateway import services as catalogue
-from gateway.cli import listen_address, release
+from gateway.cli.main import listen_address, release
 from tests.ports import free_port
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.listener import BUSY_RESPONSE, MAX_LINGERING, GuardedSite, body_guard
+from gateway.http.listener import BUSY_RESPONSE, MAX_LINGERING, GuardedSite, body_guard
 from tests.conftest import Peak, wait_for
 
 
@@ -158,7 +158,7 @@ async def test_a_flood_past_the_cap_holds_no_more_descriptors_than_the_cap_allow
 SMALL_LIMIT_SERVER = """
 import asyncio, resource, sys
 from aiohttp import web
-from gateway.listener import GuardedSite
+from gateway.http.listener import GuardedSite
 
 async def main():
     app = web.Application()

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from actors.config import ConfigError
 from events.nats_cluster import NatsCluster
-from gateway.logs import (
+from gateway.http.logs import (
     ACCESS_LOG,
     RepeatFilter,
     access_logger_for,
@@ -130,9 +130,9 @@ def test_only_asyncssh_dsa_deprecation_is_silenced() -> None:
         for module, message, category in (
             ("asyncssh.crypto.misc", dsa, CryptographyDeprecationWarning),  # silenced
             ("asyncssh.crypto.dsa", dsa, CryptographyDeprecationWarning),  # silenced
-            ("gateway.vm", dsa, CryptographyDeprecationWarning),
+            ("gateway.apps.vm", dsa, CryptographyDeprecationWarning),
             ("asyncssh.connection", "something else is deprecated", DeprecationWarning),
-            ("gateway.cli", "cairn's own", DeprecationWarning),
+            ("gateway.cli.main", "cairn's own", DeprecationWarning),
         ):
             warnings.warn_explicit(message, category, "x.py", 1, module=module)
     assert [str(w.message) for w in seen] == [dsa, "something else is deprecated", "cairn's own"]

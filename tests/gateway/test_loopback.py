@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.loopback import is_loopback_address
+from gateway.http.loopback import is_loopback_address
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "::1", "localhost"])

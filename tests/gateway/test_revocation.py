@@ -17,7 +17,7 @@ from pvesim.cluster import SimCluster
 
 from actors.platform import Runtime
 from events.nats_server import EmbeddedNats
-from gateway.tokens import Role, create, revoke
+from gateway.http.tokens import Role, create, revoke
 from tests.conftest import Serve, wait_for
 from tests.vm.conftest import mirror, service_env, sim  # noqa: F401 (fixtures)
 from tests.vm.mirror import Mirror

@@ -1,4 +1,4 @@
-"""Which role each route needs (gateway/roles.py): the table, golden."""
+"""Which role each route needs (gateway/http/roles.py): the table, golden."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from actors.config import ConfigError
-from gateway.roles import RouteRoles
-from gateway.tokens import Role
+from gateway.http.roles import RouteRoles
+from gateway.http.tokens import Role
 
 V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 DEFAULT = RouteRoles.from_env({})

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from actors.platform import Runtime
-from gateway.tokens import Role, create
+from gateway.http.tokens import Role, create
 from tests.conftest import Serve
 
 

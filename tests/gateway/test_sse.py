@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.sse import EventStream, format_event
+from gateway.http.sse import EventStream, format_event
 
 HOSTILE = 'line one\nline two\r\n"quoted" \\ back\u2028sep\x00nul data: fake\n\nid: 9'
 

@@ -1,5 +1,5 @@
 """API tokens on disk and on the command line: printed once, kept as a digest only, listed
-by name and role, revoked at once (gateway/tokens.py, gateway/tokens_cli.py)."""
+by name and role, revoked at once (gateway/http/tokens.py, gateway/cli/tokens.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokens import Identity, Role, TokenError, TokenStore, create, revoke
+from gateway.http.tokens import Identity, Role, TokenError, TokenStore, create, revoke
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 

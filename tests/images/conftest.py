@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from actors.images.layout import StoreLayout
 from actors.platform import Runtime
-from gateway.images import build
+from gateway.apps.images import build
 
 
 @attrs.define

@@ -16,7 +16,7 @@ import pytest
 from yarl import URL
 
 from actors.images.settings import DEFAULT_MAX_UPLOAD
-from gateway.images import MULTIPART_SLACK
+from gateway.apps.images import MULTIPART_SLACK
 from tests.images.conftest import Images, raw_request
 from tests.images.imagedata import encoded
 from tests.nginx import EXAMPLES, running_nginx

@@ -8,7 +8,7 @@ checkout, copied as it stands (tracked and untracked files that git does not ign
 no node_modules, no data), which is what a `git clone` gives once committed; or as the release
 tarball `ops/bundle` makes of HEAD, with which the host must need no npm.
 
-Then a smoke test of `cairn up` started as ops/systemd/cairn.service would start it (as the
+Then a smoke test of `cairn up` started as ops/deploy/systemd/cairn.service would start it (as the
 user `cairn`, with the unit's environment; no Proxmox configured: the simulated cluster) in a
 network namespace of its own: `/health` answers ok, the VM service lists its VMs
 over loopback, a Python, a JavaScript and a TypeScript function each run in the sandbox and
@@ -95,8 +95,8 @@ echo "checked=$checked stopped=$stopped"
 
 
 def launch_command(unit: str) -> str:
-    """What systemd would run for ops/systemd/cairn.service, as far as a root without a running
-    systemd can: its User, WorkingDirectory (the StateDirectory, made as systemd makes it),
+    """What systemd would run for ops/deploy/systemd/cairn.service, as far as a root without a
+    running systemd can: its User, WorkingDirectory (the StateDirectory, made as systemd makes it),
     Environment and ExecStart; no EnvironmentFile (no Proxmox configured: the simulator).
     Two lines: the preparation, then the service's command alone, which SMOKE runs in the
     background so that `$!` is cairn itself (setpriv and env exec it)."""
@@ -210,7 +210,7 @@ def test_the_documented_install_runs_cairn(
         "node --version; python3 --version; dpkg-query -W -f='${Version}' nodejs"
     )
 
-    unit = (root.path / HOME.lstrip("/") / "ops/systemd/cairn.service").read_text()
+    unit = (root.path / HOME.lstrip("/") / "ops/deploy/systemd/cairn.service").read_text()
     smoke_script = SMOKE.replace("@LAUNCH@", launch_command(unit))
     smoke, out, log = timed(root, smoke_script, env={}, isolated=True)
     assert out.splitlines()[-1] == "checked=0 stopped=0", f"{out}\n{log[-4000:]}"

@@ -17,7 +17,8 @@ from pvesim.cluster import SimCluster
 from actors.platform import open_runtime
 from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
-from gateway import functions, images, logs, search, status, vm
+from gateway.apps import functions, images, search, status, vm
+from gateway.http import logs
 from tests.functions.conftest import SERVICE_ENV as FUNCTIONS_ENV
 from tests.vm.conftest import service_env
 from tests.vm.mirror import mirror_files, serve_mirror
@@ -96,7 +97,7 @@ async def start(
 
 @pytest.fixture
 def cairn_log_filters() -> Iterator[None]:
-    """The logger filters cairn installs at start-up (gateway/logs.py)."""
+    """The logger filters cairn installs at start-up (gateway/http/logs.py)."""
     logs.install_filters()
     yield
     logging.getLogger("aiohttp.server").removeFilter(logs.MALFORMED_REQUESTS)

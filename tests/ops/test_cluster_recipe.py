@@ -1,4 +1,4 @@
-"""The three-node recipe of ops/cluster/ (docs/cluster.md): the shipped nats-server
+"""The three-node recipe of ops/deploy/cluster/ (docs/cluster.md): the shipped nats-server
 configuration, filled in for three members on loopback with the files `cairn cluster init`
 made, is valid and forms one JetStream cluster whose replicated stream takes and serves
 messages after one member is killed; it is closed (a client without a key, and a server
@@ -42,7 +42,7 @@ from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = str(Path(sys.executable).parent / "cairn")
-CLUSTER = ROOT / "ops" / "cluster"
+CLUSTER = ROOT / "ops" / "deploy" / "cluster"
 CONFIG = CLUSTER / "nats-server.conf.example"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 STREAM = "RECIPE"
@@ -265,7 +265,7 @@ def test_the_units_parse_without_a_warning(tmp_path: Path) -> None:
     assert "/opt/cairn/.venv/bin/nats-server " in nats_unit
     nats_unit = nats_unit.replace("/opt/cairn/.venv/bin/nats-server", str(find_binary()))
     (tmp_path / "cairn-nats.service").write_text(nats_unit)
-    cairn_unit = (ROOT / "ops" / "systemd" / "cairn.service").read_text()
+    cairn_unit = (ROOT / "ops" / "deploy" / "systemd" / "cairn.service").read_text()
     cairn_unit = cairn_unit.replace(
         "/opt/cairn/.venv/bin/cairn", str(Path(sys.executable).parent / "cairn")
     )

@@ -7,10 +7,10 @@ import ipaddress
 from pathlib import Path
 
 from actors.vm.settings import load_settings
-from gateway.clients import ClientFilter
-from gateway.hosts import HostPolicy
+from gateway.http.allow_ips import ClientFilter
+from gateway.http.hosts import HostPolicy
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "ops" / "systemd" / "cairn.env.example"
+EXAMPLE = Path(__file__).resolve().parents[2] / "ops" / "deploy" / "systemd" / "cairn.env.example"
 
 
 def example_env() -> dict[str, str]:

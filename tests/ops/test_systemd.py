@@ -1,4 +1,4 @@
-"""The systemd unit of ops/systemd/: it parses as systemd reads it, and the functions sandbox
+"""The systemd unit of ops/deploy/systemd/: it parses as systemd reads it, and the functions sandbox
 works under its hardening (emulated: its unprivileged user without capabilities, systemd's
 syscall allow-list, a read-only root, a writable data directory, /proc with hidepid), since a
 sandbox that cannot start there is a broken deployment."""
@@ -24,7 +24,7 @@ from tests.conftest import wait_for
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-UNITS = ROOT / "ops" / "systemd"
+UNITS = ROOT / "ops" / "deploy" / "systemd"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 

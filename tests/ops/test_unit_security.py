@@ -54,9 +54,9 @@ def exposure(unit: Path, drop_ins: Path | None, tmp_path: Path) -> tuple[float, 
 
 def test_every_unit_is_found() -> None:
     labels = [label for label, _, _ in shipped_units()]
-    assert "ops/systemd/cairn.service" in labels
-    assert "ops/systemd/cairn.service + ops/cluster/cairn.service.d" in labels
-    assert "ops/cluster/cairn-nats.service" in labels
+    assert "ops/deploy/systemd/cairn.service" in labels
+    assert "ops/deploy/systemd/cairn.service + ops/deploy/cluster/cairn.service.d" in labels
+    assert "ops/deploy/cluster/cairn-nats.service" in labels
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed here")
@@ -83,5 +83,5 @@ def test_the_measure_would_catch_a_root_drop_in(tmp_path: Path) -> None:
     )
     loaded = tmp_path / "loaded"
     loaded.mkdir()
-    level, report = exposure(OPS / "systemd" / "cairn.service", drop_ins, loaded)
+    level, report = exposure(OPS / "deploy" / "systemd" / "cairn.service", drop_ins, loaded)
     assert level > LIMIT, report

@@ -19,7 +19,7 @@ from actors.search.embedding import LocalProvider
 from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded, default_store_url
-from gateway import search
+from gateway.apps import search
 from tests.ports import free_port
 from tests.search.fake_openai import FakeOpenAI
 

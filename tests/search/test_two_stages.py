@@ -23,7 +23,7 @@ from actors.search.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.events import DocumentIndexed
 from actors.search.registry import state_root
-from gateway import search_cli
+from gateway.cli import search as search_cli
 from tests.search.conftest import SearchHarness
 from tests.search.fake_openai import FakeOpenAI
 

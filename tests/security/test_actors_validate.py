@@ -16,8 +16,8 @@ import pytest
 from actors.functions import protocol
 from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
 from actors.platform import Runtime
-from actors.vm.commands import install_payload
-from actors.vm.service import SUBJECT_DO, SUBJECT_INSTALL
+from actors.vm.host import SUBJECT_DO, SUBJECT_INSTALL
+from actors.vm.messages import install_payload
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import CommandFailed, command
 from tests.conftest import Serve

@@ -1,6 +1,6 @@
 """cairn's VM, functions, search and images services over real HTTP on one data directory,
 as ``cairn serve vm functions search images`` runs them with the layout of the systemd unit
-(ops/systemd/cairn.service: the search registry, indexes and inbox under ``$CAIRN_DATA``): a
+(ops/deploy/systemd/cairn.service: the search registry, indexes and inbox under ``$CAIRN_DATA``): a
 real nats-server, the event store in ``$CAIRN_DATA``, the simulated Proxmox cluster kept under
 ``$CAIRN_DATA/pvesim`` and a loopback image mirror. The fixture's generator and the upgrade
 test both start it."""

@@ -19,7 +19,7 @@ from pvesim.cluster import SimCluster
 
 from actors.platform import open_runtime
 from events.nats_server import EmbeddedNats
-from gateway.vm import build
+from gateway.apps.vm import build
 from tests.vm.mirror import Mirror, mirror_files, serve_mirror
 
 

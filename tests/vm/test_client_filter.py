@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.vm import ClientFilter, parse_event_id
+from gateway.apps.vm import ClientFilter, parse_event_id
 from tests.vm.helpers import settings
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.vm.commands import do_payload, install_payload
+from actors.vm.host import SUBJECT_DO, SUBJECT_INSTALL
 from actors.vm.lifecycle import Command
-from actors.vm.service import SUBJECT_DO, SUBJECT_INSTALL
+from actors.vm.messages import do_payload, install_payload
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import command
 from events.nats_server import EmbeddedNats

@@ -17,8 +17,8 @@ from actors.vm.events import Progress, TaskEnded
 from events.nats_server import EmbeddedNats
 from events.relay import OutboxRelay
 from events.store import EventStore, default_store_url
-from gateway import vm as vm_gateway
-from gateway.vm import TaskEvent, follow_task
+from gateway.apps import vm as vm_gateway
+from gateway.apps.vm import TaskEvent, follow_task
 from tests.conftest import wait_for
 
 

@@ -242,7 +242,7 @@ async def test_init_scripts_are_served(service: Service) -> None:
     async with service.session.get(service.url + "/sh/debian_12.sh") as resp:
         assert resp.status == 200
         assert "qemu-guest-agent" in await resp.text()
-    async with service.session.get(service.url + "/sh/../gateway/vm.py") as resp:
+    async with service.session.get(service.url + "/sh/../gateway/launcher.py") as resp:
         assert resp.status in (403, 404)
     async with service.session.get(service.url + "/sh/nope.sh") as resp:
         assert resp.status == 404

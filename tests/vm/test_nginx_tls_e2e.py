@@ -1,4 +1,4 @@
-"""ops/nginx/cairn-tls.conf run for real (a self-signed certificate) in front of the VM
+"""ops/deploy/nginx/cairn-tls.conf run for real (a self-signed certificate) in front of the VM
 service: an install streams through TLS live, and ALLOW_IPS sees the client's own address."""
 
 from __future__ import annotations

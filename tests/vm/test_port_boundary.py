@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "actors" / "vm" / "cli"
 # Product code that talks to Proxmox or might: the simulator (ops/pvesim) and the node helper
-# (ops/pve) are Proxmox's side of the wire and build these command lines by nature.
+# (ops/deploy/pve) are Proxmox's side of the wire and build these command lines by nature.
 PRODUCT = [ROOT / "actors", ROOT / "gateway", ROOT / "events", ROOT / "ops" / "bench"]
 # The simulator's own benchmark times its fake commands.
 EXEMPT = {ROOT / "ops" / "bench" / "sim_commands.py"}

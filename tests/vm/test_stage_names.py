@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from actors.vm import stages
-from gateway import vm as gateway_vm
+from gateway.apps import vm as gateway_vm
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_ORDER = (

@@ -9,7 +9,7 @@ import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
 import { SerialConsole, useSerialAvailable } from "./serial.js";
 
-// `role`: the least role that may (gateway/roles.py); what the signed-in role may not do is
+// `role`: the least role that may (gateway/http/roles.py); what the signed-in role may not do is
 // not shown.
 const ACTIONS = {
   start: { label: "Start", streamed: true, when: "stopped", role: "operator" },

@@ -1,0 +1,510 @@
+"""The script execution service over HTTP (spec: script-execution.md; DESIGN §4).
+
+A translator only: uploads and version lookups are NATS commands to the registry, runs are NATS
+requests to the runner hosts' queue group, whose messages become a JSON body or an SSE stream.
+Error bodies are text/plain with the spec's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from aiohttp import web
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from actors.functions import protocol
+from actors.functions.host import FunctionsHost, leased_registry
+from actors.functions.languages import Language
+from actors.functions.registry import SCRIPT_NOT_FOUND
+from actors.functions.requests import (
+    FAILED_TO_RUN,
+    SAVE_FAILED,
+    BadRequest,
+    normalize_path,
+    parse_run,
+    parse_run_now,
+    parse_upload,
+    parse_version,
+    too_large,
+)
+from actors.functions.results import ResultType, RunResult
+from actors.functions.settings import FunctionsSettings
+from actors.platform import Runtime
+from events.bus import (
+    BUS_DOWN,
+    CommandFailed,
+    CommandTimeout,
+    NoResponders,
+    command,
+    deadline_headers,
+)
+from events.permissions import RUN_REPLIES
+from gateway.http.allow_ips import ClientFilter
+from gateway.http.exposure import require_allow_ips_or_tokens
+from gateway.http.health import add_health, quarantined
+from gateway.http.identity import asked_by
+from gateway.http.sse import SSE_HEADERS, EventStream
+from gateway.http.tokens import FILE_NAME
+from gateway.openapi import add_openapi
+from gateway.services import ServiceDef
+
+log = logging.getLogger(__name__)
+
+COMMAND_TIMEOUT_S = 10.0
+ACCEPT_TIMEOUT_S = 5.0
+# After "started": the run's own time-out, a TypeScript transpile, and slack for the bus.
+START_SLACK_S = 40.0
+DISCONNECT_POLL_S = 0.2
+QUEUE_FULL = "run queue is full"
+REGISTRY_SILENT = "the function registry is not answering"
+NO_RUNNER = "no runner host is available"
+HOST_SILENT = "the runner host stopped answering (it stopped, or lost its connection to NATS)"
+
+
+class RunFailed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RunClient:
+    """Sends run requests and collects each run's reply messages through one wildcard inbox
+    subscription (a subscription per run would cost a round trip each)."""
+
+    def __init__(self, nc: Client, settings: FunctionsSettings) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.prefix = f"{RUN_REPLIES}.{secrets.token_hex(8)}"
+        self._runs: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_reply)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+
+    async def _on_reply(self, msg: Msg) -> None:
+        queue = self._runs.get(msg.subject.rpartition(".")[2])
+        if queue is None:
+            return
+        if msg.headers and msg.headers.get("Status") == "503":
+            queue.put_nowait({"t": "no-responders"})
+            return
+        with contextlib.suppress(ValueError):
+            queue.put_nowait(protocol.decode(msg.data))
+
+    def _queued_wait(self) -> float:
+        # A queued run waits for every run ahead of it in the worst case.
+        rounds = self.settings.queue // self.settings.concurrency + 1
+        return rounds * (self.settings.limits.timeout_s + START_SLACK_S)
+
+    async def run(self, request: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        """The run's messages up to and including the final one. Raises RunFailed when no
+        runner takes it. Leaving early cancels the run on its host."""
+        if not self.nc.is_connected:
+            raise RunFailed(503, BUS_DOWN)
+        run_id = secrets.token_hex(12)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._runs[run_id] = queue
+        finished = False
+        try:
+            await self.nc.publish(
+                protocol.RUN_SUBJECT,
+                protocol.encode({**request, "id": run_id}),
+                reply=f"{self.prefix}.{run_id}",
+                headers=deadline_headers(ACCEPT_TIMEOUT_S),
+            )
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ACCEPT_TIMEOUT_S
+            # Set by a host that sends `alive`: how long its silence may last.
+            silence: float | None = None
+            while True:
+                wait = deadline - loop.time()
+                if silence is not None:
+                    wait = min(wait, silence)
+                try:
+                    message = await asyncio.wait_for(queue.get(), max(0.0, wait))
+                except TimeoutError:
+                    if loop.time() < deadline:
+                        raise RunFailed(500, f"{FAILED_TO_RUN}{HOST_SILENT}") from None
+                    raise RunFailed(500, f"{FAILED_TO_RUN}no answer from the runner") from None
+                kind = message.get("t")
+                if kind == protocol.ALIVE:
+                    continue
+                if kind == "no-responders":
+                    raise RunFailed(503, NO_RUNNER)
+                if kind == protocol.BUSY:
+                    raise RunFailed(503, QUEUE_FULL)
+                if kind == protocol.ACCEPTED:
+                    deadline = loop.time() + self._queued_wait()
+                    every = message.get("alive")
+                    if isinstance(every, int | float) and every > 0:
+                        silence = every * protocol.ALIVE_MISSES
+                elif kind == protocol.STARTED:
+                    deadline = loop.time() + self.settings.limits.timeout_s + START_SLACK_S
+                finished = kind in protocol.FINAL
+                yield message
+                if finished:
+                    return
+        finally:
+            del self._runs[run_id]
+            if not finished:
+                with contextlib.suppress(Exception):
+                    await self.nc.publish(protocol.CANCEL_SUBJECT, protocol.encode({"id": run_id}))
+
+
+def _summary(path: str, versions: list[dict[str, Any]]) -> dict[str, Any]:
+    latest = versions[-1]
+    return {
+        "path": path,
+        "language": latest["language"],
+        "latest": latest["version"],
+        "versions": [v["version"] for v in versions],
+    }
+
+
+def text_error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message, content_type="text/plain")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The body, refused as soon as it is known to pass ``limit`` (``CODE_MAX_SIZE``)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest(too_large(limit))
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(65536):
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(too_large(limit))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class FunctionsGateway:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: FunctionsSettings,
+        client: RunClient,
+        clients: ClientFilter,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.client = client
+        # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
+        self.clients = clients
+
+    async def _registry(
+        self, subject: str, payload: dict[str, Any], unavailable: str, status: int = 500
+    ) -> Any:
+        """The registry's answer; its refusals raise CommandFailed, and so does its absence
+        (no host, or none answering), as ``status`` (the spec's 500 for its own routes)
+        saying ``unavailable``."""
+        try:
+            return await command(self.runtime.gateway_nc, subject, payload, COMMAND_TIMEOUT_S)
+        except (NoResponders, CommandTimeout):
+            raise CommandFailed(status, unavailable) from None
+
+    async def upload(self, request: web.Request) -> web.StreamResponse:
+        try:
+            upload = parse_upload(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        upload_command = {
+            "path": upload.path,
+            "language": str(upload.language),
+            "code": upload.code,
+            "by": asked_by(request, self.clients),  # recorded in the event (audit trail)
+        }
+        try:
+            stored = await self._registry(protocol.UPLOAD_SUBJECT, upload_command, SAVE_FAILED)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(stored)
+
+    async def run_stored(self, request: web.Request) -> web.StreamResponse:
+        try:
+            options = parse_run(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        lookup = {
+            "path": normalize_path(request.match_info["target"]),
+            "version": parse_version(request.query.get("version")),
+        }
+        silent = f"{FAILED_TO_RUN}the function registry is not answering"
+        try:
+            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, silent)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        run = {
+            "language": found["language"],
+            "code": found["code"],
+            "input": options.input_json,
+            "stream": options.stream,
+            "stored": True,  # its transpiled TypeScript is kept on disk (a /run-now body's not)
+            "name": f"{found['path']} version {found['version']}",
+            "by": asked_by(request, self.clients),  # named in the run's journal line
+        }
+        return await self._respond(request, run, options.stream)
+
+    # -- what is stored ----------------------------------------------------------------------
+
+    async def list(self, _: web.Request) -> web.Response:
+        """`GET /functions`: every stored path, its language and versions (oldest first)."""
+        try:
+            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        functions = [_summary(path, versions) for path, versions in listing.items()]
+        return web.json_response({"count": len(functions), "functions": functions})
+
+    async def describe(self, request: web.Request) -> web.Response:
+        """`GET /functions/<path>`: one function's versions."""
+        path = normalize_path(request.match_info["target"])
+        try:
+            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        if path not in listing:
+            return text_error(404, SCRIPT_NOT_FOUND)
+        return web.json_response({**_summary(path, listing[path]), "versions": listing[path]})
+
+    async def code(self, request: web.Request) -> web.Response:
+        """`GET /code/<path>[?version=N]`: the source of a version (the latest by default),
+        as text; which version and language it is travel in headers."""
+        lookup = {
+            "path": normalize_path(request.match_info["target"]),
+            "version": parse_version(request.query.get("version")),
+        }
+        try:
+            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, REGISTRY_SILENT, 503)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.Response(
+            text=found["code"],
+            content_type="text/plain",
+            headers={
+                "X-Function-Version": str(found["version"]),
+                "X-Function-Language": found["language"],
+            },
+        )
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """`DELETE /functions/<path>`: every version goes; runs then answer 404."""
+        path = normalize_path(request.match_info["target"])
+        try:
+            done = await self._registry(
+                protocol.DELETE_SUBJECT,
+                {"path": path, "by": asked_by(request, self.clients)},
+                REGISTRY_SILENT,
+                503,
+            )
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(done)
+
+    async def runtimes(self, _: web.Request) -> web.Response:
+        """`GET /runtimes`: the languages and the versions of what runs them (as Piston)."""
+        try:
+            found = await command(
+                self.runtime.gateway_nc, protocol.RUNTIMES_SUBJECT, {}, COMMAND_TIMEOUT_S
+            )
+        except (NoResponders, CommandTimeout):
+            return text_error(503, NO_RUNNER)
+        except CommandFailed as exc:
+            return text_error(exc.status, exc.message)
+        return web.json_response(found)
+
+    async def run_now(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = parse_run_now(await read_body(request, self.settings.code_max_size))
+        except BadRequest as exc:
+            return text_error(exc.status, exc.message)
+        run = {
+            "language": str(body.language),
+            "code": body.code,
+            "input": body.input_json,
+            "stream": body.stream,
+            "by": asked_by(request, self.clients),  # named in the run's journal line
+        }
+        return await self._respond(request, run, body.stream)
+
+    async def _respond(
+        self, request: web.Request, run: dict[str, Any], stream: bool
+    ) -> web.StreamResponse:
+        messages = self.client.run(run)
+        try:
+            if stream:
+                return await self._stream(request, messages)
+            while (message := await _next(request, messages)) is not None:
+                if message["t"] == protocol.RESULT:
+                    return web.json_response({"data": message["data"], "type": message["type"]})
+                if message["t"] == protocol.ERROR:
+                    return text_error(500, f"{FAILED_TO_RUN}{message['message']}")
+            return text_error(500, f"{FAILED_TO_RUN}the client went away")
+        except RunFailed as exc:
+            return text_error(exc.status, exc.message)
+        except StopAsyncIteration:
+            return text_error(500, f"{FAILED_TO_RUN}the runner stopped answering")
+        finally:
+            with contextlib.suppress(RuntimeError):  # still running only if never awaited
+                await messages.aclose()
+
+    async def _stream(
+        self, request: web.Request, messages: AsyncGenerator[dict[str, Any], None]
+    ) -> web.StreamResponse:
+        # The first message says whether a runner took the run: a full queue is still an
+        # HTTP status, not an event in a stream that already said 200.
+        first = await _next(request, messages)
+        if first is None:  # the client left before anything was sent
+            return web.StreamResponse(status=200, headers=SSE_HEADERS)
+        # No ids (a run cannot be re-attached) and no close event (the contract's every data
+        # line is a stream event); heartbeats keep a proxy from cutting a long quiet run.
+        async with EventStream(
+            request,
+            close_event=False,
+            numbered=False,
+            follows_work=True,
+            stopping=_stopping,
+            revoked=_revoked,
+        ) as sse:
+            message: dict[str, Any] | None = first
+            try:
+                while message is not None:
+                    event = _stream_event(message)
+                    if event is not None and not await sse.send(event):
+                        break  # the client left: aclose in _respond cancels the run
+                    if message["t"] in protocol.FINAL:
+                        break
+                    message = await _next(request, messages)
+            except RunFailed as exc:
+                await sse.send({"event": "error", "data": exc.message, "type": "text"})
+            except StopAsyncIteration:
+                pass  # the runner went away
+        return sse.response
+
+
+def _stopping(reason: str) -> tuple[str | None, dict[str, Any]]:
+    """A run's last event when a stop of cairn ends its stream: the run is cancelled (a run
+    cannot be followed again), said as the contract's error event."""
+    said = f"{FAILED_TO_RUN}cairn is stopping: the run was cancelled ({reason.split(':')[0]})"
+    return None, {"event": "error", "data": said, "type": "text"}
+
+
+def _revoked(reason: str) -> tuple[str | None, dict[str, Any]]:
+    """A run's last event when the token that started it is revoked, or its console session
+    ends, while it runs: the run is cancelled, said as the contract's error event."""
+    return None, {"event": "error", "data": f"{reason}: the run was cancelled", "type": "text"}
+
+
+async def _next(
+    request: web.Request, messages: AsyncGenerator[dict[str, Any], None]
+) -> dict[str, Any] | None:
+    """The run's next message, or None as soon as the client has gone: then the wait is
+    cancelled, which cancels the run on its runner host (a client that leaves must not keep
+    a sandbox busy until its time-out)."""
+    waiting = asyncio.ensure_future(anext(messages))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return waiting.result()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                await _abandon(waiting)
+                return None
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler when the client disconnects.
+        await _abandon(waiting)
+        raise
+
+
+async def _abandon(waiting: asyncio.Future[Any]) -> None:
+    waiting.cancel()  # the generator's clean-up sends the cancel to the runner host
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await waiting
+
+
+FUNCTIONS = web.AppKey("functions", FunctionsGateway)
+FUNCTIONS_HOST = web.AppKey("functions-host", FunctionsHost)
+
+
+def _stream_event(message: dict[str, Any]) -> dict[str, Any] | None:
+    kind = message["t"]
+    if kind == protocol.LOG:
+        return {"event": "log", "data": message["data"], "type": "text"}
+    if kind == protocol.RESULT:
+        result = RunResult(message["data"], ResultType(message["type"]))
+        return {"event": "result", "data": result.stream_data(), "type": str(result.type)}
+    if kind == protocol.ERROR:
+        return {"event": "error", "data": message["message"], "type": "text"}
+    return None
+
+
+async def build(runtime: Runtime) -> web.Application:
+    require_allow_ips_or_tokens(
+        "the functions service (FUNCTIONS_HOST)",
+        runtime.listen.get("functions", ("127.0.0.1", 0))[0],
+        runtime.env,
+        "whoever reaches it stores, deletes and runs code",
+        runtime.data_dir / FILE_NAME,
+    )
+    settings = FunctionsSettings.from_env(runtime.env)
+    cluster = leased_registry(runtime, runtime.cluster) if runtime.cluster is not None else None
+    host = await FunctionsHost.start(runtime, settings, cluster=cluster)
+    client = RunClient(runtime.gateway_nc, settings)
+    await client.start()
+    clients = ClientFilter.from_env(runtime.env)
+    service = FunctionsGateway(runtime, settings, client, clients)
+
+    app = web.Application()
+    app[FUNCTIONS] = service
+    app[FUNCTIONS_HOST] = host
+    # ALLOW_IPS, as on the VM service: whatever stores, deletes, runs or shows code.
+    allowed = clients.gate
+    app.router.add_post("/upload", allowed(service.upload))
+    app.router.add_post("/run-now", allowed(service.run_now))
+    # The rest of the path, every character: "." would stop at an encoded newline (%0A), and
+    # that request would miss the route (aiohttp's own 404) instead of getting the path's answer.
+    app.router.add_post(r"/run/{target:[\s\S]*}", allowed(service.run_stored))
+    app.router.add_get("/functions", service.list)
+    app.router.add_get(r"/functions/{target:[\s\S]+}", service.describe)
+    app.router.add_delete(r"/functions/{target:[\s\S]+}", allowed(service.delete))
+    app.router.add_get(r"/code/{target:[\s\S]+}", allowed(service.code))
+    app.router.add_get("/runtimes", service.runtimes)
+    add_health(
+        app,
+        "functions",
+        runtime,
+        warnings=quarantined(runtime, "functions"),
+        details=lambda: {"languages": [language.value for language in Language], **host.facts()},
+    )
+    add_openapi(app, "functions", runtime.env)
+
+    async def cleanup(_: web.Application) -> None:
+        await client.stop()
+        await host.stop()
+
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+SERVICE = ServiceDef(
+    name="functions",
+    port_env="FUNCTIONS_PORT",
+    default_port=8200,
+    build=build,
+    summary="store versioned functions and run them in a sandbox",
+)
