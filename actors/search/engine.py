@@ -25,14 +25,12 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from actors.search import fusion, keyword_pipeline, keyword_stage, parsers
-from actors.search.chunker import CHUNKER_VERSION
-from actors.search.embedding import EmbeddingError, Provider
+from actors.search.embed.embedding import EmbeddingError, Provider
+from actors.search.embed.query_cache import QueryCache
 from actors.search.events import IndexingProgress
-from actors.search.progress import Pipeline, progress_event
-from actors.search.query_cache import QueryCache
-from actors.search.stemming import DEFAULT_LANGUAGE
-from actors.search.store import (
+from actors.search.index import fusion
+from actors.search.index.stemming import DEFAULT_LANGUAGE
+from actors.search.index.store import (
     MAX_WINDOWS,
     ChunkRow,
     Database,
@@ -40,7 +38,10 @@ from actors.search.store import (
     chunk_of,
     vector_key,
 )
-from actors.search.vectors import VectorIndex
+from actors.search.index.vectors import VectorIndex
+from actors.search.ingest import keyword_pipeline, keyword_stage, parsers
+from actors.search.ingest.chunker import CHUNKER_VERSION
+from actors.search.ingest.progress import Pipeline, progress_event
 
 log = logging.getLogger(__name__)
 

@@ -48,9 +48,10 @@ import watchfiles
 
 from actors.runtime import AggregateActor, Fenced
 from actors.search import engine as eng
-from actors.search import events, keyword_stage, watching
-from actors.search.parsers import is_ignored
-from actors.search.progress import Pipeline, Rate, Reporter
+from actors.search import events
+from actors.search.ingest import keyword_stage, watching
+from actors.search.ingest.parsers import is_ignored
+from actors.search.ingest.progress import Pipeline, Rate, Reporter
 from events.errors import disk_full
 from events.model import Event
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from aiohttp import web
 
 from actors.platform import Runtime
-from actors.search import watching
-from actors.search.embedding import Provider, make_provider
+from actors.search.embed.embedding import Provider, make_provider
+from actors.search.embed.query_cache import QueryCache
 from actors.search.engine import Engine
+from actors.search.index.stemming import language_for
 from actors.search.indexer import Reconciled, SearchIndexer, SourcesChanged, watch
-from actors.search.query_cache import QueryCache
+from actors.search.ingest import watching
 from actors.search.registry import (
     Registry,
     RegistryError,
@@ -34,7 +35,6 @@ from actors.search.registry import (
     model_cache,
     state_root,
 )
-from actors.search.stemming import language_for
 from events.integrity import quick_check
 from gateway.apps.search_query import (
     BadRequest,

@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 
 from actors.search.engine import Engine
+from actors.search.index.snippets import Terms, snippet
+from actors.search.index.store import ChunkRow
+from actors.search.index.tokenize import document_tokens, query_tokens
+from actors.search.index.vectors import CUTOFF
 from actors.search.registry import Registry
-from actors.search.snippets import Terms, snippet
-from actors.search.store import ChunkRow
-from actors.search.tokenize import document_tokens, query_tokens
-from actors.search.vectors import CUTOFF
 from events.codec import to_dict
 
 DEFAULT_LIMIT = 10

@@ -127,7 +127,7 @@ class QuantizerNoise(logging.Filter):
     """ONNX Runtime's quantizer, which builds the search model's int8 file at a first start,
     logs through the root logger: a WARNING advising pre-processing ("Please consider to run
     pre-processing before quantization") and an INFO line per tensor it leaves in float32,
-    both by design of that model (actors/search/minilm_onnx.py) and of no use to an admin.
+    both by design of that model (actors/search/embed/minilm_onnx.py) and of no use to an admin.
     Those records alone are dropped; an error of the quantizer still shows."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -28,19 +28,20 @@ import aiohttp
 import numpy as np
 from aiohttp.test_utils import TestServer
 
-from actors.search import keyword_pipeline, keyword_stage, minilm_openvino
-from actors.search.chunker import chunk_text
-from actors.search.embedding import LocalProvider, Provider
+from actors.search.embed import minilm_openvino
+from actors.search.embed.embedding import LocalProvider, Provider
+from actors.search.embed.query_cache import QueryCache
 from actors.search.engine import EMBED_BATCH, Engine
+from actors.search.index.stemming import TYPO_MIN_LENGTH
+from actors.search.index.store import Database, DocumentState, Replace, vector_key
+from actors.search.index.tokenize import query_tokens
+from actors.search.index.vectors import VectorIndex
 from actors.search.indexer import KEYWORD_BATCH
-from actors.search.keyword_stage import IndexReport
-from actors.search.priority import EMBED_NICE
-from actors.search.query_cache import QueryCache
+from actors.search.ingest import keyword_pipeline, keyword_stage
+from actors.search.ingest.chunker import chunk_text
+from actors.search.ingest.keyword_stage import IndexReport
+from actors.search.ingest.priority import EMBED_NICE
 from actors.search.registry import Registry
-from actors.search.stemming import TYPO_MIN_LENGTH
-from actors.search.store import Database, DocumentState, Replace, vector_key
-from actors.search.tokenize import query_tokens
-from actors.search.vectors import VectorIndex
 from gateway.apps.search import build_app
 from gateway.apps.search_query import SearchService
 
@@ -92,7 +93,7 @@ def like_scan(db: Database, query: str, limit: int) -> list[int]:
 
 # English prose for the embedding figures: the generated corpus's syllable words split into many
 # word pieces and would all be truncated at 256 tokens, which says nothing about real chunks.
-_CALIBRATION = (Path(__file__).parents[2] / "actors/search/calibration.txt").read_text()
+_CALIBRATION = (Path(__file__).parents[2] / "actors/search/embed/calibration.txt").read_text()
 # The file's English block: every line before its first non-ASCII one.
 SENTENCES = list(itertools.takewhile(str.isascii, filter(str.strip, _CALIBRATION.splitlines())))
 

@@ -44,10 +44,10 @@ from pathlib import Path
 
 import attrs
 
-from actors.search.chunker import chunk_text
-from actors.search.embedding import LocalProvider
+from actors.search.embed.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
-from actors.search.priority import EMBED_NICE
+from actors.search.ingest.chunker import chunk_text
+from actors.search.ingest.priority import EMBED_NICE
 
 from .stats import ms_line
 

@@ -36,7 +36,7 @@ import numpy as np
 from aiohttp.test_utils import TestServer
 
 from actors.platform import open_runtime
-from actors.search.keyword_pipeline import PREPARER, WRITER
+from actors.search.ingest.keyword_pipeline import PREPARER, WRITER
 from actors.search.registry import Registry, state_root
 from events.nats_server import free_port
 from gateway.apps import search

@@ -44,11 +44,11 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from actors.search import fusion
-from actors.search.chunker import chunk_text
-from actors.search.embedding import RUNTIMES, LocalProvider
+from actors.search.embed.embedding import RUNTIMES, LocalProvider
 from actors.search.engine import Engine
-from actors.search.store import ChunkRow, DocumentState, Replace
+from actors.search.index import fusion
+from actors.search.index.store import ChunkRow, DocumentState, Replace
+from actors.search.ingest.chunker import chunk_text
 
 LIMIT = 100  # chunks asked of each mode: the API's most
 

@@ -14,8 +14,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.platform import open_runtime
-from actors.search import minilm
-from actors.search.embedding import LocalProvider
+from actors.search.embed import minilm
+from actors.search.embed.embedding import LocalProvider
 from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded, default_store_url

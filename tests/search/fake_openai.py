@@ -16,7 +16,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from actors.search.embedding import DIMENSIONS
+from actors.search.embed.embedding import DIMENSIONS
 
 
 def word_vector(text: str, dims: int = DIMENSIONS) -> list[float]:

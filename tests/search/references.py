@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from actors.search.embedding import CALIBRATION_FILE
+from actors.search.embed.embedding import CALIBRATION_FILE
 
 GOLDEN = json.loads((Path(__file__).parent / "minilm_golden.json").read_text())
 CALIBRATION = [s for s in CALIBRATION_FILE.read_text().splitlines() if s.strip()]

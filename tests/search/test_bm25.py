@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.search import fusion, stemming
-from actors.search.snippets import Terms, snippet
-from actors.search.store import Database, DocumentState, Remove, Replace
+from actors.search.index import fusion, stemming
+from actors.search.index.snippets import Terms, snippet
+from actors.search.index.store import Database, DocumentState, Remove, Replace
 
 STATE = DocumentState(1, 1, "x")
 

@@ -1,6 +1,6 @@
 import random
 
-from actors.search.chunker import BUDGET, chunk_text, cost
+from actors.search.ingest.chunker import BUDGET, chunk_text, cost
 
 
 def test_paragraphs_are_packed_and_split_at_blank_lines() -> None:

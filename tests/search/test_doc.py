@@ -11,7 +11,7 @@ from tests.docs.test_standalone import OUTSIDE
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "search.md"
-SOURCES = ["actors/search/*.py", "gateway/search*.py"]
+SOURCES = ["actors/search/**/*.py", "gateway/apps/search*.py", "gateway/cli/search*.py"]
 CODE_SPAN = re.compile(r"`[^`]*`")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import watchfiles
 
-from actors.search import watching
+from actors.search.ingest import watching
 
 
 def tree(tmp_path: Path) -> tuple[Path, Path]:

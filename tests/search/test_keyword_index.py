@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.search import keyword
-from actors.search.store import Database, DocumentState, Remove, Replace
-from actors.search.tokenize import document_tokens, query_tokens
+from actors.search.index import keyword
+from actors.search.index.store import Database, DocumentState, Remove, Replace
+from actors.search.index.tokenize import document_tokens, query_tokens
 
 STATE = DocumentState(size=1, mtime_ns=1, sha256="x")
 WORDS = [f"w{i}" for i in range(60)] + ["猫", "東京", "café"]

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.search import keyword, keyword_pipeline
-from actors.search.keyword_pipeline import PREPARER, WRITER, Pipeline
-from actors.search.store import Database
+from actors.search.index import keyword
+from actors.search.index.store import Database
+from actors.search.ingest import keyword_pipeline
+from actors.search.ingest.keyword_pipeline import PREPARER, WRITER, Pipeline
 from tests.conftest import wait_for
 from tests.search.test_keyword_stage import found, rewrite
 

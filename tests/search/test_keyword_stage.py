@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.search import keyword, keyword_stage
-from actors.search.keyword_stage import Indexed, Removed
-from actors.search.store import Database
+from actors.search.index import keyword
+from actors.search.index.store import Database
+from actors.search.ingest import keyword_stage
+from actors.search.ingest.keyword_stage import Indexed, Removed
 
 SOURCES = [f"f{i:02}.txt" for i in range(14)]
 

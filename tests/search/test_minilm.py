@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from actors.config import ConfigError
-from actors.search import minilm, minilm_openvino, minilm_weights
-from actors.search.embedding import (
+from actors.search.embed import minilm, minilm_openvino, minilm_weights
+from actors.search.embed.embedding import (
     DIMENSIONS,
     E5Provider,
     LocalProvider,

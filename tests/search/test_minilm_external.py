@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from actors.search import minilm, minilm_onnx
+from actors.search.embed import minilm, minilm_onnx
 
 
 def batch(model: minilm.MiniLM, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,9 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from actors.search import embedding, minilm, minilm_onnx
-from actors.search.chunker import chunk_text
-from actors.search.embedding import LocalProvider
+from actors.search.embed import embedding, minilm, minilm_onnx
+from actors.search.embed.embedding import LocalProvider
+from actors.search.ingest.chunker import chunk_text
 from tests.search.references import CALIBRATION, GOLDEN
 
 
@@ -217,6 +217,6 @@ def test_the_provider_keeps_int8_only_where_it_agrees(
 
 def test_the_stored_calibration_vectors_are_float32s(onnx_model: minilm.MiniLM) -> None:
     """`calibration_f32.npy` (what int8 is checked against at start) is what the float32 model
-    gives now; if this fails, regenerate it: python -m actors.search.embedding reference."""
+    gives now; if this fails, regenerate it: python -m actors.search.embed.embedding reference."""
     stored = np.load(embedding.REFERENCE_FILE)
     assert np.allclose(stored, embedding.calibration_vectors(onnx_model), atol=2e-5)

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.search import embedding, minilm, minilm_openvino
-from actors.search.chunker import chunk_text
-from actors.search.embedding import LocalProvider, default_runtime
+from actors.search.embed import embedding, minilm, minilm_openvino
+from actors.search.embed.embedding import LocalProvider, default_runtime
+from actors.search.ingest.chunker import chunk_text
 from tests.search.references import CALIBRATION, GOLDEN
 
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from actors.search.embedding import (
+from actors.search.embed.embedding import (
     DIMENSIONS,
     EmbeddingError,
     OpenAIProvider,

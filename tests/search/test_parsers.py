@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from actors.search import parsers
-from actors.search.parsers import ParseError, UnsupportedFormat, parse
+from actors.search.ingest import parsers
+from actors.search.ingest.parsers import ParseError, UnsupportedFormat, parse
 from tests.search import documents
 from tests.search.conftest import SearchHarness
 

@@ -1,6 +1,7 @@
 """The pieces of a progress report: the rate over recent jobs and the state of the stages."""
 
-from actors.search.progress import (
+from actors.search.index.store import Progress
+from actors.search.ingest.progress import (
     PROGRESS_INTERVAL,
     RATE_WINDOW,
     Pipeline,
@@ -8,7 +9,6 @@ from actors.search.progress import (
     Reporter,
     progress_event,
 )
-from actors.search.store import Progress
 
 
 def test_the_rate_counts_the_jobs_of_the_last_seconds() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.search.query_cache import QueryCache
+from actors.search.embed.query_cache import QueryCache
 
 FP = "provider-a"
 

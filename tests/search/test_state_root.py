@@ -165,7 +165,7 @@ def test_the_model_files_are_built_under_the_root(tmp_path: Path) -> None:
     """A fresh process (no model loaded yet) builds the local model's runtime file under
     `$CAIRN_DATA/search/models`, and `SEARCH_MODEL_CACHE` moves it."""
     code = (
-        "import os; from actors.search.embedding import make_provider;"
+        "import os; from actors.search.embed.embedding import make_provider;"
         "from actors.search.registry import model_cache;"
         "make_provider(os.environ, model_cache(os.environ))"
     )

@@ -2,8 +2,8 @@
 
 import pytest
 
-from actors.search._marks import MARK_RANGES, compute_mark_ranges
-from actors.search.tokenize import document_postings, document_tokens, query_tokens
+from actors.search.index._marks import MARK_RANGES, compute_mark_ranges
+from actors.search.index.tokenize import document_postings, document_tokens, query_tokens
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.search.embedding import LocalProvider
+from actors.search.embed.embedding import LocalProvider
+from actors.search.embed.query_cache import QueryCache
 from actors.search.engine import Engine
-from actors.search.query_cache import QueryCache
-from actors.search.store import DocumentState, Replace, vector_key
+from actors.search.index.store import DocumentState, Replace, vector_key
 from tests.search.references import CALIBRATION
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.search.embedding import DIMENSIONS
-from actors.search.vectors import CUTOFF, SETTLE_SECONDS, SearchesFirst, VectorIndex
+from actors.search.embed.embedding import DIMENSIONS
+from actors.search.index.vectors import CUTOFF, SETTLE_SECONDS, SearchesFirst, VectorIndex
 
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:

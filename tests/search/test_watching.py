@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import watchfiles
 
-from actors.search import watching
+from actors.search.ingest import watching
 
 
 def watcher_threads(path: Path) -> list[threading.Thread]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from actors.search.events import DocumentDismissed, DocumentIndexed
-from actors.search.keyword_pipeline import PREPARER, WRITER
+from actors.search.ingest.keyword_pipeline import PREPARER, WRITER
 from tests.conftest import wait_for
 from tests.search.conftest import SearchHarness
 

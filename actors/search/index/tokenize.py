@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from actors.search._marks import MARK_RANGES
+from actors.search.index._marks import MARK_RANGES
 
 # Bump when the token stream for the same text changes: indexes built with another version
 # are rebuilt at start-up.

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
-from actors.search.minilm_weights import DIMENSION, Weights, load_weights
+from actors.search.embed.minilm_weights import DIMENSION, Weights, load_weights
 
 log = logging.getLogger(__name__)
 

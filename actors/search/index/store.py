@@ -22,9 +22,9 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from actors.search import bm25, keyword, stemming
-from actors.search.stemming import DEFAULT_LANGUAGE
-from actors.search.tokenize import (
+from actors.search.index import bm25, keyword, stemming
+from actors.search.index.stemming import DEFAULT_LANGUAGE
+from actors.search.index.tokenize import (
     TOKENIZER_VERSION,
     Postings,
     query_token_stream,

@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 from tokenizers import Tokenizer
 
-from actors.search.minilm_weights import DIMENSION, Weights, load_weights, model_dir
+from actors.search.embed.minilm_weights import DIMENSION, Weights, load_weights, model_dir
 
 __all__ = ["DIMENSION", "MAX_TOKENS", "WINDOW", "MiniLM", "forward", "load_weights", "model_dir"]
 
@@ -171,18 +171,18 @@ class MiniLM:
         tokenizer.no_padding()
         tokenizer.no_truncation()
         if runtime == "onnx":
-            from actors.search import minilm_onnx
+            from actors.search.embed import minilm_onnx
 
             # The weights stay in model.safetensors: no 87 MB copy in the cache.
             path = minilm_onnx.referencing_model_file(directory, cache_dir)
             run = minilm_onnx.session_runner(path, weights=directory)
         elif runtime == "onnx-int8":
-            from actors.search import minilm_onnx
+            from actors.search.embed import minilm_onnx
 
             path = minilm_onnx.model_file(directory, cache_dir, int8=True)
             run = minilm_onnx.session_runner(path, weights=directory)
         elif runtime == "openvino":
-            from actors.search import minilm_onnx, minilm_openvino
+            from actors.search.embed import minilm_onnx, minilm_openvino
 
             run = minilm_openvino.runner(minilm_onnx.model_file(directory, cache_dir))
         elif runtime == "numpy":

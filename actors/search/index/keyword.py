@@ -41,8 +41,8 @@ from operator import itemgetter
 import attrs
 import numpy as np
 
-from actors.search import stemming
-from actors.search.tokenize import Postings, document_postings
+from actors.search.index import stemming
+from actors.search.index.tokenize import Postings, document_postings
 
 BLOCK = 16384
 # Writes a block takes before its pieces are merged (a live inbox adds one file per write).

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from actors.search import stemming
-from actors.search.tokenize import _CJK_CLASS, _MARKS, query_tokens
+from actors.search.index import stemming
+from actors.search.index.tokenize import _CJK_CLASS, _MARKS, query_tokens
 
 WIDTH = 240
 

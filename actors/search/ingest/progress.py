@@ -9,7 +9,7 @@ from collections import deque
 import attrs
 
 from actors.search import events
-from actors.search.store import Progress
+from actors.search.index.store import Progress
 
 RATE_WINDOW = 5.0
 # While a stage is busy, at most one progress event per this many seconds.

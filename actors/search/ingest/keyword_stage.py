@@ -25,9 +25,8 @@ from typing import Protocol
 
 import attrs
 
-from actors.search import keyword, parsers
-from actors.search.chunker import chunk_text
-from actors.search.store import (
+from actors.search.index import keyword
+from actors.search.index.store import (
     Change,
     Database,
     DocumentState,
@@ -37,7 +36,9 @@ from actors.search.store import (
     Touch,
     Written,
 )
-from actors.search.tokenize import Postings, document_postings
+from actors.search.index.tokenize import Postings, document_postings
+from actors.search.ingest import parsers
+from actors.search.ingest.chunker import chunk_text
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from usearch.index import Index
 
-from actors.search.embedding import DIMENSIONS
+from actors.search.embed.embedding import DIMENSIONS
 
 CUTOFF = 0.3
 ADD_STEP = 16

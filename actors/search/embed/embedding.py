@@ -39,8 +39,8 @@ import aiohttp
 import numpy as np
 
 from actors.config import ConfigError
-from actors.search import minilm, minilm_openvino
-from actors.search.priority import EMBED_NICE, lower_this_thread
+from actors.search.embed import minilm, minilm_openvino
+from actors.search.ingest.priority import EMBED_NICE, lower_this_thread
 
 log = logging.getLogger(__name__)
 

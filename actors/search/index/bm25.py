@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from actors.search.keyword import BLOCK
+from actors.search.index.keyword import BLOCK
 
 
 @attrs.frozen
