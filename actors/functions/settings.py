@@ -12,7 +12,7 @@ import attrs
 from actors.config import ConfigError, env_bool, env_float, env_int, env_str
 from actors.functions.limits import MIB, SandboxLimits
 from actors.functions.sandbox import HostUser, Runtimes
-from actors.functions.transpile import find_esbuild
+from events import resources
 
 DEFAULT_CODE_MAX_SIZE = 262_144
 DEFAULT_TIMEOUT_S = 30.0
@@ -72,7 +72,7 @@ class FunctionsSettings:
                 node=env_str(env, "RUN_NODE") or defaults.node,
                 bwrap=env_str(env, "BWRAP") or defaults.bwrap,
             ),
-            esbuild=find_esbuild(env),
+            esbuild=resources.esbuild(env),
             user=user,
         )
 

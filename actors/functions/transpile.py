@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import platform
 import re
-import shutil
 import signal
-from collections.abc import Mapping
 from pathlib import Path
 
 from actors.functions.limits import MIB, SandboxLimits
@@ -21,7 +17,6 @@ from actors.functions.runner import ToolOutcome, ToolRunner
 from actors.functions.sandbox import esbuild_program
 from actors.functions.tscache import DiskCache, MemoryCache
 
-OPS = Path(__file__).resolve().parents[2] / "ops"
 # The code is the body of an async function, as for JavaScript; esbuild only strips types.
 # The prefix shares the first line with the code, so line N of the source is line N of the
 # user's code; the source map (inline, without the source itself) takes a stack frame back from
@@ -46,21 +41,6 @@ _WHERE = re.compile(r"<stdin>:(?P<line>\d+):(?P<col>\d+)")
 
 class TranspileError(Exception):
     pass
-
-
-def find_esbuild(env: Mapping[str, str]) -> str | None:
-    """``ESBUILD`` if set, else the native binary npm put under ops/node_modules, else PATH."""
-    if env.get("ESBUILD"):
-        return env["ESBUILD"]
-    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(platform.machine().lower())
-    candidates = [
-        OPS / "node_modules" / "@esbuild" / f"linux-{arch}" / "bin" / "esbuild",
-        OPS / "node_modules" / ".bin" / "esbuild",
-    ]
-    for candidate in candidates:
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("esbuild")
 
 
 def error_message(stderr: str) -> str:
@@ -134,7 +114,10 @@ class Transpiler:
 
     async def _esbuild(self, source: str) -> str:
         if self.esbuild is None:
-            raise TranspileError("TypeScript needs esbuild: run ops/setup (or set ESBUILD)")
+            raise TranspileError(
+                "TypeScript needs esbuild: set ESBUILD to its path or put it on PATH (in a "
+                "checkout, ops/setup installs it)"
+            )
         stdin = f"{PREFIX}{source}{SUFFIX}".encode()
         cap = OUTPUT_CAP_FACTOR * len(stdin) + OUTPUT_CAP_SLACK
         try:

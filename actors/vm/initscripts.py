@@ -9,11 +9,11 @@ here, write them anew with `python -m actors.vm.initscripts`.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from actors.vm.osimages import MATRIX, script_name
+from events import resources
 
-SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "sh"
+SCRIPTS_DIR = resources.init_scripts()
 
 TITLES = {
     ("debian", "11"): "Debian 11 (bullseye)",

@@ -1,6 +1,7 @@
 """The console's files: its own page, scripts and styles (``gateway/console/static``), and the
-front-end libraries npm installed under ``ops/node_modules`` at set-up (``ops/package.json``),
-served from here so the console works on a network without Internet.
+front-end libraries npm installed under ``ops/node_modules`` at set-up (``ops/package.json``;
+a wheel carries the files used, ``events/resources.py``), served from here so the console works
+on a network without Internet.
 
 Only the folders named in ``VENDOR`` are served, never the whole ``node_modules``.
 """
@@ -11,8 +12,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from events import resources
+
 STATIC = Path(__file__).resolve().parent / "static"
-NODE_MODULES = Path(__file__).resolve().parents[2] / "ops" / "node_modules"
+NODE_MODULES = resources.node_modules()
 # URL folder under /console/vendor/ -> folder of an npm package (ops/package.json).
 VENDOR = {
     "preact-htm": "htm/preact",  # Preact, its hooks and htm in one ES module

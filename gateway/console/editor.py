@@ -6,8 +6,9 @@ module from ``editor/entry.js``, the first time a page asks for it; kept in memo
 npm, bundled the same way from ``terminal/entry.js``.
 
 Bundled here rather than at set-up so a checkout needs no build step beyond ``npm install``; it
-takes esbuild well under a second. Without esbuild or the packages the route says what to run
-(503), and the pages keep a plain text box.
+takes esbuild well under a second. A wheel carries both bundles made when it was built
+(``events/resources.py``) and serves those. Without esbuild or the packages the route says what
+to run (503), and the pages keep a plain text box.
 """
 
 from __future__ import annotations
@@ -17,64 +18,57 @@ from pathlib import Path
 
 from aiohttp import web
 
-ENTRY = Path(__file__).resolve().parent / "editor" / "entry.js"
-OPS = Path(__file__).resolve().parents[2] / "ops"
-TERMINAL_ENTRY = Path(__file__).resolve().parent / "terminal" / "entry.js"
-# A stylesheet imported by an entry comes in as text (xterm.css, adopted as a constructed sheet).
-ESBUILD_ARGS = (
-    "--bundle",
-    "--format=esm",
-    "--minify",
-    "--legal-comments=none",
-    "--loader=js",
-    "--loader:.css=text",
-)
+from events import resources
+from gateway.console.bundles import ENTRIES, command, failure
+
+ENTRY = ENTRIES["editor.js"]
+TERMINAL_ENTRY = ENTRIES["terminal.js"]
 MISSING = (
     "{what} is not available: {why}; run ops/setup, which installs the npm packages "
     "of ops/package.json ({packages} and esbuild)"
 )
 
 
-def esbuild_command(ops: Path = OPS) -> list[str]:
-    """The bundler's command line; the entry comes on stdin, resolved from ``ops/``."""
-    return [str(ops / "node_modules" / ".bin" / "esbuild"), *ESBUILD_ARGS]
-
-
 class EditorBundle:
     def __init__(
         self,
-        ops: Path = OPS,
+        node_modules: Path | None = None,
         entry: Path = ENTRY,
         what: str = "the code editor",
         packages: str = "CodeMirror",
+        prebuilt: Path | None = None,
     ) -> None:
-        self.ops = ops
+        """``prebuilt``: the bundle made when the wheel was built, served as it is; without
+        it ``entry`` is bundled from ``node_modules`` (the checkout's by default)."""
+        self.node_modules = node_modules or resources.node_modules()
         self.entry = entry
         self.what = what
         self.packages = packages
+        self.prebuilt = prebuilt
         self._body: bytes | None = None
         self._lock = asyncio.Lock()
 
     async def build(self) -> bytes:
         """The bundle; ``RuntimeError`` with the reason when it cannot be made."""
         async with self._lock:
+            if self._body is None and self.prebuilt is not None:
+                self._body = await asyncio.to_thread(self.prebuilt.read_bytes)
             if self._body is None:
-                command = esbuild_command(self.ops)
+                argv = command(self.node_modules)
                 source = await asyncio.to_thread(self.entry.read_bytes)
                 try:
                     proc = await asyncio.create_subprocess_exec(
-                        *command,
-                        cwd=self.ops,
+                        *argv,
+                        cwd=self.node_modules.parent,
                         stdin=asyncio.subprocess.PIPE,
                         stdout=asyncio.subprocess.PIPE,
                         stderr=asyncio.subprocess.PIPE,
                     )
                 except FileNotFoundError:
-                    raise RuntimeError(f"{command[0]} is missing") from None
+                    raise RuntimeError(f"{argv[0]} is missing") from None
                 out, err = await proc.communicate(source)
                 if proc.returncode != 0:
-                    lines = err.decode(errors="replace").strip().splitlines()
-                    raise RuntimeError(f"esbuild failed: {lines[0] if lines else proc.returncode}")
+                    raise RuntimeError(failure(err, proc.returncode or 0))
                 self._body = out
             return self._body
 
@@ -92,9 +86,20 @@ class EditorBundle:
         )
 
 
-def terminal_bundle(ops: Path = OPS) -> EditorBundle:
+def editor_bundle(node_modules: Path | None = None) -> EditorBundle:
+    """The code editor: CodeMirror, the wheel's bundle when there is one."""
+    return EditorBundle(node_modules, prebuilt=resources.console_bundle("editor.js"))
+
+
+def terminal_bundle(node_modules: Path | None = None) -> EditorBundle:
     """The serial console's terminal: xterm.js, bundled the same way (``terminal/entry.js``)."""
-    return EditorBundle(ops, TERMINAL_ENTRY, "the serial console's terminal", "xterm.js")
+    return EditorBundle(
+        node_modules,
+        TERMINAL_ENTRY,
+        "the serial console's terminal",
+        "xterm.js",
+        prebuilt=resources.console_bundle("terminal.js"),
+    )
 
 
 def add_routes(
@@ -102,5 +107,5 @@ def add_routes(
     bundle: EditorBundle | None = None,
     terminal: EditorBundle | None = None,
 ) -> None:
-    app.router.add_get("/console/vendor/codemirror/editor.js", (bundle or EditorBundle()).serve)
+    app.router.add_get("/console/vendor/codemirror/editor.js", (bundle or editor_bundle()).serve)
     app.router.add_get("/console/vendor/xterm/terminal.js", (terminal or terminal_bundle()).serve)

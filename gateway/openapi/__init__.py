@@ -5,8 +5,9 @@ like the docs they mirror; ``tests/openapi`` keeps them true to the routes each 
 document is loaded once, at the service's build, and served as JSON. The reference pages are
 our own small HTML and JS (no inline script, a Content-Security-Policy that allows only this
 origin) around the files of the npm package ``swagger-ui-dist``, which ``ops/setup`` installs
-under ``ops/node_modules``: nothing is fetched from a CDN. Without the package the pages say
-how to install it (503) and the document is served all the same.
+under ``ops/node_modules`` (a wheel carries them, ``events/resources.py``): nothing is fetched
+from a CDN. Without the package the pages say how to install it (503) and the document is
+served all the same.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from events import resources
+
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "reference"
-DEFAULT_SWAGGER_UI = HERE.parents[1] / "ops" / "node_modules" / "swagger-ui-dist"
+DEFAULT_SWAGGER_UI = resources.node_modules() / "swagger-ui-dist"
 
 # Our files, then the package's: the only names `docs/{asset}` answers.
 OWN_ASSETS = {"init.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}

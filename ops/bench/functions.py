@@ -48,8 +48,9 @@ from actors.functions.limits import SandboxLimits
 from actors.functions.runner import RunJob, Sandbox, tool_runner
 from actors.functions.sandbox import Descriptors, HostUser, Program, Runtimes, bwrap_argv, drop_argv
 from actors.functions.settings import FunctionsSettings
-from actors.functions.transpile import OPS, Transpiler, find_esbuild
+from actors.functions.transpile import Transpiler
 from actors.platform import open_runtime
+from events import resources
 from events.nats_server import EmbeddedNats, free_port
 from gateway.apps.functions import FUNCTIONS_HOST, build
 
@@ -248,7 +249,7 @@ async def measure(
     sandbox = Sandbox(settings.limits, settings.user, settings.runtimes)
     groups = cgroups.create(settings.limits) if settings.cgroups else None
     transpiler = Transpiler(
-        find_esbuild({}),
+        resources.esbuild({}),
         root / "bench-ts",
         tool_runner(sandbox, lambda: groups),
         settings.limits,
@@ -334,7 +335,7 @@ async def measure(
 
 
 async def tsx_per_run(root: Path, runs: int) -> list[float]:
-    cli = OPS / "node_modules" / "tsx" / "dist" / "cli.mjs"
+    cli = resources.node_modules() / "tsx" / "dist" / "cli.mjs"
     if not cli.is_file():
         print("  tsx per run: not installed (ops/setup installs it)")
         return []

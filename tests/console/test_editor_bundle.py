@@ -1,5 +1,6 @@
 """The code editor's bundle: CodeMirror from ops/node_modules, bundled by the real esbuild into
-one ES module the console serves; without esbuild, a 503 that says what to run."""
+one ES module the console serves; without esbuild, a 503 that says what to run; a wheel's
+bundle, made when it was built, served as it is."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ async def test_the_editor_is_one_module_with_nothing_from_elsewhere() -> None:
 
 
 async def test_without_esbuild_the_route_says_what_to_run(tmp_path: Path) -> None:
-    client = await client_for(EditorBundle(ops=tmp_path, entry=ENTRY))
+    client = await client_for(EditorBundle(tmp_path / "node_modules", ENTRY))
     try:
         response = await client.get(ROUTE)
         assert response.status == 503
@@ -65,7 +66,7 @@ async def test_the_serial_terminal_is_one_module_with_its_stylesheet_inside() ->
 
 async def test_without_esbuild_the_terminal_route_says_what_to_run(tmp_path: Path) -> None:
     app = web.Application()
-    add_routes(app, terminal=terminal_bundle(tmp_path))
+    add_routes(app, terminal=terminal_bundle(tmp_path / "node_modules"))
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     try:
@@ -75,3 +76,17 @@ async def test_without_esbuild_the_terminal_route_says_what_to_run(tmp_path: Pat
         await client.close()
     assert response.status == 503
     assert "the serial console's terminal is not available" in text and "xterm.js" in text
+
+
+async def test_a_wheels_bundle_is_served_as_it_was_built(tmp_path: Path) -> None:
+    built = tmp_path / "editor.js"
+    built.write_text("export function createEditor() {}\n")
+    # No npm tree and no esbuild: what the wheel carries is all there is.
+    client = await client_for(EditorBundle(tmp_path / "node_modules", ENTRY, prebuilt=built))
+    try:
+        response = await client.get(ROUTE)
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+        assert await response.text() == "export function createEditor() {}\n"
+    finally:
+        await client.close()

@@ -18,8 +18,9 @@ from actors.functions.host import FunctionsHost
 from actors.functions.limits import MIB, SandboxLimits
 from actors.functions.runner import Sandbox, tool_runner
 from actors.functions.settings import FunctionsSettings
-from actors.functions.transpile import Transpiler, find_esbuild
+from actors.functions.transpile import Transpiler
 from actors.platform import Runtime
+from events import resources
 from gateway.apps.functions import FUNCTIONS_HOST, build
 
 TEST_LIMITS = SandboxLimits(
@@ -48,7 +49,8 @@ def sandbox() -> Sandbox:
 @pytest.fixture
 def transpiler(tmp_path: Path, sandbox: Sandbox, cgroup_set: cgroups.Cgroups) -> Transpiler:
     run = tool_runner(sandbox, lambda: cgroup_set)
-    return Transpiler(find_esbuild({}), tmp_path / "ts-cache", run, TEST_LIMITS, max_bytes=8192)
+    esbuild = resources.esbuild({})
+    return Transpiler(esbuild, tmp_path / "ts-cache", run, TEST_LIMITS, max_bytes=8192)
 
 
 # -- the service over real HTTP ------------------------------------------------------------
