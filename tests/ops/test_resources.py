@@ -9,10 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from actors.functions.limits import SandboxLimits
-from actors.functions.runner import ToolOutcome
-from actors.functions.sandbox import Program
-from actors.functions.transpile import TranspileError, Transpiler
 from events import resources
 from gateway.console import assets, bundles
 from gateway.openapi import PACKAGE_ASSETS
@@ -58,19 +54,6 @@ def test_esbuild_is_the_setting_then_npms_then_the_one_on_path(
     on_path.write_text("#!/bin/sh\n")
     on_path.chmod(0o755)
     assert resources.esbuild({}) == str(on_path)
-
-
-async def test_typescript_without_esbuild_says_where_to_get_it(tmp_path: Path) -> None:
-    async def never(program: Program, stdin: bytes, cap: int) -> ToolOutcome:
-        raise AssertionError("nothing runs without esbuild")
-
-    transpiler = Transpiler(None, tmp_path, never, SandboxLimits(), max_bytes=1000)
-    with pytest.raises(TranspileError) as caught:
-        await transpiler.transpile("return 1")
-    assert str(caught.value) == (
-        "TypeScript needs esbuild: set ESBUILD to its path or put it on PATH (in a checkout, "
-        "ops/setup installs it)"
-    )
 
 
 def test_a_wheel_carries_every_npm_file_the_product_serves() -> None:
