@@ -5,6 +5,7 @@ from the checkout itself and needs none of it."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -32,17 +33,17 @@ class BuildWithResources(build_py):
         resources = load("events/resources.py")
         bundles = load("gateway/console/bundles.py")
         modules = ROOT / "ops" / "node_modules"
-        made = {}
-        for name, entry in bundles.ENTRIES.items():
-            try:
-                made[name] = bundles.bundle(modules, entry)
-            except RuntimeError as exc:
-                what = f"the console's {name} cannot be bundled ({exc})"
-                raise SystemExit(resources.MISSING_NPM.format(what=what)) from None
+        makers = {
+            name: functools.partial(bundles.bundle, modules, entry)
+            for name, entry in bundles.ENTRIES.items()
+        }
         try:
-            resources.pack(Path(self.build_lib) / "events" / "packaged", ROOT, made)
+            resources.pack(Path(self.build_lib) / "events" / "packaged", ROOT, makers)
         except FileNotFoundError as exc:
             raise SystemExit(str(exc)) from None
+        except RuntimeError as exc:  # esbuild's
+            what = f"the console's bundles cannot be made ({exc})"
+            raise SystemExit(resources.MISSING_NPM.format(what=what)) from None
 
 
 setup(cmdclass={"build_py": BuildWithResources})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -92,10 +92,11 @@ def esbuild(env: Mapping[str, str]) -> str | None:
     return shutil.which("esbuild")
 
 
-def pack(target: Path, checkout: Path, bundles: Mapping[str, bytes]) -> None:
+def pack(target: Path, checkout: Path, bundles: Mapping[str, Callable[[], bytes]]) -> None:
     """Write into ``target`` (a wheel's ``events/packaged``) what ``checkout`` holds outside
-    the packages, and the console's ``bundles`` by name; raises ``FileNotFoundError`` naming
-    what is missing."""
+    the packages, then the console's bundles, each made by its function (after the npm files,
+    so that a checkout without them hears about those first); raises ``FileNotFoundError``
+    naming what is missing."""
     scripts = sorted((checkout / "sh").glob("*.sh"))
     if not scripts:
         raise FileNotFoundError(f"no init scripts in {checkout / 'sh'}")
@@ -113,5 +114,5 @@ def pack(target: Path, checkout: Path, bundles: Mapping[str, bytes]) -> None:
             for path in found:
                 shutil.copy2(path, target / "node_modules" / folder / path.name)
     (target / BUNDLES).mkdir(parents=True, exist_ok=True)
-    for name, body in bundles.items():
-        (target / BUNDLES / name).write_bytes(body)
+    for name, make in bundles.items():
+        (target / BUNDLES / name).write_bytes(make())

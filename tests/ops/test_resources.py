@@ -80,7 +80,7 @@ def test_a_wheel_carries_every_npm_file_the_product_serves() -> None:
 
 def test_pack_copies_the_scripts_the_npm_files_and_the_bundles(tmp_path: Path) -> None:
     target = tmp_path / "packaged"
-    resources.pack(target, ROOT, {"editor.js": b"bundle\n"})
+    resources.pack(target, ROOT, {"editor.js": lambda: b"bundle\n"})
     scripts = sorted(p.name for p in (target / "sh").iterdir())
     assert scripts == sorted(p.name for p in (ROOT / "sh").glob("*.sh"))
     assert (target / "sh" / "debian_12.sh").read_bytes() == (
@@ -97,8 +97,12 @@ def test_pack_copies_the_scripts_the_npm_files_and_the_bundles(tmp_path: Path) -
 def test_pack_without_the_npm_packages_says_to_run_setup(tmp_path: Path) -> None:
     (tmp_path / "sh").mkdir()
     (tmp_path / "sh" / "debian_12.sh").write_text("#!/bin/sh\n")
+
+    def bundle() -> bytes:
+        raise AssertionError("the missing npm files are named before esbuild is tried")
+
     with pytest.raises(FileNotFoundError) as caught:
-        resources.pack(tmp_path / "packaged", tmp_path, {})
+        resources.pack(tmp_path / "packaged", tmp_path, {"editor.js": bundle})
     assert str(caught.value) == (
         f"cannot build a wheel: no htm/preact/standalone.module.js in {tmp_path}/ops/node_modules;"
         " run ops/setup in the checkout first (it installs the npm packages of ops/package.json)"
