@@ -39,6 +39,9 @@ JAVASCRIPT = ("text/javascript", "application/javascript")
 
 # Run by the installed venv's python: where its packages and their files are.
 WHERE_FROM = """
+import sys
+checkout = {sys.argv[1], sys.argv[1] + "/ops"}
+print(sorted(checkout & set(sys.path)))
 import events, gateway, actors, pvesim
 from events import resources
 from actors.search.embed import embedding as e
@@ -66,6 +69,10 @@ def copy_of_the_checkout(target: Path) -> None:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
     (target / "ops" / "node_modules").symlink_to((ROOT / "ops" / "node_modules").resolve())
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
 def dependency_paths() -> list[str]:
@@ -112,8 +119,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 def test_the_installed_packages_are_the_wheels(installed: Installed, tmp_path: Path) -> None:
-    out = run([installed.python, "-c", WHERE_FROM], tmp_path)
-    modules, found, search = out.splitlines()
+    out = run([installed.python, "-c", WHERE_FROM, ROOT], tmp_path)
+    on_path, modules, found, search = out.splitlines()
+    assert on_path == "[]"
     for path in modules.split():
         assert Path(path).is_relative_to(installed.venv), path
     packaged = installed.site_packages / "events" / "packaged"
@@ -123,6 +131,9 @@ def test_the_installed_packages_are_the_wheels(installed: Installed, tmp_path: P
     )
     # The search service's model data, beside its module.
     assert search == "['e5_mean.npy', 'calibration.txt', 'calibration_f32.npy']"
+    # The console's own files, every one of them.
+    installed_static = installed.site_packages / "gateway" / "console" / "static"
+    assert files_under(installed_static) == files_under(STATIC)
 
 
 @pytest.fixture
