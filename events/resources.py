@@ -1,14 +1,14 @@
 """Where cairn finds the files it serves and runs, whether it runs from a checkout or from an
 installed wheel.
 
-A checkout keeps them where they are edited and installed: the guest init scripts in ``sh/``
-and the npm packages under ``ops/node_modules`` (``ops/setup`` runs npm). An installed wheel
-has nothing outside its packages, so building one (``setup.py``, which calls ``pack``) copies
-into ``events/packaged/`` what the product needs of them: the init scripts under their own
-names, the npm files named in ``NPM_FILES`` laid out as in ``node_modules``, and the console's
-code editor and terminal, bundled by esbuild at build time (an installed cairn has no npm tree
-to bundle them from). Each lookup here takes that copy when it exists, else the checkout's;
-no other product module reaches outside its own package.
+A checkout keeps them where they are edited and installed: the guest init scripts' templates
+in ``sh/templates/`` and the npm packages under ``ops/node_modules`` (``ops/setup`` runs npm).
+An installed wheel has nothing outside its packages, so building one (``setup.py``, which calls
+``pack``) copies into ``events/packaged/`` what the product needs of them: the init scripts'
+templates, the npm files named in ``NPM_FILES`` laid out as in ``node_modules``, and the
+console's code editor and terminal, bundled by esbuild at build time (an installed cairn has
+no npm tree to bundle them from). Each lookup here takes that copy when it exists, else the
+checkout's; no other product module reaches outside its own package.
 
 esbuild itself is a native program for one architecture, so a wheel, like Node.js, leaves it
 to the host: TypeScript functions use ``ESBUILD`` or an ``esbuild`` on ``PATH``.
@@ -59,7 +59,7 @@ def installed() -> bool:
 
 
 def init_scripts() -> Path:
-    """The folder of the guest init scripts, served at ``/sh/<file>`` under these names."""
+    """The folder of the guest init scripts: their templates are in ``templates/`` below it."""
     return PACKAGED / "sh" if installed() else CHECKOUT / "sh"
 
 
@@ -97,12 +97,12 @@ def pack(target: Path, checkout: Path, bundles: Mapping[str, Callable[[], bytes]
     the packages, then the console's bundles, each made by its function (after the npm files,
     so that a checkout without them hears about those first); raises ``FileNotFoundError``
     naming what is missing."""
-    scripts = sorted((checkout / "sh").glob("*.sh"))
-    if not scripts:
-        raise FileNotFoundError(f"no init scripts in {checkout / 'sh'}")
-    (target / "sh").mkdir(parents=True, exist_ok=True)
-    for script in scripts:
-        shutil.copy2(script, target / "sh" / script.name)
+    templates = sorted((checkout / "sh" / "templates").glob("*.sh.in"))
+    if not templates:
+        raise FileNotFoundError(f"no init script templates in {checkout / 'sh' / 'templates'}")
+    (target / "sh" / "templates").mkdir(parents=True, exist_ok=True)
+    for template in templates:
+        shutil.copy2(template, target / "sh" / "templates" / template.name)
     modules = checkout / "ops" / "node_modules"
     for folder, patterns in NPM_FILES.items():
         for pattern in patterns:

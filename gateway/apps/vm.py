@@ -38,7 +38,7 @@ from actors.vm.host import (
     SUBJECT_STATUS,
     VmService,
 )
-from actors.vm.initscripts import SCRIPTS_DIR
+from actors.vm.initscripts import write_scripts
 from actors.vm.leased import VmTenure
 from actors.vm.lifecycle import Command, State
 from actors.vm.messages import do_payload, install_payload
@@ -844,15 +844,16 @@ async def build(runtime: Runtime) -> web.Application:
     runtime = await _maybe_simulate(runtime)
     settings = settings_from(runtime)
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
+    scripts = write_scripts(runtime.data_dir / "vm" / "sh")
     actors: VmService | VmTenure
     if runtime.cluster is not None:
         actors = VmTenure(
-            runtime, settings, runtime.cluster, poll_interval=poll, scripts_dir=SCRIPTS_DIR
+            runtime, settings, runtime.cluster, poll_interval=poll, scripts_dir=scripts
         )
         await actors.start()
     else:
         actors = VmService(runtime, settings, poll_interval=poll)
-        await actors.start(SCRIPTS_DIR)
+        await actors.start(scripts)
     gw = VmGateway(runtime, settings)
 
     app = web.Application()
@@ -897,7 +898,7 @@ async def build(runtime: Runtime) -> web.Application:
     api.router.add_delete("/vm/{id}/snapshots/{name}", gw.snapshot_delete)
     add_openapi(api, "vm", runtime.env, mounted_at="/api")
     app.add_subapp("/api", api)
-    app.router.add_get("/sh/{file}", init_scripts(SCRIPTS_DIR))
+    app.router.add_get("/sh/{file}", init_scripts(scripts))
 
     async def cleanup(_: web.Application) -> None:
         await actors.stop()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from actors.vm.guest import init_stdin
-from actors.vm.initscripts import SCRIPTS_DIR
+from actors.vm.initscripts import render
 from tests.debian_root import CODENAMES, DebianRoot, changed, snapshot, unpack
 from tests.debian_root import skip_reason as root_skip_reason
 
@@ -46,7 +46,7 @@ HOLD_SECONDS = 20
 def run_script(root: DebianRoot, password: str = "") -> subprocess.CompletedProcess[bytes]:
     """`sudo -n bash -s` as the default user with the script on stdin, as
     actors.vm.guest.run_init runs it over SSH."""
-    script = (SCRIPTS_DIR / f"debian_{root.version}.sh").read_text()
+    script = render("debian", root.version)
     command = ["runuser", "-u", USER, "--", "sudo", "-n", "bash", "-s"]
     return root.run(command, input=init_stdin(script, password), timeout=800)
 
@@ -215,7 +215,7 @@ def test_waits_for_another_package_manager_holding_a_lock(root: DebianRoot, lock
 def test_gives_up_on_a_lock_held_too_long_with_apt_s_words(root: DebianRoot) -> None:
     """The bound: with LOCK_WAIT cut to 4 s (600 in the script), a lock held for 60 s ends the
     script with status 100 after about 4 s, saying what it waited for, and installs nothing."""
-    script = (SCRIPTS_DIR / f"debian_{root.version}.sh").read_text()
+    script = render("debian", root.version)
     assert script.count("\nLOCK_WAIT=600\n") == 1
     script = script.replace("\nLOCK_WAIT=600\n", "\nLOCK_WAIT=4\n")
     holder = subprocess.Popen(

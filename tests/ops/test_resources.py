@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_checkout_finds_its_files_where_they_are_edited() -> None:
     assert not resources.installed()
     assert resources.init_scripts() == ROOT / "sh"
-    assert (resources.init_scripts() / "debian_12.sh").is_file()
+    assert (resources.init_scripts() / "templates" / "debian.sh.in").is_file()
     assert resources.node_modules() == ROOT / "ops" / "node_modules"
     assert resources.console_bundle("editor.js") is None  # bundled on the first request
 
@@ -81,10 +81,10 @@ def test_a_wheel_carries_every_npm_file_the_product_serves() -> None:
 def test_pack_copies_the_scripts_the_npm_files_and_the_bundles(tmp_path: Path) -> None:
     target = tmp_path / "packaged"
     resources.pack(target, ROOT, {"editor.js": lambda: b"bundle\n"})
-    scripts = sorted(p.name for p in (target / "sh").iterdir())
-    assert scripts == sorted(p.name for p in (ROOT / "sh").glob("*.sh"))
-    assert (target / "sh" / "debian_12.sh").read_bytes() == (
-        ROOT / "sh" / "debian_12.sh"
+    templates = sorted(p.name for p in (target / "sh" / "templates").iterdir())
+    assert templates == ["debian.sh.in", "rockylinux.sh.in"]
+    assert (target / "sh" / "templates" / "debian.sh.in").read_bytes() == (
+        ROOT / "sh" / "templates" / "debian.sh.in"
     ).read_bytes()
     modules = target / "node_modules"
     assert (modules / "htm" / "preact" / "standalone.module.js").is_file()
@@ -95,8 +95,8 @@ def test_pack_copies_the_scripts_the_npm_files_and_the_bundles(tmp_path: Path) -
 
 
 def test_pack_without_the_npm_packages_says_to_run_setup(tmp_path: Path) -> None:
-    (tmp_path / "sh").mkdir()
-    (tmp_path / "sh" / "debian_12.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "sh" / "templates").mkdir(parents=True)
+    (tmp_path / "sh" / "templates" / "debian.sh.in").write_text("#!/bin/sh\n")
 
     def bundle() -> bytes:
         raise AssertionError("the missing npm files are named before esbuild is tried")
@@ -112,7 +112,7 @@ def test_pack_without_the_npm_packages_says_to_run_setup(tmp_path: Path) -> None
 def test_pack_without_init_scripts_refuses(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError) as caught:
         resources.pack(tmp_path / "packaged", tmp_path, {})
-    assert str(caught.value) == f"no init scripts in {tmp_path / 'sh'}"
+    assert str(caught.value) == f"no init script templates in {tmp_path / 'sh' / 'templates'}"
 
 
 def test_no_other_product_module_reaches_outside_its_package() -> None:

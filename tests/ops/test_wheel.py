@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from actors.vm.initscripts import render
 from events import resources
 from events.nats_server import find_binary
 from tests.conftest import wait_for
@@ -43,6 +44,7 @@ import sys
 checkout = {sys.argv[1], sys.argv[1] + "/ops"}
 print(sorted(checkout & set(sys.path)))
 import events, gateway, actors, pvesim
+from actors.vm.initscripts import render
 from events import resources
 from actors.search.embed import embedding as e
 print(gateway.__file__, actors.__file__, events.__file__, pvesim.__file__)
@@ -126,8 +128,8 @@ def test_the_installed_packages_are_the_wheels(installed: Installed, tmp_path: P
         assert Path(path).is_relative_to(installed.venv), path
     packaged = installed.site_packages / "events" / "packaged"
     assert found == f"True {packaged / 'sh'} {packaged / 'node_modules'}"
-    assert sorted(p.name for p in (packaged / "sh").iterdir()) == sorted(
-        p.name for p in (ROOT / "sh").glob("*.sh")
+    assert sorted(p.name for p in (packaged / "sh" / "templates").iterdir()) == sorted(
+        p.name for p in (ROOT / "sh" / "templates").iterdir()
     )
     # The search service's model data, beside its module.
     assert search == "['e5_mean.npy', 'calibration.txt', 'calibration_f32.npy']"
@@ -224,7 +226,7 @@ async def test_cairn_up_from_the_wheel_serves_everything(cairn_up: dict[str, str
 
         status, _, script = await get(f"{vm}/sh/debian_12.sh")
         assert status == 200
-        assert script == (ROOT / "sh" / "debian_12.sh").read_bytes()
+        assert script == render("debian", "12").encode()
         assert (await get(f"{vm}/sh/debian_99.sh"))[0] == 404
 
         for language, code in (

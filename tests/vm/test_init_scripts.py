@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.vm.initscripts import SCRIPTS_DIR as SCRIPTS
-from actors.vm.initscripts import rendered
+from actors.vm.initscripts import rendered, write_scripts
 from actors.vm.osimages import MATRIX, script_name
 
 ALL = [(o, v) for o, versions in MATRIX.items() for v in versions]
@@ -31,6 +30,12 @@ case "$name" in
 esac
 exit 0
 """
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    """The scripts as the VM service writes them at start-up."""
+    return write_scripts(tmp_path / "sh")
 
 
 @pytest.fixture
@@ -56,9 +61,9 @@ def run(script: Path, env: dict[str, str], stdin_prefix: str = "") -> str:
 
 @pytest.mark.parametrize(("os_name", "version"), ALL)
 def test_installs_the_agent_once_and_leaves_root_alone(
-    os_name: str, version: str, stubs: dict[str, str]
+    os_name: str, version: str, scripts: Path, stubs: dict[str, str]
 ) -> None:
-    script = SCRIPTS / script_name(os_name, version)
+    script = scripts / script_name(os_name, version)
     first = run(script, stubs)
     installer = "dnf install" if os_name == "rockylinux" else "apt-get install"
     assert first.count(installer) == 1 and "qemu-guest-agent" in first
@@ -71,18 +76,18 @@ def test_installs_the_agent_once_and_leaves_root_alone(
 
 @pytest.mark.parametrize(("os_name", "version"), ALL)
 def test_root_password_goes_through_stdin_only(
-    os_name: str, version: str, stubs: dict[str, str]
+    os_name: str, version: str, scripts: Path, stubs: dict[str, str]
 ) -> None:
-    script = SCRIPTS / script_name(os_name, version)
+    script = scripts / script_name(os_name, version)
     log = run(script, stubs, stdin_prefix="VM_ROOT_PASSWORD='s3 cr$t'\nexport VM_ROOT_PASSWORD\n")
     lines = log.splitlines()
     assert "stdin:root:s3 cr$t" in lines
     assert not any("s3 cr$t" in line for line in lines if not line.startswith("stdin:"))
 
 
-def test_every_os_version_has_a_script_and_nothing_else() -> None:
-    assert sorted(p.name for p in SCRIPTS.glob("*.sh")) == sorted(script_name(o, v) for o, v in ALL)
-    for path in SCRIPTS.glob("*.sh"):
+def test_every_os_version_has_a_script_and_nothing_else(scripts: Path) -> None:
+    assert sorted(p.name for p in scripts.glob("*.sh")) == sorted(script_name(o, v) for o, v in ALL)
+    for path in scripts.glob("*.sh"):
         text = path.read_text()
         assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
         code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
@@ -91,9 +96,23 @@ def test_every_os_version_has_a_script_and_nothing_else() -> None:
         assert os.access(path, os.R_OK)
 
 
-def test_the_committed_scripts_are_the_template_rendered() -> None:
-    """sh/ holds exactly the rendered scripts (`python -m actors.vm.initscripts` writes them)."""
-    expected = rendered()
-    assert sorted(p.name for p in SCRIPTS.iterdir()) == sorted(expected)
-    for name, text in expected.items():
-        assert (SCRIPTS / name).read_text() == text, f"sh/{name} differs from the template"
+def test_the_rendered_scripts_are_the_ones_committed_before_the_templates() -> None:
+    """Byte for byte what sh/ held as nine files (a check for the move to templates)."""
+    committed = Path(__file__).resolve().parents[2] / "sh"
+    for name, text in rendered().items():
+        assert (committed / name).read_bytes() == text.encode(), name
+
+
+def test_writing_again_keeps_right_files_and_drops_strangers(tmp_path: Path) -> None:
+    """A restart leaves a script that is already right untouched (its ETag stays valid), puts
+    back one that was edited, and removes a script the matrix does not name, so /sh/ never
+    serves it."""
+    directory = write_scripts(tmp_path / "sh")
+    kept, edited = directory / "debian_12.sh", directory / "rockylinux_9.sh"
+    os.utime(kept, (1_000_000, 1_000_000))
+    edited.write_text("#!/bin/sh\nrm -rf /\n")
+    (directory / "evil.sh").write_text("#!/bin/sh\n")
+    write_scripts(directory)
+    assert kept.stat().st_mtime == 1_000_000
+    assert edited.read_text() == rendered()["rockylinux_9.sh"]
+    assert sorted(p.name for p in directory.iterdir()) == sorted(rendered())

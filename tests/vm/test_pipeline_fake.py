@@ -15,7 +15,7 @@ from actors.vm import stages
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.fakepve import FakePve
 from actors.vm.imagecache import ImageCache
-from actors.vm.initscripts import SCRIPTS_DIR
+from actors.vm.initscripts import write_scripts
 from actors.vm.install import install
 from actors.vm.jobs import Services, power, remove_vm
 from actors.vm.lifecycle import State
@@ -50,7 +50,7 @@ def services(tmp_path: Path, fake: FakePve, base_url: str, driver: str) -> Servi
         pve=fake,
         images=ImageCache(tmp_path / "images", base_url),
         key_path=tmp_path / "ssh" / "id_ed25519",
-        scripts_dir=SCRIPTS_DIR,
+        scripts_dir=write_scripts(tmp_path / "sh"),
         cpu_type="x86-64-v2-AES",
     )
 
