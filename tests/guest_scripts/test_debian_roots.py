@@ -1,7 +1,7 @@
 """The Debian init scripts, run as cairn runs them, inside debootstrapped Debian 11, 12 and 13.
 
 Each test unpacks a fresh minbase root (tests.debian_root), adds the default user the way
-cloud-init does (`debian`, passwordless sudo), pipes `sh/debian_<v>.sh` to `sudo -n bash -s`
+cloud-init does (`debian`, passwordless sudo), pipes `debian_<v>.sh` to `sudo -n bash -s`
 run as that user, exactly as cairn does over SSH (the password, when set, as the
 `VM_ROOT_PASSWORD=...; export` head that actors.vm.guest.init_stdin writes), and looks at the
 result from outside: the package database, the unit and its udev rule, /etc/shadow checked with
