@@ -6,6 +6,7 @@
 | ``GET /console/static/…``, ``/console/vendor/…`` | its scripts and styles, all local |
 | ``GET /console/vendor/codemirror/editor.js`` | the code editor, bundled once (``editor.py``) |
 | ``GET /console/vendor/xterm/terminal.js`` | a VM's serial console's terminal, likewise |
+| ``GET /console/tables/stages.js`` | the install's stage names, from Python (``tables.py``) |
 | ``GET|POST|DELETE /console/svc/<service>/<path>`` | the service's own API (``proxy.py``) |
 | ``GET /console/events`` | every event, live, as SSE (``feed.py``) |
 | ``GET /console/api/search/<db>/documents`` | a database's files: indexed or dismissed |
@@ -20,7 +21,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from actors.platform import Runtime
-from gateway.console import assets, editor, login
+from gateway.console import assets, editor, login, tables
 from gateway.console.access import ConsoleAccess, check_exposure
 from gateway.console.feed import EventFeed
 from gateway.console.headers import on_prepare
@@ -53,6 +54,7 @@ def mount(app: web.Application, runtime: Runtime) -> None:
     models = ReadModels(runtime)
     assets.add_routes(app)
     editor.add_routes(app)
+    tables.add_routes(app)
     login.add_routes(app, login.SignIn(TokenStore(runtime.data_dir / FILE_NAME), sessions))
     app.router.add_get("/console/events", feed.stream)
     app.router.add_get("/console/api/search/{db}/documents", models.documents)

@@ -78,6 +78,7 @@ async def test_the_page_and_its_assets_come_from_here_with_a_strict_policy(
     assert html.count("<script") == 1 and 'src="/console/static/app.js"' in html
     for path, kind in (
         ("/console/static/app.js", "javascript"),
+        ("/console/tables/stages.js", "javascript"),
         ("/console/vendor/preact-htm/standalone.module.js", "javascript"),
         ("/console/vendor/eventsource-parser/index.js", "javascript"),
         ("/console/vendor/pico/pico.min.css", "text/css"),
@@ -98,12 +99,23 @@ async def test_the_page_and_its_assets_come_from_here_with_a_strict_policy(
         "/console/vendor/esbuild/package.json",
         "/console/static/../app.py",
         "/console/static/%2e%2e/app.py",
+        "/console/tables/../app.py",
+        "/console/tables/tables.py",
+        "/console/tables/stages.json",
     ],
 )
 async def test_nothing_else_of_the_disk_is_served(console: Console, path: str) -> None:
     status, body, _ = await console.get(path)
     assert status in (403, 404)
     assert "cairn-ops-tools" not in body and "def mount" not in body
+
+
+async def test_the_stage_table_is_read_only(console: Console) -> None:
+    async with console.http.post(console.base + "/console/tables/stages.js", data="x") as resp:
+        assert resp.status == 405
+    status, body, headers = await console.get("/console/tables/stages.js?x=../../app.py")
+    assert status == 200 and body.startswith("export const INSTALL_STAGES = [")
+    assert headers["Content-Security-Policy"] == CSP
 
 
 async def test_without_the_npm_packages_the_page_says_what_to_run(tmp_path: Path) -> None:

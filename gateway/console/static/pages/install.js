@@ -10,28 +10,10 @@ import { api, DEFAULT_VERSION, OS_VERSIONS } from "../api.js";
 import { ErrorNote, useLoad } from "../ui.js";
 import { osName } from "../format.js";
 import { TaskStages } from "./task.js";
+// Written by the server from actors/vm/stages.py, the one list of the install's stages.
+import { INSTALL_STAGES } from "/console/tables/stages.js";
 
 const DEFAULT_USER = { debian: "debian", ubuntu: "ubuntu", rockylinux: "rocky" };
-export const INSTALL_STAGES = [
-  "preparation > checking VMID",
-  "preparation > assigning IP",
-  "preparation > validating CPU and RAM",
-  "preparation > validating disk size",
-  "preparation > setting default config values",
-  "preparation > checking storage pool",
-  "OS preparation > getting OS image",
-  "OS preparation > validating OS image URL",
-  "OS preparation > downloading OS image",
-  "SSH preparation > checking SSH key",
-  "VM creation > creating VM",
-  "VM creation > importing disk image",
-  "VM initialization > initializing configuration",
-  "VM initialization > migrating VM",
-  "VM initialization > waiting for ready",
-  "VM initialization > SSH initialization",
-  "VM initialization > rebooting VM",
-  "VM initialization > finalizing",
-];
 const PASSWORD = /^\[\*\] Password: (\S+) \(generated/;
 
 // A modal box: it asks to be read and dismissed, and it moves nothing on the page.
