@@ -64,8 +64,9 @@ async def serve_registry(
         except DamagedEvent:
             raise  # the registry is quarantined: 503 naming the damaged row
         except (OSError, StoreWriteFailed) as exc:
-            # A storage write failed: the spec's 500 and message, followed by why when it is
-            # something the operator must act on (a full disk, a store refusing writes).
+            # A storage write failed: the API's 500 and message (what clients test for),
+            # followed by why when it is something the operator must act on (a full disk, a
+            # store refusing writes).
             why = exc.message if isinstance(exc, StoreWriteFailed) else reason(exc)
             log.error("storing a version of %r failed: %s", path, why)
             told = isinstance(exc, StoreWriteFailed) or disk_full(exc)

@@ -25,7 +25,7 @@ _EXTENSIONS = {Language.PYTHON: ".py", Language.JAVASCRIPT: ".js", Language.TYPE
 
 def parse_language(value: object) -> Language | None:
     """The language named by ``value``, or None when it is not one of the three (exact, lower
-    case: the spec names them so)."""
+    case: one spelling per language keeps stored functions and URLs unambiguous)."""
     if not isinstance(value, str):
         return None
     try:

@@ -1,4 +1,5 @@
-"""Parsing the HTTP bodies of the three endpoints, with the spec's exact messages. Pure:
+"""Parsing the HTTP bodies of the three endpoints, with the exact messages clients
+compare against. Pure:
 bytes in, a request or a ``BadRequest`` out."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from actors.functions.results import loads_strict
 INVALID_PAYLOAD = "Invalid request payload"
 INVALID_PATH = "Invalid path"
 SAVE_FAILED = "Failed to save function"
-# The spec's words first, then what to send instead.
+# The words clients know first, then what to send instead.
 UNSUPPORTED_LANGUAGE = "unsupported language: use python, javascript or typescript"
 CODE_REQUIRED = "code is required"
 INPUT_NOT_JSON = "input is not valid JSON"
@@ -98,15 +99,15 @@ def parse_upload_fields(fields: Any, code_max_size: int | None = None) -> Upload
         raise BadRequest(INVALID_PATH)
     language = parse_language(language_name)
     if language is None:
-        raise BadRequest(INVALID_PATH)  # the spec gives an unsupported language this message
+        raise BadRequest(INVALID_PATH)  # clients know an unsupported language by this message
     if code_max_size is not None and len(code.encode("utf-8")) > code_max_size:
         raise BadRequest(too_large(code_max_size))  # 400, as the HTTP body limit answers
     return UploadRequest(path, language, code)
 
 
 def input_json(fields: dict[str, Any]) -> str:
-    """The ``input`` field as a JSON text; ``{}`` when there is none. The spec's form is a
-    string holding JSON; any other JSON value (an object, an array, a number, a boolean) is
+    """The ``input`` field as a JSON text; ``{}`` when there is none. The documented form is
+    a string holding JSON; any other JSON value (an object, an array, a number, a boolean) is
     taken as the input itself, as a client would naturally write it."""
     value = fields.get("input")
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -131,8 +132,8 @@ def stream_flag(fields: dict[str, Any]) -> bool:
 
 def parse_run(body: bytes) -> RunOptions:
     """The body of ``/run/*``; ``code`` and ``language`` in it are ignored (the stored
-    function's own win). The body must be JSON (the spec: the client sends ``{}`` when it has
-    no input); an empty one is refused as the original refuses it."""
+    function's own win). The body must be JSON (a client with no input sends ``{}``, so
+    nothing is lost by asking for it); an empty one is refused as the original refuses it."""
     if not body.strip():
         raise BadRequest(EMPTY_BODY)
     fields = parse_object(body)

@@ -1,4 +1,4 @@
-"""Typing a run's outcome (DESIGN §4): the return value comes on its own channel; with no
+"""Typing a run's outcome: the return value comes on its own channel; with no
 return value the last stdout line that is JSON is the result, else the output is ``text``."""
 
 from __future__ import annotations

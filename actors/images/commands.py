@@ -1,8 +1,9 @@
 """The image store's command side on NATS: request/reply subjects served by the actor host.
 
-The gateway never calls the actor directly (DESIGN §1); it asks over NATS, so gateways on other
-hosts reach the one store actor the same way. A refusal (``Rejected``) travels back through
-``serve_json`` as ``{"error": {"status", "message"}}``; the gateway's ``command`` raises it again.
+The gateway never calls the actor directly; it asks over NATS, so gateways on other hosts reach
+the one store actor the same way as the gateway beside it. A refusal (``Rejected``) travels back
+through ``serve_json`` as ``{"error": {"status", "message"}}``; the gateway's ``command`` raises
+it again.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 import attrs
 
-# short name -> long alias (DESIGN §4). The short name wins when both are given.
+# short name -> long alias: URLs stay short, and the long names read well in a config. The
+# short name wins when both are given.
 ALIASES: dict[str, str] = {
     "o": "origin",
     "s": "size",

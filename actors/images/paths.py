@@ -23,7 +23,8 @@ class UnsafePath(ValueError):
 
 def clean_relpath(raw: str, *, trim: bool = True, allow_empty: bool = False) -> str:
     """Validate a relative path; with ``trim`` leading and trailing ``/`` are dropped first
-    (the spec's rule for the wildcard), without it an absolute path is an error."""
+    (a wildcard route's tail may come with or without them), without it an absolute path is
+    an error."""
     path = raw.strip("/") if trim else raw
     if not path:
         if allow_empty:

@@ -1,6 +1,7 @@
 """The read model of the image store: what a path holds, and its variants, cached.
 
-Reads never go through the actor (DESIGN §1: bytes take the shortest honest path). A source is
+Reads never go through the actor: a file's bytes go from disk to the client with no hop
+between, and only writes need the one actor's order. A source is
 identified by its path plus a stamp (mtime and size), so every cache here (probe results, the
 in-memory hot cache, the disk cache) is right even before a purge event arrives.
 """

@@ -1,8 +1,8 @@
-"""The script execution service over HTTP (spec: script-execution.md; DESIGN §4).
+"""The script execution service over HTTP: upload, run and follow functions.
 
 A translator only: uploads and version lookups are NATS commands to the registry, runs are NATS
 requests to the runner hosts' queue group, whose messages become a JSON body or an SSE stream.
-Error bodies are text/plain with the spec's messages.
+Error bodies are text/plain, one sentence a person can act on.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class FunctionsGateway:
         self, subject: str, payload: dict[str, Any], unavailable: str, status: int = 500
     ) -> Any:
         """The registry's answer; its refusals raise CommandFailed, and so does its absence
-        (no host, or none answering), as ``status`` (the spec's 500 for its own routes)
+        (no host, or none answering), as ``status`` (500, the status the API gives its own failures)
         saying ``unavailable``."""
         try:
             return await command(self.runtime.gateway_nc, subject, payload, COMMAND_TIMEOUT_S)
@@ -370,8 +370,8 @@ class FunctionsGateway:
         first = await _next(request, messages)
         if first is None:  # the client left before anything was sent
             return web.StreamResponse(status=200, headers=SSE_HEADERS)
-        # No ids (a run cannot be re-attached) and no close event (the contract's every data
-        # line is a stream event); heartbeats keep a proxy from cutting a long quiet run.
+        # No ids (a run cannot be re-attached) and no close event (every data line is a stream
+        # event, which clients rely on); heartbeats keep a proxy from cutting a long quiet run.
         async with EventStream(
             request,
             close_event=False,
@@ -398,14 +398,14 @@ class FunctionsGateway:
 
 def _stopping(reason: str) -> tuple[str | None, dict[str, Any]]:
     """A run's last event when a stop of cairn ends its stream: the run is cancelled (a run
-    cannot be followed again), said as the contract's error event."""
+    cannot be followed again), said as the stream's error event, which clients already handle."""
     said = f"{FAILED_TO_RUN}cairn is stopping: the run was cancelled ({reason.split(':')[0]})"
     return None, {"event": "error", "data": said, "type": "text"}
 
 
 def _revoked(reason: str) -> tuple[str | None, dict[str, Any]]:
     """A run's last event when the token that started it is revoked, or its console session
-    ends, while it runs: the run is cancelled, said as the contract's error event."""
+    ends, while it runs: the run is cancelled, said as the stream's error event."""
     return None, {"event": "error", "data": f"{reason}: the run was cancelled", "type": "text"}
 
 

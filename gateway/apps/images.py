@@ -1,4 +1,4 @@
-"""The image service (spec part B): read, upload, delete, health; everything else 404.
+"""The image service: read, upload, delete, health; everything else 404.
 
 Reads are served straight from the store's read model (the files, their cached variants); uploads
 and deletes are commands to the image store actor over NATS; the actor's events come back over
@@ -88,7 +88,8 @@ NEGOTIATED_ORIGINALS = ("jpg", "png")
 
 @web.middleware
 async def not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Any route or method the spec does not list answers 404 ``Not Found``."""
+    """Any route or method not listed answers 404 ``Not Found``, the one answer the image
+    service's clients expect for it."""
     try:
         return await handler(request)
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
@@ -100,7 +101,7 @@ def _peer(request: web.Request) -> str:
 
 
 def _fail(request: web.Request, action: str, status: int, message: str) -> web.Response:
-    # two lines, as the spec asks: what failed, then who asked for what
+    # two lines, so a log reader sees at once what failed, then who asked for what
     log.error("%s failed: %d %s", action, status, message)
     log.error("%s request from %s for %r", action, _peer(request), request.match_info.get("path"))
     return web.Response(status=status, text=message)
@@ -129,7 +130,8 @@ class ImageService:
     # -- helpers -------------------------------------------------------------------------------
 
     def timed(self, handler: Handler) -> Handler:
-        """The spec's handler time-out: 408 ``timed out``, and the work is cancelled."""
+        """The handler time-out, so a stuck transform cannot hold a connection: 408
+        ``timed out``, and the work is cancelled."""
 
         async def run(request: web.Request) -> web.StreamResponse:
             try:
@@ -230,8 +232,8 @@ class ImageService:
         fmt: str | None = params.fmt
         if not params.transforms or not probed.kind.raster:
             # No parameters: a JPEG or PNG goes out as AVIF/WebP to a client that lists them
-            # (DESIGN §4: without `t` the format follows Accept); `o` and other sources: as
-            # uploaded.
+            # (without `t` the smallest format the browser takes wins, and it says which in
+            # Accept); `o` and other sources: as uploaded.
             fmt = self._modern(accept, probed.kind.name) if negotiated else None
             if fmt is None or probed.info is None:
                 if st.st_size > HOT_ITEM_MAX or hdrs.RANGE in request.headers:

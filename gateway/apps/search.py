@@ -1,7 +1,7 @@
-"""The search service (spec part A): keyword, semantic or both over registered databases.
+"""The search service: keyword, semantic or both over registered databases.
 
 Read-only over HTTP. Databases are loaded at start-up from the durable registry; each gets an
-indexer actor and an inbox watcher. Beyond the spec's routes, `GET /api/status[?db=NAME]`
+indexer actor and an inbox watcher. Beside the query routes, `GET /api/status[?db=NAME]`
 reports the indexing progress of each loaded database (the `search.progress` event's fields).
 Requests whose Host or Origin is not a loopback name get 403 (DNS rebinding). `/mcp` is mounted
 only with SEARCH_REMOTE=1.

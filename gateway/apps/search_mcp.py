@@ -14,8 +14,9 @@ Two transports, one tool layer, both from the official `mcp` SDK:
 Results are the HTTP response bodies (`{"loaded", "registered"}`; `{"hybrid"}`, or
 `{"keyword"?, "semantic"?}`, grouped by source), as JSON text and as structured content.
 `search_rag` answers with the best mode unless told otherwise: `hybrid` with snippets; `mode`
-`keyword`, `semantic` or `both` with `highlight: false` are the spec's answers. Bad arguments
-are tool errors (`isError`) with the HTTP service's messages, so an agent can read and correct them.
+`keyword`, `semantic` or `both` with `highlight: false` are the HTTP service's answers. Bad
+arguments are tool errors (`isError`) with the HTTP service's messages, so an agent can read
+and correct them.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class SearchArguments:
 
 
 def _limit(raw: Any) -> int:
-    """The HTTP rule (spec): 1-100, anything else (missing, non-numeric, out of range) is 10."""
+    """As over HTTP, so both doors answer alike: 1-100, anything else (missing, non-numeric,
+    out of range) is 10."""
     if isinstance(raw, bool):
         return DEFAULT_LIMIT
     try:

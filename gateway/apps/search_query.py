@@ -1,5 +1,5 @@
 """The search service's query side, shared by HTTP (gateway/apps/search.py) and MCP
-(gateway/apps/search_mcp.py): the loaded databases, the two branches and the spec's rules for
+(gateway/apps/search_mcp.py): the loaded databases, the two branches and the rules for
 ``db``, ``q``, ``target`` and ``limit``."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ MAX_LIMIT = 100
 TARGETS = ("keyword", "semantic")
 # `target=both` names the default (both branches) outright.
 BOTH = "both"
-# Opt-in, beyond the spec: one fused list (BM25 and semantic) under the key `hybrid`.
+# Opt-in, so a plain request keeps its shape: one fused list (BM25 and semantic) under the
+# key `hybrid`.
 HYBRID = "hybrid"
 # `rank=bm25` ranks the keyword branch by BM25; without it, the spec's ranking (a contract).
 RANKS = ("bm25",)
@@ -40,7 +41,8 @@ class Unavailable(Exception):
 
 
 def parse_limit(raw: str | None) -> int:
-    """1-100; missing, non-numeric, non-positive or above 100 falls back to 10 (spec)."""
+    """1-100; missing, non-numeric, non-positive or above 100 falls back to 10, so a sloppy
+    client still gets an answer of a sensible size."""
     try:
         value = int(raw) if raw is not None else DEFAULT_LIMIT
     except ValueError:
@@ -63,7 +65,7 @@ def parse_flag(name: str, raw: str | None) -> bool:
 
 @attrs.frozen
 class Options:
-    """The opt-in parameters: none of them set is the spec's request."""
+    """The opt-in parameters: none of them set is a plain request, answered in its plain shape."""
 
     rank: str | None = None
     highlight: bool = False
@@ -196,8 +198,9 @@ class SearchService:
 async def _spec_keyword_scored(
     engine: Engine, query: str, limit: int, *, counted: bool
 ) -> list[tuple[ChunkRow, float]]:
-    """The spec's keyword branch, each chunk with its score in that ranking when `counted`:
-    how many of the query's words it holds (0 otherwise: not worth the tokenizing)."""
+    """The keyword branch (its default ranking), each chunk with its score in that ranking
+    when `counted`: how many of the query's words it holds (0 otherwise: not worth the
+    tokenizing)."""
     rows = await engine.keyword(query, limit)
     if not counted:
         return [(row, 0.0) for row in rows]

@@ -154,8 +154,9 @@ _NOT_LOADED = re.compile(r'"(.*)" not exist', re.DOTALL)
 
 
 def failed(exc: Exception, code: int) -> int:
-    """The service's refusal on stderr, in a sentence: its `"notes" not exist` (the spec's
-    words, kept as they are over HTTP and MCP) says which database and where to look."""
+    """The service's refusal on stderr, in a sentence: its `"notes" not exist` (the
+    service's words, kept as they are over HTTP and MCP for the clients that match them) says
+    which database and where to look."""
     message = str(exc)
     if (named := _NOT_LOADED.fullmatch(message)) is not None:
         message = (

@@ -1,5 +1,5 @@
-"""Who may call a service: ``ALLOW_IPS``, the spec's check on the VM service, which the
-functions and images services and the console apply too.
+"""Who may call a service: ``ALLOW_IPS``, the VM service's check on who may change VMs, which
+the functions and images services and the console apply too.
 
 The client is the socket peer, unless the peer is a proxy named in ``TRUSTED_PROXIES``: then
 the nearest address in its ``X-Forwarded-For`` that is not itself a trusted proxy. Unset

@@ -1,7 +1,7 @@
 """One health shape for every service.
 
-Each service answers ``GET /health`` (beside the spec's own liveness routes, which keep their
-bodies) with the same JSON::
+Each service answers ``GET /health`` (beside each service's older liveness routes, which keep their
+bodies for the clients that read them) with the same JSON::
 
     {"service": "vm", "status": "ok", "problems": [], "warnings": [], "cluster": "simulated", ...}
 

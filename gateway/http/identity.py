@@ -1,6 +1,6 @@
 """Who is calling, and may they: the middleware every service runs once tokens exist.
 
-With no token in ``$CAIRN_DATA/tokens.json`` nothing is asked (the spec's behaviour). With
+With no token in ``$CAIRN_DATA/tokens.json`` nothing is asked, as before tokens existed. With
 one or more, every route but the public ones (``gateway/http/roles.py``) needs a token:
 
 - ``Authorization: Bearer <token>``, from any client (curl, scripts, MCP clients on ``/mcp``);

@@ -21,7 +21,7 @@ A rule keyed by ``GET`` binds ``HEAD`` too: aiohttp routes ``HEAD`` to every ``G
 so a ``HEAD`` that fell to the viewer's default would reach an operator's route (a websocket
 upgrade sent with ``HEAD`` is still an upgrade to the handler).
 
-Public (no token asked), by default: every service's health route, the spec's VM queries a
+Public (no token asked), by default: every service's health route, the VM queries a
 client makes without credentials (``GET /api/vm/list``, ``/api/vm/<id>``,
 ``/api/vm/<id>/status``), the init scripts new VMs fetch (``GET /sh/*``) and image reads
 (``GET /c/img/*``, what pages embed). ``CAIRN_PUBLIC_ROUTES`` replaces that list:

@@ -1,7 +1,7 @@
 """API tokens: who is calling. ``cairn token create NAME --role R`` prints a token once; cairn
 keeps only its SHA-256 digest, with the name and role, in ``$CAIRN_DATA/tokens.json`` (mode
-0600). While that file holds no token, identities are off and every route stays as the spec
-says; with one token or more, routes ask for ``Authorization: Bearer <token>``
+0600). While that file holds no token, identities are off and every route stays as it was
+before tokens; with one token or more, routes ask for ``Authorization: Bearer <token>``
 (``gateway/http/identity.py``).
 
 Why SHA-256 and not scrypt or argon2: a slow hash protects a secret a person chose (a password

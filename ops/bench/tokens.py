@@ -4,7 +4,7 @@ run against the same services with no token.
 1. ``POST /run-now`` (trivial Python) and a cached image variant ``GET /c/img/…?w=64``, sent
    one after another through real HTTP to the functions and images services of one ``cairn``
    process (embedded NATS, real sandbox), alternating request by request between no tokens
-   file (the spec's behaviour) and a tokens file with a ``Bearer`` token on the request (so
+   file (identities off) and a tokens file with a ``Bearer`` token on the request (so
    both see the same moment of a busy machine). The file is put back before each request with
    a token, so each such request also re-reads it: the figure is an upper bound of the steady
    cost (one ``stat``). Image reads are public by default; here ``CAIRN_PUBLIC_ROUTES`` keeps

@@ -49,7 +49,7 @@ def install_from_the_form(page: Page, stack: Stack, name: str) -> tuple[int, str
 
 def test_install_a_vm_and_watch_its_stages_arrive(page: Page, stack: Stack) -> None:
     vmid, secret = install_from_the_form(page, stack, "web")
-    # Every stage of the spec is listed, each in its state; no stage failed.
+    # Every stage of an install is listed, each in its state; no stage failed.
     statuses = page.locator("ol.stages li").evaluate_all("rows => rows.map(r => r.dataset.status)")
     assert len(statuses) == 18
     assert set(statuses) <= {"success", "skipped"}

@@ -180,7 +180,7 @@ def test_the_audit_trail_names_who_installed_and_destroyed(
 ) -> None:
     sign_in(page, stack, tokens.admin)
     vmid, _ = install_from_the_form(page, stack, "audited")
-    detail = stack.json(f"/console/svc/vm/api/vm/{vmid}")  # public: the spec's VM query
+    detail = stack.json(f"/console/svc/vm/api/vm/{vmid}")  # public: a VM query
     assert (detail["created_by"], detail["last_task"]["by"]) == ("ada", "ada")
     page.goto(stack.url(f"vm/{vmid}"))
     expect(page.locator("dl.details")).to_contain_text("Installed at the request ofada")

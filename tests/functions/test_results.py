@@ -1,4 +1,4 @@
-"""Result typing (DESIGN §4)."""
+"""Result typing: the return value's own channel first, then the last JSON line, else text."""
 
 import pytest
 

@@ -72,7 +72,7 @@ async def test_images_refuse_outsiders_before_any_effect(serve: Serve) -> None:
 
 
 async def test_without_allow_ips_every_client_is_served(serve: Serve) -> None:
-    """The spec's behaviour on loopback with nothing configured."""
+    """On loopback with nothing configured, every local client is served."""
     functions = await serve("functions")
     status, text = await call("POST", f"{functions}/upload", json.dumps(BILLING))
     assert status == 200, text

@@ -104,7 +104,7 @@ async def test_vm(serve: Serve, tokens: Tokens) -> None:
     base = await serve("vm", flags=frozenset({"sim"}))
     for path in ("/api/vm/list", "/api/vm/101", "/api/vm/101/status", "/health", "/sh/x.sh"):
         status, text, _ = await call("GET", base + path)
-        assert status not in (401, 403), (path, text)  # the spec's open queries
+        assert status not in (401, 403), (path, text)  # the open queries
     await expect_roles("POST", f"{base}/api/vm/101/stop", Role.OPERATOR, tokens, ok=404)
     await expect_roles("POST", f"{base}/api/vm/101/set/cpu", Role.OPERATOR, tokens, "{}", ok=400)
     await expect_roles("POST", f"{base}/api/vm/101/destroy", Role.ADMIN, tokens, ok=404)

@@ -15,7 +15,7 @@ from gateway.http.tokens import Role
 V, OP, A = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 DEFAULT = RouteRoles.from_env({})
 CASES = [
-    # Public by default: health, the spec's VM queries, init scripts, image reads.
+    # Public by default: health, the VM queries, init scripts, image reads.
     ("vm", "GET", "/health", None),
     ("vm", "GET", "/api/health", None),
     ("vm", "GET", "/api/vm/list", None),

@@ -63,7 +63,7 @@ async def test_original_is_served_unchanged(images: Images) -> None:
 async def test_without_parameters_the_format_follows_accept(
     images: Images, accept: str, mime: str, pil: str
 ) -> None:
-    """DESIGN §4: without `t` the format follows Accept, a read without parameters too."""
+    """Without `t` the format follows Accept, a read without parameters too."""
     images.put("photos/cat.jpg", encoded("JPEG", (64, 48)))
     async with images.http.get("/c/img/photos/cat.jpg", headers={"Accept": accept}) as resp:
         assert resp.status == 200

@@ -3,7 +3,7 @@
 The files are read from the project's shared reference folder when it is there (they are
 AGPL data of Proxmox, never copied into this repository); tests skip with a message otherwise.
 The checks are PVE's JSONSchema::validate ones: required and unknown parameters, types as
-form strings, pattern, length, range, enum (api.md, schema/README.md). Named formats
+form strings, pattern, length, range, enum. Named formats
 (`pve-node`, ...) live in Perl code and are not checked here.
 """
 
@@ -128,7 +128,7 @@ def _type_ok(t: str, value: Any) -> bool:
         return isinstance(value, list)
     if t == "string":
         return isinstance(value, str)
-    if t == "integer":  # `/cluster/nextid` is an integer that comes as a string (api.md §2.1)
+    if t == "integer":  # `/cluster/nextid`'s integer comes as a string
         return (isinstance(value, int) and not isinstance(value, bool)) or (
             isinstance(value, str) and value.isdigit()
         )

@@ -1,5 +1,5 @@
 """The simulated pveproxy, driven by cairn's own REST client over real HTTPS on loopback:
-auth, certificate pinning, the error shapes, tasks, locks, privileges, versions (api.md)."""
+auth, certificate pinning, the error shapes, tasks, locks, privileges, versions."""
 
 from __future__ import annotations
 

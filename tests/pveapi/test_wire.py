@@ -1,4 +1,5 @@
-"""Golden tests of what cairn's API driver puts on the wire and reads back (api.md §1-§3)."""
+"""Golden tests of what cairn's API driver puts on the wire and reads back: requests, auth
+headers and the answers' shapes, as a real Proxmox would see and send them."""
 
 from __future__ import annotations
 

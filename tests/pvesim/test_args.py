@@ -106,7 +106,7 @@ def test_ipconfig_requires_mask_and_gw_requires_ip() -> None:
     check = make_ipconfig_check("ipconfig0")
     assert check("ip=192.168.0.120/24,gw=192.168.0.1") is None
     assert check("ip=dhcp") is None
-    # accepted by qm set, dropped by cloud-init at start (ref §6.1)
+    # accepted by qm set, dropped by cloud-init at start (a DHCP address takes its gateway)
     assert check("ip=dhcp,gw=192.168.0.1") is None
     assert check("ip=192.168.0.120") == (
         "invalid format - format error\n"

@@ -18,7 +18,7 @@ from tests.pveapi.conftest import client_for
 from .helpers import ED25519_PUB, installed_vm, new_store, run
 
 HASHED = "$6$abcdefghijklmnop$Z9x"
-# The reference's `qm config` sample (pve-reference §2.3), its cloud-init keys.
+# A real `qm config`'s cloud-init keys, as Proxmox writes them.
 CONF = {
     "name": "web-120",
     "ciuser": "deploy",
@@ -58,7 +58,7 @@ def test_user_data_as_cloudinit_userdata_writes_it() -> None:
 
 
 def test_network_config_matches_the_reference_sample() -> None:
-    # pve-reference §6.1, `qm cloudinit dump <id> network` for the static example.
+    # What `qm cloudinit dump <id> network` prints for a static address on Proxmox.
     assert cloudinit.network(CONF) == (
         "version: 1\n"
         "config:\n"

@@ -1,4 +1,4 @@
-"""Golden tests: each output format against the samples in pve-reference/README.md."""
+"""Golden tests: each output format against samples of what a real Proxmox prints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A stock PVE 8 node's refusals and outputs the simulator once lacked (fidelity.md): vCPUs above
+"""A stock PVE 8 node's refusals and outputs the simulator once lacked: vCPUs above
 the node, a missing bridge, shutdown/reboot time-outs, zfspool and shared storage, descriptions,
 another client taking an id."""
 

@@ -23,7 +23,7 @@ from actors.search.embed.embedding import (
 )
 from tests.search.references import GOLDEN
 
-CUT_OFF = 0.3  # the spec's semantic cut-off
+CUT_OFF = 0.3  # the semantic branch's cut-off
 
 
 @pytest.fixture(scope="module")

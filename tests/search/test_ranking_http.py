@@ -80,7 +80,7 @@ async def test_hybrid_is_one_fused_list_grouped_by_source(harness: SearchHarness
     body = await search(harness, q="when do I have to pay a bill", target="hybrid")
     assert list(body) == ["hybrid"]
     assert sources(body["hybrid"])[0] == "c-billing.txt"
-    # Found by words and by meaning: first; every group has the spec's shape.
+    # Found by words and by meaning: first; every group has the plain answer's shape.
     body = await search(harness, q="nightly backups of volumes", target="hybrid", limit="5")
     assert sources(body["hybrid"])[0] == "d-backup.md"
     assert len({*sources(body["hybrid"])}) == len(body["hybrid"])  # one group per source
@@ -113,7 +113,7 @@ async def test_highlights_are_character_offsets_into_the_snippet(harness: Search
     assert match["snippet"] in match["content"]
     highlighted = [match["snippet"][a:b] for a, b in match["highlights"]]
     assert highlighted and set(highlighted) == {"wiki"}
-    # Without highlight=1 the matches keep the spec's two fields.
+    # Without highlight=1 the matches keep their two plain fields.
     body = await search(harness, q="wiki", target="keyword", rank="bm25")
     assert set(body["keyword"][0]["matches"][0]) == {"chunk", "content"}
 
@@ -171,7 +171,7 @@ async def test_scores_say_how_each_match_ranked_and_how_near_meaning_came(
     harness: SearchHarness,
 ) -> None:
     await started(harness)
-    # Without `scores` the answer keeps its shape (the spec's fields only).
+    # Without `scores` the answer keeps its shape (the plain fields only).
     plain = await search(harness, q="backup", target="both")
     assert set(plain) == {"keyword", "semantic"}
     assert all(set(m) == {"chunk", "content"} for g in plain["keyword"] for m in g["matches"])

@@ -1,4 +1,4 @@
-"""Golden tests of the keyword tokeniser (spec: words, lowercased, deduplicated)."""
+"""Golden tests of the keyword tokeniser (words, lowercased, deduplicated)."""
 
 import pytest
 

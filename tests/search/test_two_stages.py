@@ -151,7 +151,7 @@ async def test_progress_counts_add_up_and_come_at_most_once_a_second(
     assert await harness.get("/api/status", db="nope") == (400, {"error": '"nope" not exist'})
 
 
-# The service's `"nope" not exist` (the spec's words over HTTP), said as a sentence.
+# The service's `"nope" not exist` (the service's words over HTTP), said as a sentence.
 NOT_LOADED = (
     'cairn: no database "nope" is loaded in the search service (`cairn search list` shows the '
     "registered ones)\n"

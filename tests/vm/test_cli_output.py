@@ -1,4 +1,4 @@
-"""Golden outputs (pve-reference §2) through the parsers."""
+"""Golden outputs of a real Proxmox's qm, pvesh and pvesm through the parsers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A persistent, bounded cache of query embeddings (SQLite, least recently used evicted).
 
 A semantic query costs an embedding call (milliseconds locally, a network round trip with an
-external provider); the spec takes the query vector "from a cache or from the provider". Keys
-include the provider's fingerprint, so switching provider never returns a foreign vector.
+external provider), and people repeat their queries, so the vector comes from a cache when it
+can. Keys include the provider's fingerprint, so switching provider never returns a foreign
+vector.
 """
 
 import hashlib

@@ -1,10 +1,11 @@
 """The keyword tokeniser: words, lowercased, deduplicated; CJK text as character bigrams.
 
-The spec splits the query into words, lowercases and deduplicates them. Chinese and Japanese
-have no spaces between words, so a "word" there would be a whole sentence and never match a
-query; like Lucene's CJK analyser we cut runs of Han, Kana and Hangul into overlapping bigrams
-(a run of one character stays a unigram). Documents also index every CJK character alone, so a
-one-character query ("猫") finds the text "猫が好き" while longer queries stay precise.
+A query is split into words, lowercased and deduplicated, so case and repeats do not count.
+Chinese and Japanese have no spaces between words, so a "word" there would be a whole sentence
+and never match a query; like Lucene's CJK analyser we cut runs of Han, Kana and Hangul into
+overlapping bigrams (a run of one character stays a unigram). Documents also index every CJK
+character alone, so a one-character query ("猫") finds the text "猫が好き" while longer
+queries stay precise.
 
 NFKC folds full-width Latin and half-width Katakana into their usual forms before lowercasing.
 """

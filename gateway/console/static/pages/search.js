@@ -73,7 +73,7 @@ function Databases({ list, statuses, documents }) {
 }
 
 // Every search asks for scores (`scores=1`: each match's, and how near meaning came) and
-// highlights; `api.search` sends the spec's parameters only. `more` adds others (`rank`).
+// highlights; `api.search` sends the plain parameters only. `more` adds others (`rank`).
 async function searchScored({ db, q, limit, target }, more = {}) {
   const query = new URLSearchParams({
     db, q, limit: String(limit || 10), target, highlight: "1", scores: "1", ...more,

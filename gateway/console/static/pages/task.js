@@ -20,8 +20,8 @@ export function stageRows(stages, records, running) {
   });
 }
 
-// A message as shown: the stream's summary line carries its time twice (the spec wants every
-// message to end with its elapsed time: "completed in 7.00s (7.00s)"), shown once.
+// A message as shown: the stream's summary line carries its time twice (every message ends
+// with its elapsed time: "completed in 7.00s (7.00s)"), shown once.
 export const tidy = (message) => (message || "").replace(/ (\d+(?:\.\d+)?s) \(\1\)$/, " $1");
 
 // A stage that ends with several lines (the install's summary: "[+] … completed in 7.00s",
