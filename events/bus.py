@@ -267,8 +267,9 @@ def answerable(msg: Msg, prefixes: tuple[str, ...] = reply_prefixes(Role.HOST)) 
         return True
     log.warning(
         "dropped a request on %s: its reply subject %.80s is no requester's inbox",
-        msg.subject, msg.reply,
-    )  # fmt: skip
+        msg.subject,
+        msg.reply,
+    )
     return False
 
 

@@ -186,8 +186,11 @@ class ConsumerBroker:
         if after is None and request.since is None:
             after = state.last_seq
         config = consumer_config(
-            f"{prefix}.{request.token}", request.subject,
-            after=after, since=request.since, heartbeat=request.heartbeat,
-        )  # fmt: skip
+            f"{prefix}.{request.token}",
+            request.subject,
+            after=after,
+            since=request.since,
+            heartbeat=request.heartbeat,
+        )
         info = await self._js.add_consumer(STREAM, config)
         return {"after": after, "consumer": info.name}

@@ -139,9 +139,12 @@ class Follower:
         self._heard = asyncio.get_running_loop().time()
         if self._js is not None:
             config = consumer_config(
-                inbox, self.subject,
-                after=self.last_seq, since=self._since, heartbeat=self._heartbeat,
-            )  # fmt: skip
+                inbox,
+                self.subject,
+                after=self.last_seq,
+                since=self._since,
+                heartbeat=self._heartbeat,
+            )
             await self._js.add_consumer(STREAM, config)
             return
         # The subscription reaches the server before the request: the consumer's first

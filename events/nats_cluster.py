@@ -165,10 +165,15 @@ class NatsCluster:
             server.store_dir.mkdir(parents=True, exist_ok=True)
             server.config_path.write_text(
                 cluster_config(
-                    server.name, server.host, server.port, server.route_port,
-                    server.store_dir, routes, kit=self.kit,
+                    server.name,
+                    server.host,
+                    server.port,
+                    server.route_port,
+                    server.store_dir,
+                    routes,
+                    kit=self.kit,
                 )
-            )  # fmt: skip
+            )
         for server in self.servers:
             await self._spawn(server)
         await self.until_ready(timeout)
@@ -199,10 +204,13 @@ class NatsCluster:
                 nc = Client()
                 try:
                     await nc.connect(
-                        server.url, connect_timeout=1, allow_reconnect=False,
-                        max_reconnect_attempts=0, error_cb=quiet,
+                        server.url,
+                        connect_timeout=1,
+                        allow_reconnect=False,
+                        max_reconnect_attempts=0,
+                        error_cb=quiet,
                         **self.access.client_options(Role.HOST),
-                    )  # fmt: skip
+                    )
                     await nc.jetstream(timeout=1).account_info()
                     break
                 except Exception as exc:

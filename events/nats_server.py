@@ -159,8 +159,9 @@ def servers_on(store_dir: Path, proc_root: Path = Path("/proc")) -> list[int]:
         args = [a.decode(errors="replace") for a in argv if a]
         if not args or Path(args[0]).name != "nats-server":
             continue
-        if any(a == "-sd" and i + 1 < len(args) and args[i + 1] == wanted
-               for i, a in enumerate(args)):  # fmt: skip
+        if any(
+            a == "-sd" and i + 1 < len(args) and args[i + 1] == wanted for i, a in enumerate(args)
+        ):
             found.append(int(entry.name))
     return found
 
@@ -328,8 +329,11 @@ class EmbeddedNats:
                 pause = FIRST_PAUSE
             log.error(
                 "nats-server (pid %d) exited with code %s; restarting it on %s in %.1f s",
-                proc.pid, proc.returncode, self.url, pause,
-            )  # fmt: skip
+                proc.pid,
+                proc.returncode,
+                self.url,
+                pause,
+            )
             await asyncio.sleep(pause)
             pause = min(pause * 2, MAX_PAUSE)
             while not self._stopping:
@@ -346,8 +350,11 @@ class EmbeddedNats:
                 up_since = time.monotonic()
                 log.warning(
                     "nats-server restarted on %s with store %s (pid %s, restart %d)",
-                    self.url, self.store_dir, self.pid, self.restarts,
-                )  # fmt: skip
+                    self.url,
+                    self.store_dir,
+                    self.pid,
+                    self.restarts,
+                )
                 break
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> None:
@@ -363,8 +370,9 @@ class EmbeddedNats:
             if unanswered >= PROBE_FAILURES and proc.returncode is None:
                 log.error(
                     "nats-server (pid %d) has not answered for %.0f s; killing it",
-                    proc.pid, PROBE_INTERVAL * 2 * PROBE_FAILURES,
-                )  # fmt: skip
+                    proc.pid,
+                    PROBE_INTERVAL * 2 * PROBE_FAILURES,
+                )
                 kill_child(proc)
 
     async def _stop_and_collect(self) -> str:

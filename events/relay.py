@@ -213,8 +213,11 @@ class OutboxRelay:
         log.info(
             "relay: caught up from position %d to %d after %.1f s away; %d events were in "
             "the events stream already and were not published again",
-            start, self.cursor, away, self.skipped - skipped,
-        )  # fmt: skip
+            start,
+            self.cursor,
+            away,
+            self.skipped - skipped,
+        )
 
     def _take_fresh(self) -> list[Recorded]:
         while self._fresh and self._fresh[0].position <= self.cursor:

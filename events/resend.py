@@ -72,8 +72,10 @@ async def command_resent(
             sent += 1
             log.warning(
                 "no answer on %s (task %s) within %.0f s; sending it again",
-                subject, payload.get("task"), resend_every * sent,
-            )  # fmt: skip
+                subject,
+                payload.get("task"),
+                resend_every * sent,
+            )
             continue
         reply = json.loads(msg.data)
         if isinstance(reply, dict) and set(reply) == {"error"} and isinstance(reply["error"], dict):

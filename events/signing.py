@@ -61,6 +61,8 @@ class EventSigner:
             log.warning(
                 "dropped an event on %s that no cairn host signed (%s; %d so far): someone "
                 "who is not a cairn host publishes on the events subjects",
-                msg.subject, "no signature" if not given else "wrong signature", self.dropped,
-            )  # fmt: skip
+                msg.subject,
+                "no signature" if not given else "wrong signature",
+                self.dropped,
+            )
         return False

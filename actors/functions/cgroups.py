@@ -113,9 +113,11 @@ def own_dirs(mountinfo: str, proc_cgroup: str) -> dict[str, Path]:
 def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as octal.
     return (
-        field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+        field.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
         .replace("\\134", "\\")
-    )  # fmt: skip
+    )
 
 
 def process_tree(root: int) -> set[int]:

@@ -140,6 +140,8 @@ class FunctionRegistry(AggregateActor):
             used = {v.sha256 for kept in self.versions.values() for v in kept.values()}
             return Deleted(gone, frozenset(v.sha256 for v in gone) - used)
         if isinstance(message, ListFunctions):
-            return {path: [versions[v] for v in sorted(versions)] for path, versions in
-                    sorted(self.versions.items())}  # fmt: skip
+            return {
+                path: [versions[v] for v in sorted(versions)]
+                for path, versions in sorted(self.versions.items())
+            }
         raise TypeError(f"unknown command {message!r}")

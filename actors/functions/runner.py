@@ -164,10 +164,12 @@ class Sandbox:
         self.runtimes = runtimes or Runtimes()
         # Read once: every sandbox gets the wrappers and the filter by content.
         self.files = {
-            **{f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
-               for name in WRAPPER_FILE.values()},
+            **{
+                f"{WRAPPER_DIR}/{name}": (wrappers / name).read_bytes()
+                for name in WRAPPER_FILE.values()
+            },
             **{dest: text.encode() for dest, text in ACCOUNT_FILES.items()},
-        }  # fmt: skip
+        }
         self.seccomp = seccomp.program()
 
     async def _spawn(

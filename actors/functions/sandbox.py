@@ -168,8 +168,11 @@ def bwrap_argv(
     ):
         raise ValueError("one descriptor for each file and for the executable")
     tmpfs = str(limits.tmpfs_bytes)
-    files = [a for fd, dest in zip(given.files, program.files, strict=True)
-             for a in ("--ro-bind-data", str(fd), dest)]  # fmt: skip
+    files = [
+        a
+        for fd, dest in zip(given.files, program.files, strict=True)
+        for a in ("--ro-bind-data", str(fd), dest)
+    ]
     seccomp = ["--seccomp", str(given.seccomp)] if given.seccomp is not None else []
     command = [f"/proc/self/fd/{given.executable}"] if given.executable is not None else []
     if inner_processes is not None:

@@ -201,8 +201,9 @@ class SearchIndexer(AggregateActor):
             )
             log.warning(
                 "search %s: the disk is full; %s will be indexed once there is space",
-                self.ident, named,
-            )  # fmt: skip
+                self.ident,
+                named,
+            )
         self.start_job(asyncio.sleep(pause), done=lambda _: SourcesChanged(sources), timer=True)
 
     # -- keyword stage --------------------------------------------------------------------------
@@ -274,8 +275,11 @@ class SearchIndexer(AggregateActor):
             return
         log.warning(
             "search %s: %s during a batch of %d files; offering them again in batches of %d",
-            self.ident, error, len(sources), len(sources) // 2,
-        )  # fmt: skip
+            self.ident,
+            error,
+            len(sources),
+            len(sources) // 2,
+        )
         self.queue = {**dict.fromkeys(sources), **self.queue}
         self.suspects.update(sources)
         self.suspects_limit = len(sources) // 2
@@ -335,8 +339,11 @@ class SearchIndexer(AggregateActor):
         # Sources taken or still queued get their own events, telling the stream the same.
         skip, self.touched = (self.touched or set()) | set(self.queue), None
         if isinstance(documents, BaseException):
-            log.error("search %s: could not compare the stream with the database: %r",
-                      self.ident, documents)  # fmt: skip
+            log.error(
+                "search %s: could not compare the stream with the database: %r",
+                self.ident,
+                documents,
+            )
             return
         db = self.ident
         missing: list[Event] = [
@@ -353,8 +360,10 @@ class SearchIndexer(AggregateActor):
             log.warning(
                 "search %s: the stream lacked %d indexed and %d removed documents (the service"
                 " stopped before recording them); recording them now",
-                db, len(missing), len(gone),
-            )  # fmt: skip
+                db,
+                len(missing),
+                len(gone),
+            )
             self._record_paced(*missing, *gone)
 
     # -- progress -------------------------------------------------------------------------------

@@ -75,9 +75,12 @@ def register(subparsers: Any) -> None:
     )
     init.add_argument("dir", help="where to write the kit (made mode 0700)")
     init.add_argument(
-        "--member", action="append", required=True, metavar="NAME=ADDRESS[,ADDRESS]",
+        "--member",
+        action="append",
+        required=True,
+        metavar="NAME=ADDRESS[,ADDRESS]",
         help="a NATS server: its name and the addresses clients and peers reach it at",
-    )  # fmt: skip
+    )
     init.set_defaults(handler=cmd_init)
     auth = sub.add_parser("auth", help="write an auth.conf letting in several keyrings (rotation)")
     auth.add_argument("keys", nargs="+", help="keyring directories (a kit's keys/)")

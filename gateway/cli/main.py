@@ -322,8 +322,9 @@ async def _wind_down(runtime: Runtime, listening: list[Listening], grace: float)
         log.warning(
             "stopping: the grace period (%g s) is over; interrupting the jobs of %s: their "
             "tasks will be settled at the next start",
-            grace, ", ".join(left),
-        )  # fmt: skip
+            grace,
+            ", ".join(left),
+        )
     await sse.streams_done(max(0.0, deadline - loop.time()))
     ended = await sse.end_streams(STOPPING_LATE.format(grace=grace), working_too=True)
     if ended:

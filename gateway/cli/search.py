@@ -258,10 +258,16 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
     try:
         body = asyncio.run(
             _query(
-                env, args.name, args.text, target, args.limit, args.rank, args.typo,
+                env,
+                args.name,
+                args.text,
+                target,
+                args.limit,
+                args.rank,
+                args.typo,
                 args.token_file,
             )
-        )  # fmt: skip
+        )
         if args.json:
             print(json.dumps(body, ensure_ascii=False))
             return 0
@@ -276,9 +282,10 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
             # Offered in its place: the words of the query, ranked by BM25.
             print(f"({note}; keyword matches instead:)")
             words = asyncio.run(
-                _query(env, args.name, args.text, "keyword", args.limit, "bm25", False,
-                       args.token_file)
-            )  # fmt: skip
+                _query(
+                    env, args.name, args.text, "keyword", args.limit, "bm25", False, args.token_file
+                )
+            )
             print(results_text(words))
         else:
             print(f"({note})")

@@ -147,8 +147,10 @@ class GuardedSite(web.TCPSite):
             log.warning(
                 "%s: %d connections open, the cap (CAIRN_MAX_CONNECTIONS): answering 503 "
                 "(%d refused so far)",
-                self.service, self.cap, self.refused,
-            )  # fmt: skip
+                self.service,
+                self.cap,
+                self.refused,
+            )
 
     async def start(self) -> None:
         self._runner._reg_site(self)
@@ -245,8 +247,10 @@ class GuardedSite(web.TCPSite):
             self._last_exhausted = now
             log.warning(
                 "%s: cannot accept connections (%s); pausing this listener for %.0f s",
-                self.service, exc.strerror, ACCEPT_PAUSE,
-            )  # fmt: skip
+                self.service,
+                exc.strerror,
+                ACCEPT_PAUSE,
+            )
         fd = listener.fileno()
         loop.remove_reader(fd)
 
@@ -288,8 +292,9 @@ async def _watch_body(request: web.Request, idle: float) -> None:
         elif loop.time() - since >= idle:
             log.warning(
                 "closing a connection from %s: its request body stalled for %.0f s",
-                request.remote, idle,
-            )  # fmt: skip
+                request.remote,
+                idle,
+            )
             if request.transport is not None:
                 request.transport.close()
             return

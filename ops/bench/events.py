@@ -249,9 +249,17 @@ async def bench(n: int, batch: int, batches: int, replicas: int, secure: bool) -
             await reader.close()
             await nc.close()
     return Figures(
-        raw, bare, before, after, sse, before_rate, after_rate,
-        same, same_sse, statistics.mean(same_rates),
-    )  # fmt: skip
+        raw,
+        bare,
+        before,
+        after,
+        sse,
+        before_rate,
+        after_rate,
+        same,
+        same_sse,
+        statistics.mean(same_rates),
+    )
 
 
 @attrs.frozen

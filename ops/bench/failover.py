@@ -56,9 +56,15 @@ class Host:
         seen = self.log.stat().st_size if self.log.exists() else 0  # a restart appends
         with self.log.open("ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                CAIRN, "serve", "vm", env=self.env, cwd=self.log.parent,
-                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-            )  # fmt: skip
+                CAIRN,
+                "serve",
+                "vm",
+                env=self.env,
+                cwd=self.log.parent,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
         while "cairn: ready" not in self.log.read_text(errors="replace")[seen:]:
             if self.proc.returncode is not None:
                 raise SystemExit(f"{self.name} exited:\n{self.log.read_text()[-3000:]}")
@@ -193,8 +199,10 @@ async def one_round(
 async def bench(rounds: int, ttl: float, store: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="cairn-failover-") as tmp:
         async with cluster(Path(tmp), ttl, store) as hosts, aiohttp.ClientSession() as http:
-            print(f"three hosts, CAIRN_LEASE_TTL={ttl:g} s, store "
-                  f"{'PostgreSQL' if store else 'SQLite (one file, three processes)'}")  # fmt: skip
+            print(
+                f"three hosts, CAIRN_LEASE_TTL={ttl:g} s, store "
+                f"{'PostgreSQL' if store else 'SQLite (one file, three processes)'}"
+            )
             figures: dict[str, list[tuple[float, float]]] = {"kill -9": [], "SIGTERM": []}
             vmid = 200
             for _ in range(rounds):
@@ -205,18 +213,22 @@ async def bench(rounds: int, ttl: float, store: str | None) -> None:
                 take = statistics.median(t for t, _ in runs)
                 settle = statistics.median(s for _, s in runs)
                 worst = max(s for _, s in runs)
-                print(f"{name:8} takeover median {take:6.2f} s   settled median {settle:6.2f} s"
-                      f"   worst {worst:6.2f} s   ({len(runs)} rounds)")  # fmt: skip
+                print(
+                    f"{name:8} takeover median {take:6.2f} s   settled median {settle:6.2f} s"
+                    f"   worst {worst:6.2f} s   ({len(runs)} rounds)"
+                )
             base = statistics.median(s for _, s in figures["SIGTERM"])
             kill = statistics.median(s for _, s in figures["kill -9"])
             print(f"kill -9 / graceful stop, settled: {kill / base:.1f}x")
             # A survivor cannot take the lease before the TTL ends (counted from the dead
             # holder's last renewal, up to ttl/24 before the kill); the rest is what cairn adds.
             take = statistics.median(t for t, _ in figures["kill -9"])
-            print(f"kill -9: takeover {take - ttl:+.2f} s after the TTL, "
-                  f"settled {kill - ttl:+.2f} s; issue 30's target "
-                  f"(settled median <= {TARGET:g} s): "
-                  f"{'met' if kill <= TARGET else 'NOT met'}")  # fmt: skip
+            print(
+                f"kill -9: takeover {take - ttl:+.2f} s after the TTL, "
+                f"settled {kill - ttl:+.2f} s; issue 30's target "
+                f"(settled median <= {TARGET:g} s): "
+                f"{'met' if kill <= TARGET else 'NOT met'}"
+            )
 
 
 def main() -> None:

@@ -79,14 +79,22 @@ def run_cairn(clone: Path, data: Path, settle: float, **extra: str) -> dict[str,
         {k: str(free_port()) for k in ("CAIRN_PORT", "VM_PORT", "FUNCTIONS_PORT", "IMAGES_PORT")}
     )
     env.update(
-        CAIRN_DATA=str(data), XDG_CACHE_HOME=str(data / "cache"),
-        XDG_CONFIG_HOME=str(data / "config"), SEARCH_INBOX=str(data / "inbox"), HOME=str(data),
-        PYTHONPYCACHEPREFIX=str(data / "cache" / "python"), **extra,
-    )  # fmt: skip
+        CAIRN_DATA=str(data),
+        XDG_CACHE_HOME=str(data / "cache"),
+        XDG_CONFIG_HOME=str(data / "config"),
+        SEARCH_INBOX=str(data / "inbox"),
+        HOME=str(data),
+        PYTHONPYCACHEPREFIX=str(data / "cache" / "python"),
+        **extra,
+    )
     proc = subprocess.Popen(
-        [str(clone / ".venv" / "bin" / "cairn"), "up"], cwd=data, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [str(clone / ".venv" / "bin" / "cairn"), "up"],
+        cwd=data,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     started = time.monotonic()
     for line in proc.stdout:

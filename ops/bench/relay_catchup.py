@@ -82,10 +82,14 @@ async def bench(n: int, rounds: int) -> None:
     catch_up = statistics.median(r[1] for r in runs)
     extra = max(r[2] for r in runs)
     print(f"relay, {n} stored events, {rounds} rounds, one nats-server, SQLite store")
-    print(f"  baseline: publish them into an empty stream   median {publish * 1000:8.1f} ms"
-          f"  ({n / publish:,.0f} events/s)")  # fmt: skip
-    print(f"  catch-up after a pause past the dup window    median {catch_up * 1000:8.1f} ms"
-          f"  ({n / catch_up:,.0f} events/s), ratio {catch_up / publish:.2f}x")  # fmt: skip
+    print(
+        f"  baseline: publish them into an empty stream   median {publish * 1000:8.1f} ms"
+        f"  ({n / publish:,.0f} events/s)"
+    )
+    print(
+        f"  catch-up after a pause past the dup window    median {catch_up * 1000:8.1f} ms"
+        f"  ({n / catch_up:,.0f} events/s), ratio {catch_up / publish:.2f}x"
+    )
     print(f"  messages published twice by the catch-up: {extra} (target: 0)")
 
 

@@ -55,9 +55,11 @@ async def main(runs: int) -> None:
 
             async def local_shim(*argv: str) -> None:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv, env=env, stdout=asyncio.subprocess.DEVNULL,
+                    *argv,
+                    env=env,
+                    stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL,
-                )  # fmt: skip
+                )
                 await proc.wait()
 
             async def in_process() -> None:
@@ -69,9 +71,12 @@ async def main(runs: int) -> None:
                 runs, lambda: local_shim("qm", "status", "100")
             )
             conn = await asyncssh.connect(
-                "127.0.0.2", int(env["PVE_SSH_PORT"]), username="root",
-                client_keys=[env["PVE_SSH_KEY"]], known_hosts=env["PVE_KNOWN_HOSTS"],
-            )  # fmt: skip
+                "127.0.0.2",
+                int(env["PVE_SSH_PORT"]),
+                username="root",
+                client_keys=[env["PVE_SSH_KEY"]],
+                known_hosts=env["PVE_KNOWN_HOSTS"],
+            )
             async with conn:
                 results["ssh pve2 qm status"] = await measure(
                     runs, lambda: conn.run("qm status 101")

@@ -128,8 +128,10 @@ async def bench(count: int) -> int:
                     form.add_field("filepath", PNG, filename="dot.png", content_type="image/png")
                     async with http.post(f"{img_base}/upload/bench", data=form) as resp:
                         assert resp.status == 201, await resp.text()
-                    requests = {"POST /run-now": run_now(fn_base),
-                                "GET /c/img (cached)": image_read(img_base)}  # fmt: skip
+                    requests = {
+                        "POST /run-now": run_now(fn_base),
+                        "GET /c/img (cached)": image_read(img_base),
+                    }
                     samples: dict[tuple[str, bool], list[float]] = {
                         (name, on): [] for name in requests for on in (False, True)
                     }
@@ -158,14 +160,18 @@ async def bench(count: int) -> int:
             ratio = statistics.median(with_token) / statistics.median(without)
             print(f"{name:<22} no tokens:   {ms_line(without)}")
             print(f"{'':<22} with token:  {ms_line(with_token)}")
-            print(f"{'':<22} added {added:+.3f} ms median, ratio {ratio:.3f}x "
-                  f"(target <= +{TARGET_MS} ms)\n")  # fmt: skip
+            print(
+                f"{'':<22} added {added:+.3f} ms median, ratio {ratio:.3f}x "
+                f"(target <= +{TARGET_MS} ms)\n"
+            )
             if added > TARGET_MS:
                 failures.append(f"{name} +{added:.3f} ms")
         path.write_bytes(tokens_file)
         per_check = await asyncio.to_thread(check_alone, data, token, 20_000)
-        print(f"the check alone (stat, route table, SHA-256, lookup): {per_check * 1e6:.1f} µs "
-              "per request")  # fmt: skip
+        print(
+            f"the check alone (stat, route table, SHA-256, lookup): {per_check * 1e6:.1f} µs "
+            "per request"
+        )
     print("\nresult:", "all targets met" if not failures else "MISSED: " + "; ".join(failures))
     return 1 if failures else 0
 

@@ -379,24 +379,33 @@ async def drivers_bench(rounds: int) -> None:
                 for driver in ("cli", "api"):
                     data = root / f"data-{driver}"
                     env = {
-                        **os.environ, **sim_env, **nats.client_env(), "PVE_DRIVER": driver,
-                        "CAIRN_DATA": str(data), "IMAGE_BASE_URL": mirror.base_url,
-                        "VM_SSH_POLL": "0.02", "VM_POLL_INTERVAL": "30",
+                        **os.environ,
+                        **sim_env,
+                        **nats.client_env(),
+                        "PVE_DRIVER": driver,
+                        "CAIRN_DATA": str(data),
+                        "IMAGE_BASE_URL": mirror.base_url,
+                        "VM_SSH_POLL": "0.02",
+                        "VM_POLL_INTERVAL": "30",
                         "VM_CPU_TYPE": "x86-64-v2-AES",
-                    }  # fmt: skip
+                    }
                     got = await one_round(env, data, Path(sim_env["PVESIM_ROOT"]))
                     if rnd == 0:
                         continue
                     for name, seconds in got[0].items():
                         times[driver].setdefault(name, []).append(seconds)
                     copied[driver].append(got[1])
-    print(f"drivers side by side: install on pve2 (main node pve1) and every lifecycle command, "
-          f"{rounds} rounds each, zero simulator delays; medians, ratio api/cli")  # fmt: skip
+    print(
+        f"drivers side by side: install on pve2 (main node pve1) and every lifecycle command, "
+        f"{rounds} rounds each, zero simulator delays; medians, ratio api/cli"
+    )
     for name in times["cli"]:
         cli, api = statistics.median(times["cli"][name]), statistics.median(times["api"][name])
         target = "   (target: <= 1.2x)" if name == "install" else ""
-        print(f"  {name:<12} cli {cli * 1000:8.1f} ms   api {api * 1000:8.1f} ms   "
-              f"ratio {api / cli:4.2f}x{target}")  # fmt: skip
+        print(
+            f"  {name:<12} cli {cli * 1000:8.1f} ms   api {api * 1000:8.1f} ms   "
+            f"ratio {api / cli:4.2f}x{target}"
+        )
     for driver in ("cli", "api"):
         mib = statistics.median(copied[driver]) / 2**20
         print(f"  disk bytes copied between nodes by one install, {driver}: {mib:,.0f} MiB")

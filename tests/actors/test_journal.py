@@ -43,10 +43,18 @@ def test_bookkeeping_is_not_journalled() -> None:
 
 def progress(state: str, failed: int) -> IndexingProgress:
     return IndexingProgress(
-        db="notes", state=state, queued=0, documents=1, chunks=3, embedded=3 - failed,
-        pending=0, failed=failed, keyword_rate=0.0, embedding_rate=0.0,
+        db="notes",
+        state=state,
+        queued=0,
+        documents=1,
+        chunks=3,
+        embedded=3 - failed,
+        pending=0,
+        failed=failed,
+        keyword_rate=0.0,
+        embedding_rate=0.0,
         embedding_error="timeout" if failed else None,
-    )  # fmt: skip
+    )
 
 
 def test_the_other_services_changes() -> None:

@@ -59,9 +59,13 @@ class Cairn:
     def program(self, *argv: str, env: Mapping[str, str] | None = None) -> Result:
         """`cairn ARGV` as its own process."""
         done = subprocess.run(
-            [CAIRN, *argv], env={**self.env, **(env or {})}, cwd=self.data.parent,
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [CAIRN, *argv],
+            env={**self.env, **(env or {})},
+            cwd=self.data.parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return Result(done.returncode, done.stdout, done.stderr)
 
     @contextlib.contextmanager
@@ -82,10 +86,13 @@ class Cairn:
         terminal: a test run in the background (`ops/test &`, nohup) passes SIGINT on ignored,
         and Python then never raises KeyboardInterrupt."""
         return subprocess.Popen(
-            ["env", "--default-signal=INT", CAIRN, *argv], env={**self.env, **(env or {})},
+            ["env", "--default-signal=INT", CAIRN, *argv],
+            env={**self.env, **(env or {})},
             cwd=self.data.parent,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def cairn_env(root: Path, extra: Sequence[str] = ()) -> dict[str, str]:
@@ -115,9 +122,13 @@ def cairn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cairn]:
     env = cairn_env(root)
     log = (root / "cairn.log").open("w+")
     proc = subprocess.Popen(
-        [CAIRN, "up"], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+        [CAIRN, "up"],
+        env=env,
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         _wait_ready(proc, root / "cairn.log")
         yield Cairn(env, root / "data")

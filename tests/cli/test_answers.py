@@ -70,10 +70,13 @@ BUS = b"the message bus (NATS) is unavailable; cairn is reconnecting, try again 
         ((503, "text/plain", BUS), 3, f"cairn: {BUS.decode()}\n"),
         ((500, "text/plain", b"qm failed:\n  exit 255"), 1, "cairn: qm failed: exit 255\n"),
         ((403, "text/plain", b"host not allowed: ..."), 4, "cairn: host not allowed: ...\n"),
-        ((200, "application/json", b"<html>"), 1, "cairn: the service answered 200 with a body "
-         "that is not JSON\n"),
+        (
+            (200, "application/json", b"<html>"),
+            1,
+            "cairn: the service answered 200 with a body that is not JSON\n",
+        ),
     ],
-)  # fmt: skip
+)
 def test_status_to_exit_code(
     cairn: Cairn, answering: Answering, answer: Answer, code: int, err: str
 ) -> None:

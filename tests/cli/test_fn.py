@@ -26,8 +26,9 @@ def test_put_list_run_and_remove(cairn: Cairn, tmp_path: Path) -> None:
     assert header.split() == ["PATH", "LANGUAGE", "LATEST", "VERSIONS"]
     row = next(r.split() for r in rows if r.startswith("cli/add "))
     assert row[1] == "python" and row[-1] == "1" and row[-2] == "UTC"
-    entry = next(f for f in cairn.run("fn", "list", "--json").json()["functions"]
-                 if f["path"] == "cli/add")  # fmt: skip
+    entry = next(
+        f for f in cairn.run("fn", "list", "--json").json()["functions"] if f["path"] == "cli/add"
+    )
     assert entry["language"] == "python" and len(entry["versions"]) == 1
 
     # What the function prints comes on stderr without asking; the result alone on stdout.

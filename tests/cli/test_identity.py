@@ -115,9 +115,10 @@ def test_a_token_file_that_holds_no_token_is_a_usage_error(cairn: Cairn, tmp_pat
 
 def test_the_token_never_goes_over_plain_http_to_another_machine(cairn: Cairn) -> None:
     result = cairn.run(
-        "vm", "list",
+        "vm",
+        "list",
         env={"CAIRN_TOKEN": "cairn_x", "CAIRN_VM_URL": "http://192.0.2.10:8100/api"},
-    )  # fmt: skip
+    )
     assert result.code == 2
     assert result.err == (
         "cairn: refusing to send the token over plain http to 192.0.2.10: use an https:// "
@@ -161,10 +162,13 @@ def test_a_redirect_is_not_followed_so_the_token_stays(cairn: Cairn) -> None:
     bouncer, bouncer_seen = recorder(f"http://127.0.0.1:{port}")
     try:
         result = cairn.run(
-            "fn", "list",
-            env={"CAIRN_TOKEN": "cairn_secret",
-                 "CAIRN_FUNCTIONS_URL": f"http://127.0.0.1:{bouncer.server_address[1]}"},
-        )  # fmt: skip
+            "fn",
+            "list",
+            env={
+                "CAIRN_TOKEN": "cairn_secret",
+                "CAIRN_FUNCTIONS_URL": f"http://127.0.0.1:{bouncer.server_address[1]}",
+            },
+        )
     finally:
         bouncer.shutdown()
         elsewhere.shutdown()

@@ -26,8 +26,13 @@ raise SystemExit(code)
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     closed = f"http://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
-    env = {**os.environ, "CAIRN_VM_URL": closed, "CAIRN_FUNCTIONS_URL": closed,
-           "CAIRN_IMAGES_URL": closed, "CAIRN_TOKEN": ""}  # fmt: skip
+    env = {
+        **os.environ,
+        "CAIRN_VM_URL": closed,
+        "CAIRN_FUNCTIONS_URL": closed,
+        "CAIRN_IMAGES_URL": closed,
+        "CAIRN_TOKEN": "",
+    }
     return subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=60
     )
@@ -52,16 +57,25 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
     """`cairn … --json | head -1`: the reader left before cairn wrote; no traceback, exit 141
     as for any program ended by a closed pipe."""
     closed = f"http://127.0.0.1:{free_port('127.0.0.1')}"
-    env = {**os.environ, "CAIRN_VM_URL": closed, "CAIRN_DATA": str(tmp_path / "data"),
-           "CAIRN_TOKEN": ""}  # fmt: skip
+    env = {
+        **os.environ,
+        "CAIRN_VM_URL": closed,
+        "CAIRN_DATA": str(tmp_path / "data"),
+        "CAIRN_TOKEN": "",
+    }
     for args in (["vm", "list", "--json"], ["token", "list", "--json"]):
         read, write = os.pipe()
         os.close(read)  # the reader is gone before anything is written
         try:
             done = subprocess.run(
-                [CAIRN, *args], stdout=write, stderr=subprocess.PIPE, text=True, env=env,
-                cwd=tmp_path, timeout=60,
-            )  # fmt: skip
+                [CAIRN, *args],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                timeout=60,
+            )
         finally:
             os.close(write)
         assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -75,14 +75,14 @@ def lines(text: str) -> list[bytes]:
 
 def test_parse_sse() -> None:
     stream = (
-        ': keep-alive\n\n'
+        ": keep-alive\n\n"
         'id: 101:1\ndata: {"step":"a","status":"processing","message":"[*] x"}\n\n'
-        'data: not json\n\n'
+        "data: not json\n\n"
         'event: stopping\ndata: {"message":"bye"}\n\r\n'
         'data: {"a":\ndata: 1}\n\n'
-        'event: close\ndata: {}\n\n'
+        "event: close\ndata: {}\n\n"
         'data: {"cut": "off"}\n'
-    )  # fmt: skip
+    )
     assert list(parse_sse(iter(lines(stream)))) == [
         Event({"step": "a", "status": "processing", "message": "[*] x"}, None, "101:1"),
         Event(None),
@@ -144,9 +144,20 @@ def test_upload_body_quotes_the_file_name() -> None:
 
 
 def install_args(**given: object) -> argparse.Namespace:
-    fields = {"os": "debian", "os_version": "12", "name": None, "id": None, "node": None,
-              "cpu": None, "ram": None, "disk": None, "user": None, "pubkey": None,
-              "pubkey_file": None, "password_file": None}  # fmt: skip
+    fields = {
+        "os": "debian",
+        "os_version": "12",
+        "name": None,
+        "id": None,
+        "node": None,
+        "cpu": None,
+        "ram": None,
+        "disk": None,
+        "user": None,
+        "pubkey": None,
+        "pubkey_file": None,
+        "password_file": None,
+    }
     return argparse.Namespace(**{**fields, **given})
 
 
@@ -156,13 +167,27 @@ def test_install_body(tmp_path: Path) -> None:
     key.write_text("ssh-ed25519 AAAA me@host\n")
     password.write_text("s3cret with spaces\nignored\n")
     body = install_body(
-        install_args(name="web", id=150, cpu=4, ram=4096, disk="32G", pubkey_file=str(key),
-                     password_file=str(password))
-    )  # fmt: skip
+        install_args(
+            name="web",
+            id=150,
+            cpu=4,
+            ram=4096,
+            disk="32G",
+            pubkey_file=str(key),
+            password_file=str(password),
+        )
+    )
     assert body == {
-        "os": "debian", "version": "12", "name": "web", "id": 150, "cpu": 4, "ram": 4096,
-        "disk": "32G", "pubkey": "ssh-ed25519 AAAA me@host", "passwd": "s3cret with spaces",
-    }  # fmt: skip
+        "os": "debian",
+        "version": "12",
+        "name": "web",
+        "id": 150,
+        "cpu": 4,
+        "ram": 4096,
+        "disk": "32G",
+        "pubkey": "ssh-ed25519 AAAA me@host",
+        "passwd": "s3cret with spaces",
+    }
     password.write_text("\n")
     with pytest.raises(CliError, match="is empty"):
         install_body(install_args(password_file=str(password)))

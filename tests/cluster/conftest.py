@@ -73,10 +73,17 @@ class Host:
     async def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                CAIRN, "serve", "vm", "functions", "images",
-                cwd=self.log_path.parent, env=self.env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=log, stderr=log,
-            )  # fmt: skip
+                CAIRN,
+                "serve",
+                "vm",
+                "functions",
+                "images",
+                cwd=self.log_path.parent,
+                env=self.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
 
         def ready() -> bool:
             assert self.proc is not None

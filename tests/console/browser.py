@@ -120,12 +120,14 @@ class Stack:
     def upload_image(self, folder: str, name: str, data: bytes) -> dict[str, Any]:
         """A multipart upload as a form would send it, through the console."""
         boundary = "cairn-test-boundary"
-        body = b"".join((
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"filepath\"; ".encode(),
-            f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
-            data,
-            f"\r\n--{boundary}--\r\n".encode(),
-        ))  # fmt: skip
+        body = b"".join(
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="filepath"; '.encode(),
+                f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode(),
+                data,
+                f"\r\n--{boundary}--\r\n".encode(),
+            )
+        )
         req = urllib.request.Request(
             f"{self.base}/console/svc/images/upload/{folder}", data=body, method="POST"
         )
@@ -162,16 +164,21 @@ def start_stack(
     )
     env.update(extra_env or {})
     for db, files in (databases if databases is not None else {"notes": DOCUMENTS}).items():
-        subprocess.run([CAIRN, "search", "add", db], env=env, cwd=root, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [CAIRN, "search", "add", db], env=env, cwd=root, check=True, capture_output=True
+        )
         inbox = root / "inbox" / db
         inbox.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (inbox / name).write_text(text)
     proc = subprocess.Popen(
-        [CAIRN, "up"], cwd=root, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [CAIRN, "up"],
+        cwd=root,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     lines: list[str] = []
     ready = threading.Event()
 

@@ -24,8 +24,9 @@ CODE = "def handler(event):\n    return 1\n"
 @pytest.fixture(scope="module")
 def ada(stack: Stack) -> str:
     argv = [CAIRN, "token", "create", "ada", "--role", "admin"]
-    made = subprocess.run(argv, env=stack.env, cwd=stack.root, capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    made = subprocess.run(
+        argv, env=stack.env, cwd=stack.root, capture_output=True, text=True, check=True
+    )
     return made.stdout.strip()
 
 
@@ -89,11 +90,13 @@ def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and
     page.goto(stack.url("events"))
     what = page.locator("li.event summary")
     stored = page.locator('li[data-type="functions.version_stored"] summary')
-    expect(stored.filter(has_text=re.compile(r"^audit/greet version of \d.+ \(python\) by ada$"))
-           ).to_have_count(2)  # fmt: skip
+    expect(
+        stored.filter(has_text=re.compile(r"^audit/greet version of \d.+ \(python\) by ada$"))
+    ).to_have_count(2)
     expect(what.filter(has_text="audit/greet deleted (2 versions) by ada")).to_have_count(1)
-    expect(what.filter(has_text=re.compile(r"^audit/sunset\.png \(image/png, .*\) by ada$"))
-           ).to_have_count(1)  # fmt: skip
+    expect(
+        what.filter(has_text=re.compile(r"^audit/sunset\.png \(image/png, .*\) by ada$"))
+    ).to_have_count(1)
     expect(what.filter(has_text="audit/sunset.png deleted by ada")).to_have_count(1)
 
     lines = tail_until(stack, "functions", ["functions.deleted"])
@@ -111,7 +114,9 @@ def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and
     journal = [line for line in stack.output().splitlines() if "cairn.journal" in line]
     stored_line = re.compile(r"function audit/greet: version \d+ stored .*, asked by ada$")
     assert len([line for line in journal if stored_line.search(line)]) == 2, journal
-    assert any(line.endswith("function audit/greet: deleted (2 versions), asked by ada")
-               for line in journal)  # fmt: skip
+    assert any(
+        line.endswith("function audit/greet: deleted (2 versions), asked by ada")
+        for line in journal
+    )
     assert any(line.endswith("images: deleted audit/sunset.png, asked by ada") for line in journal)
     assert ada not in stack.output()

@@ -20,9 +20,11 @@ CODE = 'print("working", flush=True)\nreturn {"done": True}\n'
 @pytest.fixture(scope="module")
 def seeded(stack: Stack) -> Stack:
     for name, os_name, version in (("web", "debian", "12"), ("db", "rockylinux", "9")):
-        status, body = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                     {"os": os_name, "version": version, "name": name,
-                                      "passwd": "a-password-for-the-demo"})  # fmt: skip
+        status, body = stack.request(
+            "POST",
+            "/console/svc/vm/api/vm/install",
+            {"os": os_name, "version": version, "name": name, "passwd": "a-password-for-the-demo"},
+        )
         assert status == 200 and '"status":"error"' not in body, body
     fn = {"path": "dense/run", "language": "python", "code": CODE}
     assert stack.request("POST", "/console/svc/functions/upload", fn)[0] == 200

@@ -28,9 +28,11 @@ def seeded(stack: Stack) -> dict[str, int]:
     status, text = stack.request("POST", "/console/svc/functions/upload", fn)
     assert status == 200, text
     stack.upload_image("homelab/rack", "switch.png", png())
-    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                 {"os": "debian", "version": "12", "name": "evented",
-                                  "passwd": "a-password-for-the-demo"})  # fmt: skip
+    status, text = stack.request(
+        "POST",
+        "/console/svc/vm/api/vm/install",
+        {"os": "debian", "version": "12", "name": "evented", "passwd": "a-password-for-the-demo"},
+    )
     assert status == 200 and '"status":"error"' not in text, text
     listed = stack.json("/console/svc/vm/api/vm/list")["list"]
     return {"vm": int(next(v["vmid"] for v in listed if v["name"] == "evented"))}
@@ -125,8 +127,9 @@ def test_the_events_read_whole_at_any_width(
     page = context.new_page()
     try:
         page.goto(stack.url("events"))
-        expect(page.locator('li[data-type="vmalloc.reserved"], li[data-type^="vmalloc"]').first
-               ).to_be_visible()  # fmt: skip
+        expect(
+            page.locator('li[data-type="vmalloc.reserved"], li[data-type^="vmalloc"]').first
+        ).to_be_visible()
         assert page.evaluate(BROKEN) == []
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         # Each kind in words; the type as recorded on hover.

@@ -88,8 +88,11 @@ def test_install_a_vm_and_watch_its_stages_arrive(page: Page, stack: Stack) -> N
 def test_stop_resize_migrate_start_and_destroy_a_vm_after_confirming(
     page: Page, stack: Stack
 ) -> None:
-    status, _ = stack.request("POST", "/console/svc/vm/api/vm/install",
-                              {"os": "ubuntu", "version": "24.04", "name": "doomed"})  # fmt: skip
+    status, _ = stack.request(
+        "POST",
+        "/console/svc/vm/api/vm/install",
+        {"os": "ubuntu", "version": "24.04", "name": "doomed"},
+    )
     assert status == 200
     vm = next(v for v in stack.json("/console/svc/vm/api/vm/list")["list"] if v["name"] == "doomed")
     page.goto(stack.url(f"vm/{vm['vmid']}"))
@@ -357,8 +360,10 @@ def test_upload_an_image_see_its_thumbnail_delete_it_and_drop_another(
     expect(thumb).to_have_attribute(
         "src", re.compile(r"/console/svc/images/c/img/holiday/2026/sunset\.png\?s=320$")
     )
-    wait_until(lambda: thumb.evaluate("img => img.complete && img.naturalWidth") == 320,
-               what="the thumbnail to load")  # fmt: skip
+    wait_until(
+        lambda: thumb.evaluate("img => img.complete && img.naturalWidth") == 320,
+        what="the thumbnail to load",
+    )
     expect(tile).to_contain_text("KiB")
     crumbs = page.get_by_role("navigation", name="Folder").get_by_role("link")
     expect(crumbs).to_have_text(["images", "holiday", "2026"])

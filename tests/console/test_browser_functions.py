@@ -21,8 +21,9 @@ def versions(stack: Stack, path: str) -> list[Any]:
 
 
 def store(stack: Stack, path: str) -> int:
-    status, text = stack.request("POST", "/console/svc/functions/upload",
-                                 {"path": path, "language": "python", "code": CODE})  # fmt: skip
+    status, text = stack.request(
+        "POST", "/console/svc/functions/upload", {"path": path, "language": "python", "code": CODE}
+    )
     assert status == 200, text
     return int(versions(stack, path)[-1])
 

@@ -26,8 +26,9 @@ class Tokens:
 def tokens(stack: Stack) -> Tokens:
     def create(name: str, role: str) -> str:
         argv = [CAIRN, "token", "create", name, "--role", role]
-        made = subprocess.run(argv, env=stack.env, cwd=stack.root, capture_output=True,
-                              text=True, check=True)  # fmt: skip
+        made = subprocess.run(
+            argv, env=stack.env, cwd=stack.root, capture_output=True, text=True, check=True
+        )
         return made.stdout.strip()
 
     return Tokens(viewer=create("vera", "viewer"), admin=create("ada", "admin"))
@@ -43,9 +44,12 @@ def sign_in(page: Page, stack: Stack, token: str) -> None:
 
 def stopped_vm(stack: Stack, tokens: Tokens) -> int:
     bearer = {"Authorization": f"Bearer {tokens.admin}"}
-    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                 {"os": "ubuntu", "version": "24.04", "name": "kept"},
-                                 bearer)  # fmt: skip
+    status, text = stack.request(
+        "POST",
+        "/console/svc/vm/api/vm/install",
+        {"os": "ubuntu", "version": "24.04", "name": "kept"},
+        bearer,
+    )
     assert status == 200, text
     listing = stack.json("/console/svc/vm/api/vm/list")["list"]  # public: no token
     vmid = int(next(v for v in listing if v["name"] == "kept")["vmid"])

@@ -24,10 +24,12 @@ def test_node_cards_show_load_memory_storage_and_uptime(
         page.goto(stack.url())
         card = page.locator('article.node[data-node="pve1"]')
         load = round(pve1["load"] * 100)
-        expect(card.get_by_role("progressbar", name=f"CPU load: {load}% of {pve1['max_cpu']} CPUs")
-               ).to_have_attribute("value", str(load))  # fmt: skip
-        expect(card.get_by_role("progressbar", name=re.compile(r"^Memory in use: .+ of 64 GiB$"))
-               ).to_be_visible()  # fmt: skip
+        expect(
+            card.get_by_role("progressbar", name=f"CPU load: {load}% of {pve1['max_cpu']} CPUs")
+        ).to_have_attribute("value", str(load))
+        expect(
+            card.get_by_role("progressbar", name=re.compile(r"^Memory in use: .+ of 64 GiB$"))
+        ).to_be_visible()
         storage = card.get_by_role("progressbar", name=re.compile(r"^Storage \(root\): .+ of .+B$"))
         expect(storage).to_have_attribute("value", str(pve1["rootfs_used"]))
         expect(storage).to_have_attribute("max", str(pve1["rootfs_total"]))

@@ -49,9 +49,11 @@ def png(width: int, height: int, colour: tuple[int, int, int]) -> bytes:
 def seeded(stack: Stack) -> Stack:
     """Something on every page: VMs, functions, images, an indexed database."""
     for name, os_name, version in (("web", "debian", "12"), ("db", "rockylinux", "9")):
-        status, body = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                     {"os": os_name, "version": version, "name": name,
-                                      "passwd": "a-password-for-the-demo"})  # fmt: skip
+        status, body = stack.request(
+            "POST",
+            "/console/svc/vm/api/vm/install",
+            {"os": os_name, "version": version, "name": name, "passwd": "a-password-for-the-demo"},
+        )
         assert status == 200 and '"status":"error"' not in body, body
     status, _ = stack.request(
         "POST",

@@ -158,8 +158,9 @@ def test_a_viewer_is_not_offered_it_an_operator_is(
 ) -> None:
     def token(name: str, role: str) -> str:
         argv = [CAIRN, "token", "create", name, "--role", role]
-        made = subprocess.run(argv, env=stack.env, cwd=stack.root, capture_output=True,
-                              text=True, check=True)  # fmt: skip
+        made = subprocess.run(
+            argv, env=stack.env, cwd=stack.root, capture_output=True, text=True, check=True
+        )
         return made.stdout.strip()
 
     made = {"viewer": token("vera", "viewer"), "operator": token("otto", "operator")}

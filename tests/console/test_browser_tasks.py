@@ -81,12 +81,15 @@ def test_an_install_is_followed_where_the_user_looks(sized: Page, stack: Stack) 
 
 def test_a_failed_install_shows_a_failed_bar(sized: Page, stack: Stack) -> None:
     page = sized
-    status, body = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                 {"os": "debian", "version": "12", "name": "taken",
-                                  "passwd": "a-password-for-the-demo"})  # fmt: skip
+    status, body = stack.request(
+        "POST",
+        "/console/svc/vm/api/vm/install",
+        {"os": "debian", "version": "12", "name": "taken", "passwd": "a-password-for-the-demo"},
+    )
     assert status == 200 and '"status":"error"' not in body, body
-    taken = next(v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"]
-                 if v["name"] == "taken")  # fmt: skip
+    taken = next(
+        v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"] if v["name"] == "taken"
+    )
     fill_form(page, stack, "again", taken)
     page.get_by_role("button", name="Install").click()
     first = page.locator('li[data-step="preparation > checking VMID"]')
@@ -148,8 +151,9 @@ def frames(text: str) -> list[dict[str, str]]:
 def test_an_install_streams_each_id_once_and_ends_on_the_last(stack: Stack) -> None:
     """Ids are the store's, each once; the password (stored nowhere) and the close carry none,
     so a client's Last-Event-ID stays on the last record it can resume after."""
-    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                 {"os": "debian", "version": "12", "name": "ids"})  # fmt: skip
+    status, text = stack.request(
+        "POST", "/console/svc/vm/api/vm/install", {"os": "debian", "version": "12", "name": "ids"}
+    )
     assert status == 200
     events = frames(text)
     ids = [e["id"] for e in events if "id" in e]
@@ -162,6 +166,7 @@ def test_an_install_streams_each_id_once_and_ends_on_the_last(stack: Stack) -> N
     assert "id" not in password
     assert events[-1] == {"event": "close", "data": "{}"}
     # The last id resumes after the final record: nothing more, and the stream closes.
-    status, rest = stack.request("GET", f"/console/svc/vm/api/vm/{vmid}/task",
-                                 headers={"Last-Event-ID": ids[-1]})  # fmt: skip
+    status, rest = stack.request(
+        "GET", f"/console/svc/vm/api/vm/{vmid}/task", headers={"Last-Event-ID": ids[-1]}
+    )
     assert status == 200 and frames(rest) == [{"event": "close", "data": "{}"}], rest

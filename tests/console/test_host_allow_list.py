@@ -106,8 +106,12 @@ async def test_the_console_refuses_before_forwarding(serve: Serve) -> None:
     functions = await serve("functions")
     port = int(functions.rsplit(":", 1)[1])
     base = await serve("status", listen={"functions": ("127.0.0.1", port)})
-    mcp_call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "search_rag", "arguments": {"query": "secret"}}}  # fmt: skip
+    mcp_call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "search_rag", "arguments": {"query": "secret"}},
+    }
     for method, path, body in (
         ("POST", "/console/svc/vm/api/vm/102/stop", ""),
         ("POST", "/console/svc/functions/run-now", '{"language": "python", "code": "x"}'),
@@ -122,8 +126,9 @@ async def test_the_console_refuses_before_forwarding(serve: Serve) -> None:
     status, text = await send("GET", f"{functions}/functions")
     assert json.loads(text)["count"] == 0
     own = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
-    status, text = await send("POST", f"{base}/console/svc/functions/upload", own,
-                              json.dumps(BILLING))  # fmt: skip
+    status, text = await send(
+        "POST", f"{base}/console/svc/functions/upload", own, json.dumps(BILLING)
+    )
     assert status == 200, text
     status, text = await send("GET", f"{functions}/functions")
     assert json.loads(text)["count"] == 1
@@ -132,8 +137,11 @@ async def test_the_console_refuses_before_forwarding(serve: Serve) -> None:
 async def test_a_listed_name_is_answered(serve: Serve) -> None:
     """Behind a reverse proxy that passes its own name on (proxy_set_header Host $host)."""
     base = await serve("functions", CAIRN_ALLOWED_HOSTS="cairn.example.org")
-    headers = {"Host": "cairn.example.org", "Origin": "https://cairn.example.org",
-               "Sec-Fetch-Site": "same-origin"}  # fmt: skip
+    headers = {
+        "Host": "cairn.example.org",
+        "Origin": "https://cairn.example.org",
+        "Sec-Fetch-Site": "same-origin",
+    }
     status, text = await send("POST", f"{base}/upload", headers, json.dumps(BILLING))
     assert status == 200, text
     await refused("POST", f"{base}/upload", json.dumps(BILLING))

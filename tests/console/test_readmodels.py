@@ -28,6 +28,10 @@ def test_documents_as_indexing_last_left_them() -> None:
     assert project_documents(records) == [
         {"source": "a.txt", "status": "indexed", "chunks": 1, "at": 1002.0},
         {"source": "b.md", "status": "indexed", "chunks": 5, "at": 1004.0},
-        {"source": "c.exe", "status": "dismissed", "reason": "unsupported file type '.exe'",
-         "at": 1003.0},
-    ]  # fmt: skip
+        {
+            "source": "c.exe",
+            "status": "dismissed",
+            "reason": "unsupported file type '.exe'",
+            "at": 1003.0,
+        },
+    ]

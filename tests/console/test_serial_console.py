@@ -153,11 +153,19 @@ async def test_only_under_the_api_driver(serve: Serve, sim: SimCluster) -> None:
         async with http.get(f"{base}/console/vm/{VMID}/serial") as resp:
             assert resp.status == 400 and "websocket" in await resp.text()
     base = await serve("status", **env)
-    async with aiohttp.ClientSession() as http, http.get(
-        f"{base}/console/vm/{VMID}/serial",
-        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Origin": base,
-                 "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
-    ) as resp:  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{base}/console/vm/{VMID}/serial",
+            headers={
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Origin": base,
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            },
+        ) as resp,
+    ):
         assert resp.status == 409
         assert "needs the Proxmox API driver (PVE_DRIVER=api" in await resp.text()
 

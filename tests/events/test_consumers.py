@@ -52,8 +52,11 @@ def test_a_request_outside_the_rules_is_refused(change: dict[str, Any], message:
 def test_a_request_within_the_rules() -> None:
     request = parse_request({**GOOD, "after": 12, "heartbeat": 0.5})
     assert (request.token, request.subject, request.after, request.heartbeat) == (
-        "reader-01", "cairn.evt.vm.>", 12, 0.5,
-    )  # fmt: skip
+        "reader-01",
+        "cairn.evt.vm.>",
+        12,
+        0.5,
+    )
     assert parse_request({"deliver": GOOD["deliver"]}).subject == "cairn.evt.>"
 
 

@@ -108,8 +108,9 @@ def test_steps_apply_in_turn_and_current_rows_are_left_alone() -> None:
     v1 = {"owner": "Ann", "limit": "2.5"}
     assert upcast("test.account", 1, 3, v1) == {"holder": "Ann", "limit_cents": 250}
     assert upcast("test.account", 2, 3, {"holder": "Bo", "limit": "1"}) == {
-        "holder": "Bo", "limit_cents": 100,
-    }  # fmt: skip
+        "holder": "Bo",
+        "limit_cents": 100,
+    }
     current = {"holder": "Cy", "limit_cents": 7}
     assert upcast("test.account", 3, 3, current) is current
     assert decode_stored("test.account", 1, json.dumps(v1)) == Account("Ann", 250)
@@ -136,10 +137,14 @@ async def _insert_raw(url: str, rows: list[tuple[str, int, str, int, dict[str, A
             for stream, version, type_name, schema, fields in rows:
                 await conn.execute(
                     sa.insert(events_table).values(
-                        stream=stream, version=version, type=type_name, schema=schema,
-                        data=json.dumps(fields), recorded_at=time.time(),
+                        stream=stream,
+                        version=version,
+                        type=type_name,
+                        schema=schema,
+                        data=json.dumps(fields),
+                        recorded_at=time.time(),
                     )
-                )  # fmt: skip
+                )
     finally:
         await engine.dispose()
 

@@ -135,9 +135,13 @@ async def test_a_damaged_page_of_the_stores_own_records_refuses_the_start_in_one
     zero_page_of(store, "cursors")
 
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, "up", env=first.env, cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+        CAIRN,
+        "up",
+        env=first.env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     said = out.decode(errors="replace")
     assert proc.returncode == 1, said
@@ -183,9 +187,14 @@ async def test_a_damaged_search_index_stops_that_database_only(
     first = await start_cairn("up")
     for db in ("notes", "rocks"):
         add = await asyncio.create_subprocess_exec(
-            CAIRN, "search", "add", db, env=first.env, cwd=tmp_path,
+            CAIRN,
+            "search",
+            "add",
+            db,
+            env=first.env,
+            cwd=tmp_path,
             stdout=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         assert await add.wait() == 0
         inbox = tmp_path / "inbox" / db
         inbox.mkdir(parents=True, exist_ok=True)

@@ -67,9 +67,14 @@ async def test_damaged_rows_quarantine_their_streams_and_nothing_else(
 ) -> None:
     first = await start_cairn("up")
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, "search", "add", "notes", env=first.env, cwd=tmp_path,
+        CAIRN,
+        "search",
+        "add",
+        "notes",
+        env=first.env,
+        cwd=tmp_path,
         stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     assert await proc.wait() == 0
     assert await first.stop() == 0
     (tmp_path / "inbox" / "notes" / "a.txt").write_text("granite is a rock\n")

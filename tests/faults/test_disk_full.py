@@ -77,11 +77,18 @@ async def test_a_full_disk_gives_clear_errors_and_everything_heals_when_space_is
         "SEARCH_DATA": str(search_root),
     }
     add = await asyncio.create_subprocess_exec(
-        CAIRN, "search", "add", SEARCH,
-        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
-             "SEARCH_DATA": str(search_root)},
-        cwd=tmp_path, stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        CAIRN,
+        "search",
+        "add",
+        SEARCH,
+        env={
+            **os.environ,
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "SEARCH_DATA": str(search_root),
+        },
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.DEVNULL,
+    )
     assert await add.wait() == 0
     index = search_root / "databases" / SEARCH
     index.rmdir()

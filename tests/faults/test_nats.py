@@ -134,10 +134,18 @@ async def test_nats_server_dies_with_cairn_and_a_stale_one_is_ended_at_start(
     store.mkdir(parents=True)
     # What a crash left behind before the death signal existed: a server on cairn's store.
     stale = await asyncio.create_subprocess_exec(
-        str(find_binary()), "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(free_port()),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        str(find_binary()),
+        "-js",
+        "-sd",
+        str(store),
+        "-a",
+        "127.0.0.1",
+        "-p",
+        str(free_port()),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         cairn = await start_cairn("serve", "images")
         assert f"ending a stale nats-server (pid {stale.pid})" in cairn.log()

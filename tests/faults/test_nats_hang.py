@@ -79,8 +79,12 @@ async def test_a_hung_nats_server_for_30_s_during_installs_and_requests(
         )
         listing = await timed(cairn, "GET", cairn.api + "/vm/list")
         status = await timed(cairn, "GET", cairn.api + "/vm/191/status")
-        run = await timed(cairn, "POST", cairn.url("functions") + "/run-now",
-                          json={"language": "python", "code": "return 1"})  # fmt: skip
+        run = await timed(
+            cairn,
+            "POST",
+            cairn.url("functions") + "/run-now",
+            json={"language": "python", "code": "return 1"},
+        )
         for answer, text, took in (install, listing, status, run):
             assert answer == 503 and BUS_DOWN in text, (answer, text)
             assert took < 6, f"{text!r} took {took:.1f} s"

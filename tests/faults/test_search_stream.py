@@ -68,9 +68,14 @@ async def test_a_killed_search_service_records_what_its_stream_missed(
 ) -> None:
     cairn = await start_cairn("serve", "search")
     add = await asyncio.create_subprocess_exec(
-        CAIRN, "search", "add", "notes", env=cairn.env, cwd=tmp_path,
+        CAIRN,
+        "search",
+        "add",
+        "notes",
+        env=cairn.env,
+        cwd=tmp_path,
         stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     assert await add.wait() == 0
     inbox = tmp_path / "inbox" / "notes"
     await wait_for(lambda: inbox.is_dir(), timeout=30, what="the inbox of notes")

@@ -24,9 +24,13 @@ from events import resources
 from gateway.apps.functions import FUNCTIONS_HOST, build
 
 TEST_LIMITS = SandboxLimits(
-    timeout_s=10, cpu_seconds=10, memory_bytes=128 * MIB, processes=32, output_bytes=64 * 1024,
+    timeout_s=10,
+    cpu_seconds=10,
+    memory_bytes=128 * MIB,
+    processes=32,
+    output_bytes=64 * 1024,
     tmpfs_bytes=4 * MIB,
-)  # fmt: skip
+)
 
 
 @pytest.fixture(scope="module")

@@ -104,9 +104,14 @@ async def test_each_run_leaves_one_journal_line_with_its_outcome(
     assert (await service.run_now("javascript", "return 1")).status == 200
 
     def runs() -> list[str]:
-        return [r.getMessage() for r in caplog.records if " in " in r.getMessage()
-                and r.name == "cairn.journal" and r.getMessage().startswith("function ")
-                and "stored" not in r.getMessage()]  # fmt: skip
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if " in " in r.getMessage()
+            and r.name == "cairn.journal"
+            and r.getMessage().startswith("function ")
+            and "stored" not in r.getMessage()
+        ]
 
     await wait_for(lambda: len(runs()) == 3, what="three run lines")
     lines = runs()

@@ -34,8 +34,13 @@ TYPE_CASES = {
         "text": ("console.log('plain words' as string)", "plain words"),
     },
 }
-EXPECTED_TYPE = {"string": "string", "number": "number", "json": "json", "array": "json",
-                 "text": "text"}  # fmt: skip
+EXPECTED_TYPE = {
+    "string": "string",
+    "number": "number",
+    "json": "json",
+    "array": "json",
+    "text": "text",
+}
 
 
 @pytest.mark.parametrize("language", list(TYPE_CASES))
@@ -63,10 +68,12 @@ async def test_event_and_input(service: Service, language: str, code: str) -> No
     ("language", "code"),
     [
         ("python", "print('{\"not\": \"this\"}')\nprint(42)\nreturn 'returned'"),
-        ("javascript",
-         "console.log(JSON.stringify({not: 'this'})); console.log(42); return 'returned'"),
+        (
+            "javascript",
+            "console.log(JSON.stringify({not: 'this'})); console.log(42); return 'returned'",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_prints_plus_return(service: Service, language: str, code: str) -> None:
     assert (await service.run_now(language, code)).json() == {"data": "returned", "type": "string"}
 

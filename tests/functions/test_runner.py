@@ -294,10 +294,13 @@ async def test_runs_that_are_killed_leave_no_descriptors_behind(
         (PY, "x = 1\ny = None\nreturn y.z", 'File "main.py", line 3'),
         (JS, "const a = 1\nconst b = null\nreturn b.x", "at main.js:3:"),
         # The interface is gone from esbuild's output: the frame is mapped back to line 5.
-        (TS, "interface P {\n  a: number\n}\nconst b: any = null\nreturn b.x as number",
-         "at main.ts:5:"),
+        (
+            TS,
+            "interface P {\n  a: number\n}\nconst b: any = null\nreturn b.x as number",
+            "at main.ts:5:",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_traceback_points_at_the_users_own_line(
     sandbox: Sandbox,
     cgroup_set: Cgroups,

@@ -77,9 +77,13 @@ async def test_a_runner_host_killed_mid_run_fails_that_run_at_once_and_others_ca
         "NATS_KEYS": str(runtime.bus.keyring.path),
     }
     remote = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.functions.runner_process", str(tmp_path / "remote"),
-        env=env, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "tests.functions.runner_process",
+        str(tmp_path / "remote"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
     assert remote.stdout is not None
     try:
         assert await asyncio.wait_for(remote.stdout.readline(), 60) == b"runner ready\n"
@@ -143,7 +147,9 @@ async def test_a_second_run_with_a_held_runs_id_does_not_take_its_replies(
                 protocol.encode(run),
                 reply=f"cairn.functions.reply.dup.{name}",
             )
-        await wait_for(lambda: any(m["t"] in protocol.FINAL for m in heard["first"]),
-                       what="the first run's result")  # fmt: skip
+        await wait_for(
+            lambda: any(m["t"] in protocol.FINAL for m in heard["first"]),
+            what="the first run's result",
+        )
     assert heard["second"] == [{"t": "error", "message": "duplicate run id"}]
     assert heard["first"][-1]["t"] == protocol.RESULT

@@ -100,9 +100,13 @@ def test_programs() -> None:
 
 def test_the_switch_to_the_sandbox_user() -> None:
     assert drop_argv(USER, "/usr/bin/setpriv") == [
-        "/usr/bin/setpriv", "--reuid=999", "--regid=995", "--clear-groups", "--no-new-privs",
+        "/usr/bin/setpriv",
+        "--reuid=999",
+        "--regid=995",
+        "--clear-groups",
+        "--no-new-privs",
         "--",
-    ]  # fmt: skip
+    ]
     assert drop_argv(None, "/usr/bin/setpriv") == []  # cairn is not root: it cannot switch
 
 
@@ -151,9 +155,15 @@ def test_without_a_pids_cgroup_the_run_caps_its_processes_inside() -> None:
     assert argv[:end] == bwrap_argv(PYTHON, given, limits=LIMITS)[:end]
     # The launcher's bwrap counts as the run's 64th process.
     whole = sandbox_argv(
-        PYTHON, Runtimes(), LIMITS, user=USER, given=given, cgroup_procs=[],
-        memory_cgroup=False, pids_cgroup=False,
-    )  # fmt: skip
+        PYTHON,
+        Runtimes(),
+        LIMITS,
+        user=USER,
+        given=given,
+        cgroup_procs=[],
+        memory_cgroup=False,
+        pids_cgroup=False,
+    )
     assert whole[-9:] == argv[-9:]
 
 

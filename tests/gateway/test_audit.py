@@ -105,8 +105,12 @@ async def test_without_tokens_the_address(console: str, runtime: Runtime) -> Non
 async def test_behind_a_trusted_proxy_a_hostile_forwarded_hop_is_quoted(runtime: Runtime) -> None:
     """A forwarded hop that is no address (any text a client put there, a tab included) is
     quoted and cut short, as for functions and images, and the install still goes through."""
-    env = {**runtime.env, "PVESIM_DELAY_SCALE": "0", "VM_SSH_POLL": "0.05",
-           "TRUSTED_PROXIES": "127.0.0.1"}  # fmt: skip
+    env = {
+        **runtime.env,
+        "PVESIM_DELAY_SCALE": "0",
+        "VM_SSH_POLL": "0.05",
+        "TRUSTED_PROXIES": "127.0.0.1",
+    }
     sim = attrs.evolve(runtime, flags=frozenset({"sim"}), env=env)
     vm = TestServer(await catalogue.build_app(catalogue.load("vm"), sim), host="127.0.0.1")
     await vm.start_server()

@@ -97,8 +97,9 @@ async def scenario(
     await call("POST", f"{functions}/upload", second, json_body=upload, headers=headers)
     done = await call("DELETE", f"{functions}/functions/team/billing", first, headers=headers)
     assert done == {"path": "team/billing", "deleted": 2}  # the answer is as it was
-    stored = await call("POST", f"{images}/upload/cats", first, form=image_form(PNG),
-                        headers=headers)  # fmt: skip
+    stored = await call(
+        "POST", f"{images}/upload/cats", first, form=image_form(PNG), headers=headers
+    )
     # The upload's answer, no more.
     assert set(stored) == {"success", "filename", "type", "size", "src"}
     await call("POST", f"{images}/upload/cats", second, form=image_form(JPEG), headers=headers)
@@ -236,8 +237,13 @@ async def test_behind_a_trusted_proxy_the_forwarded_address(serve: Serve, runtim
     assert await stored_audit(runtime) == expected("ip:203.0.113.9", "ip:203.0.113.9")
     hop = "<by=\tadmin>" + "x" * 300
     upload = {"path": "team/odd", "language": "python", "code": BILLING}
-    await call("POST", f"{functions}/upload", None, json_body=upload,
-               headers={"X-Forwarded-For": f"{hop}, 127.0.0.1"})  # fmt: skip
+    await call(
+        "POST",
+        f"{functions}/upload",
+        None,
+        json_body=upload,
+        headers={"X-Forwarded-For": f"{hop}, 127.0.0.1"},
+    )
     last = (await runtime.store.read_stream("functions:registry"))[-1].event
     assert isinstance(last, FunctionVersionStored)
     assert last.by == "ip:'<by=\\tadmin>" + "x" * 53 + "'"
@@ -256,8 +262,9 @@ async def test_a_command_with_a_by_no_gateway_sends_is_refused(
     with pytest.raises(CommandFailed) as refused:
         await command(nc, protocol.UPLOAD_SUBJECT, upload)
     assert (refused.value.status, refused.value.message) == (
-        400, "by: must be a token's name or ip:<address>",
-    )  # fmt: skip
+        400,
+        "by: must be a token's name or ip:<address>",
+    )
     await command(nc, protocol.UPLOAD_SUBJECT, {**upload, "by": "ada"})
     for subject, payload in (
         (protocol.DELETE_SUBJECT, {"path": "team/x", "by": by}),
@@ -281,8 +288,11 @@ def test_an_event_stored_before_cairn_kept_by_still_reads() -> None:
     }
     events = [decode_stored(name, 1, data) for name, data in rows.items()]
     assert [type(e) for e in events] == [
-        FunctionVersionStored, FunctionDeleted, ImageStored, ImageDeleted,
-    ]  # fmt: skip
+        FunctionVersionStored,
+        FunctionDeleted,
+        ImageStored,
+        ImageDeleted,
+    ]
     assert all(e.by is None for e in events)  # type: ignore[attr-defined]
     journal = Journal()
     lines = [journal.line(Recorded(1, "s:1", 1, e, 1.0)) for e in events]
@@ -307,8 +317,9 @@ async def test_a_run_names_who_asked_in_its_journal_line(
     functions = await serve("functions")
     run_now = {"language": "python", "code": "return 1\n"}
     assert await call("POST", f"{functions}/run-now", None, json_body=run_now) == {
-        "data": 1, "type": "number",
-    }  # fmt: skip
+        "data": 1,
+        "type": "number",
+    }
     path = runtime.data_dir / "tokens.json"
     ada, otto = create(path, "ada", Role.ADMIN), create(path, "otto", Role.OPERATOR)
     upload = {"path": "team/billing", "language": "python", "code": "return 2\n"}

@@ -163,10 +163,14 @@ async def test_a_taken_port_is_a_clear_configuration_error(tmp_path: Path) -> No
         blocker.listen()
         env["PORT"] = str(blocker.getsockname()[1])
         proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "cairn"), "serve", "images",
-            cwd=tmp_path, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            str(Path(sys.executable).parent / "cairn"),
+            "serve",
+            "images",
+            cwd=tmp_path,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{env['PORT']}" in err.decode()
@@ -178,10 +182,14 @@ async def test_a_bad_embedding_provider_stops_the_start_as_a_setting(tmp_path: P
     env = up_env(tmp_path)
     env["EMBEDDING_PROVIDER"] = "torch"
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "cairn"), "serve", "search",
-        cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        str(Path(sys.executable).parent / "cairn"),
+        "serve",
+        "search",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err.decode()
     assert "EMBEDDING_PROVIDER: must be local, e5, openai or none (got 'torch')" in err.decode()
@@ -197,9 +205,14 @@ async def test_the_first_start_says_where_to_go_and_is_healthy_only_once_ready(
     env = up_env(tmp_path, "SEARCH_PORT")
     cairn = str(Path(sys.executable).parent / "cairn")
     proc = await asyncio.create_subprocess_exec(
-        cairn, "up", cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cairn,
+        "up",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     early: tuple[int, dict[str, object]] | None = None

@@ -131,9 +131,14 @@ async def test_tail_without_a_server_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env["CAIRN_DATA"] = str(tmp_path)
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, "events", "tail", env=env, cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        CAIRN,
+        "events",
+        "tail",
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 20)
     assert proc.returncode == 2
     assert "NATS_URL" in err.decode() and "no cairn runs on this data directory" in err.decode()

@@ -128,9 +128,16 @@ async def test_search_and_mcp_take_a_bearer(
     assert status == 401 and "role viewer" in json.loads(text)["error"]
     assert (await call("GET", f"{base}/api/list", tokens.viewer))[0] == 200
     assert (await call("GET", f"{base}/api/health"))[0] == 200
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-03-26", "capabilities": {},
-                       "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     status, text, _ = await call("POST", f"{base}/mcp", None, json.dumps(init), **accept)
     assert status == 401 and "needs a token" in json.loads(text)["error"]
@@ -272,9 +279,12 @@ async def test_a_broken_sign_in_form_is_a_400(serve: Serve, tokens: Tokens) -> N
     base = await serve("status")
     for content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
         status, text, _ = await call(
-            "POST", f"{base}/console/login", None, b"token=%zz" + b"x" * 5000,
+            "POST",
+            f"{base}/console/login",
+            None,
+            b"token=%zz" + b"x" * 5000,
             **{"Content-Type": content_type},
-        )  # fmt: skip
+        )
         assert status == 400 and "That is not a token." in text
 
 

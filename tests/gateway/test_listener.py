@@ -179,9 +179,13 @@ async def test_a_listener_out_of_descriptors_pauses_and_recovers(tmp_path: Path)
     log = tmp_path / "server.log"
     with log.open("wb") as out:
         server = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", SMALL_LIMIT_SERVER,
-            stdout=asyncio.subprocess.PIPE, stderr=out, cwd=Path(__file__).parents[2],
-        )  # fmt: skip
+            sys.executable,
+            "-c",
+            SMALL_LIMIT_SERVER,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=out,
+            cwd=Path(__file__).parents[2],
+        )
     try:
         assert server.stdout is not None
         port = int(await asyncio.wait_for(server.stdout.readline(), 30))

@@ -65,8 +65,12 @@ async def test_one_access_line_per_request_without_the_query(
     caplog.set_level(logging.INFO, logger="cairn.access")
     try:
         async with aiohttp.ClientSession() as session:
-            for method, path in (("GET", "/ok?q=private+words"), ("POST", "/refused"),
-                                 ("GET", "/broken"), ("GET", "/missing")):  # fmt: skip
+            for method, path in (
+                ("GET", "/ok?q=private+words"),
+                ("POST", "/refused"),
+                ("GET", "/broken"),
+                ("GET", "/missing"),
+            ):
                 async with session.request(method, url + path) as resp:
                     await resp.read()
     finally:

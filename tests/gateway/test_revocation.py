@@ -106,9 +106,12 @@ async def test_revoking_a_token_ends_its_task_streams_and_no_other(
 ) -> None:
     api = await vm_service(serve, tmp_path, nats_server, sim, mirror) + "/api"
     install = await attach(
-        http, "POST", f"{api}/vm/install", json={"os": "debian", "version": "12", "id": VMID},
+        http,
+        "POST",
+        f"{api}/vm/install",
+        json={"os": "debian", "version": "12", "id": VMID},
         headers=tokens.bearer(Role.ADMIN),
-    )  # fmt: skip
+    )
     await wait_for(lambda: sim.vm(VMID) is not None, timeout=30, what="the install to create")
     follow = await attach(http, "GET", f"{api}/vm/{VMID}/task", headers=tokens.bearer(Role.VIEWER))
     assert revoke(tokens.path, "viewer")
@@ -163,9 +166,10 @@ async def test_signing_out_ends_the_feed_and_a_forwarded_task_stream(
     vm = await vm_service(serve, tmp_path, nats_server, sim, mirror)
     base = await serve("status", listen={"vm": ("127.0.0.1", int(vm.rsplit(":", 1)[1]))})
     async with http.post(
-        f"{vm}/api/vm/install", json={"os": "debian", "version": "12", "id": VMID},
+        f"{vm}/api/vm/install",
+        json={"os": "debian", "version": "12", "id": VMID},
         headers=tokens.bearer(Role.ADMIN),
-    ) as install:  # fmt: skip
+    ) as install:
         assert install.status == 200
         await wait_for(lambda: sim.vm(VMID) is not None, timeout=30, what="the install to create")
         async with http.post(

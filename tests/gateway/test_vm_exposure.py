@@ -20,9 +20,13 @@ async def refused(argv: list[str], tmp_path: Path, **extra: str) -> str:
     """Run `cairn ARGV`, expecting a configuration error; its stderr."""
     env = {**up_env(tmp_path, "PORT"), **extra}
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, *argv, cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        CAIRN,
+        *argv,
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 2, (out + err).decode()
     assert b"Traceback" not in err
@@ -49,8 +53,12 @@ async def test_half_a_real_cluster_stops_cairn_up(tmp_path: Path) -> None:
 
 
 async def test_allow_all_beyond_loopback_is_said_at_start_up(tmp_path: Path) -> None:
-    env = {**up_env(tmp_path, "PORT"), "VM_HOST": "0.0.0.0",
-           "ALLOW_IPS": "0.0.0.0", "NODE_pve9": "10.0.0.9"}  # fmt: skip
+    env = {
+        **up_env(tmp_path, "PORT"),
+        "VM_HOST": "0.0.0.0",
+        "ALLOW_IPS": "0.0.0.0",
+        "NODE_pve9": "10.0.0.9",
+    }
     proc, lines = await start([CAIRN, "serve", "vm", "--sim"], tmp_path, env)
     try:
         output = "".join(lines)

@@ -132,8 +132,11 @@ async def test_function_paths_holding_a_newline_get_the_paths_answer_not_a_bare_
     ):
         async with http.post(service.url + "/run/a%0Ab", json={}) as response:
             assert (response.status, await response.text()) == (404, "script not found")
-        for method, path in (("GET", "/functions/a%0Ab"), ("DELETE", "/functions/a%0Ab"),
-                             ("GET", "/code/a%0Ab")):  # fmt: skip
+        for method, path in (
+            ("GET", "/functions/a%0Ab"),
+            ("DELETE", "/functions/a%0Ab"),
+            ("GET", "/code/a%0Ab"),
+        ):
             async with http.request(method, service.url + path) as response:
                 assert (response.status, await response.text()) == (404, "script not found")
         body = {"path": "a\nb", "language": "python", "code": "return 1"}

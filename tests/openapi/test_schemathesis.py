@@ -69,20 +69,30 @@ async def schemathesis(service: Running, cwd: Path) -> tuple[int, str]:
     reporting = ["--report", "har", "--report-dir", f"{report}/{service.name}"] if report else []
     config = ["--config-file", str(CONFIG[service.name])] if service.name in CONFIG else []
     proc = await asyncio.create_subprocess_exec(
-        str(SCHEMATHESIS), *config, "--no-color", "run",
+        str(SCHEMATHESIS),
+        *config,
+        "--no-color",
+        "run",
         service.document_url,
-        "--checks", ",".join(CHECKS_OF.get(service.name, CHECKS)),
-        "--phases", PHASES,
-        "--max-examples", os.environ.get("CAIRN_SCHEMATHESIS_EXAMPLES", "10"),
-        "--seed", os.environ.get("CAIRN_SCHEMATHESIS_SEED", "1"),
-        "--generation-database", "none",  # nothing written beside the tests
-        "--request-timeout", "60",
-        "--workers", "1",
+        "--checks",
+        ",".join(CHECKS_OF.get(service.name, CHECKS)),
+        "--phases",
+        PHASES,
+        "--max-examples",
+        os.environ.get("CAIRN_SCHEMATHESIS_EXAMPLES", "10"),
+        "--seed",
+        os.environ.get("CAIRN_SCHEMATHESIS_SEED", "1"),
+        "--generation-database",
+        "none",  # nothing written beside the tests
+        "--request-timeout",
+        "60",
+        "--workers",
+        "1",
         *reporting,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    )
     out, _ = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(errors="replace")

@@ -108,8 +108,9 @@ def members_under(root: Path) -> list[Member]:
     kit = root / "kit"
     done = subprocess.run(
         [CAIRN, "cluster", "init", str(kit), *(f"--member={m.name}=127.0.0.1" for m in members)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "/etc/cairn-nats/auth.conf" in done.stdout
     template = CONFIG.read_text()
@@ -148,11 +149,19 @@ async def running(members: list[Member], root: Path) -> AsyncIterator[None]:
             log = member.config_path.parent / "nats-server.log"
             with log.open("ab") as out:
                 member.proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-S", "-c", _TIED_TO_PARENT, str(os.getpid()),
-                    str(find_binary()), "-c", str(member.config_path),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                    sys.executable,
+                    "-S",
+                    "-c",
+                    _TIED_TO_PARENT,
+                    str(os.getpid()),
+                    str(find_binary()),
+                    "-c",
+                    str(member.config_path),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
                     start_new_session=True,
-                )  # fmt: skip
+                )
         yield
     finally:
         for member in members:
@@ -176,10 +185,13 @@ async def meta_cluster_size(session: aiohttp.ClientSession, member: Member) -> i
 async def connect(root: Path, servers: list[str], *, dont_randomize: bool = False) -> Client:
     """A client as a cairn host is one (TLS checked against the kit's CA, the host key)."""
     return await nats.connect(
-        servers=servers, connect_timeout=1, reconnect_time_wait=0.1,
-        max_reconnect_attempts=-1, dont_randomize=dont_randomize,
+        servers=servers,
+        connect_timeout=1,
+        reconnect_time_wait=0.1,
+        max_reconnect_attempts=-1,
+        dont_randomize=dont_randomize,
         **host_access(root, servers).client_options(Role.HOST),
-    )  # fmt: skip
+    )
 
 
 def connected_port(nc: Client) -> int | None:
@@ -366,8 +378,10 @@ async def test_a_server_without_the_clusters_certificate_cannot_join(
         await wait_for(refused_by_members, timeout=20, what="the members refusing the rogue")
         assert (await routez(session, rogue_monitor))["num_routes"] == 0
         for member in members:
-            remote = {r.get("remote_name") for r in (await routez(session, member.monitor_port))
-                      .get("routes", [])}  # fmt: skip
+            remote = {
+                r.get("remote_name")
+                for r in (await routez(session, member.monitor_port)).get("routes", [])
+            }
             assert "rogue" not in remote, remote
 
         # What a rogue was for: reading the events. A subscriber on it hears nothing, while
@@ -401,9 +415,12 @@ async def test_a_client_without_a_key_cannot_connect(tmp_path: Path) -> None:
         async def anonymous() -> str:
             try:
                 nc = await nats.connect(
-                    members[0].url, tls=context, allow_reconnect=False,
-                    max_reconnect_attempts=0, connect_timeout=2,
-                )  # fmt: skip
+                    members[0].url,
+                    tls=context,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=0,
+                    connect_timeout=2,
+                )
             except Exception as exc:
                 return str(exc)
             await nc.close()

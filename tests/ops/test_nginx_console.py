@@ -59,9 +59,13 @@ class Proxied:
 @pytest.fixture
 async def proxied(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Proxied]:
     servers: list[TestServer] = []
-    env = {**runtime.env, "IMAGES_MAX_UPLOAD": str(2 * 1024 * 1024),
-           "CAIRN_ALLOWED_HOSTS": SITE, "TRUSTED_PROXIES": "127.0.0.1",
-           "ALLOW_IPS": "0.0.0.0"}  # fmt: skip
+    env = {
+        **runtime.env,
+        "IMAGES_MAX_UPLOAD": str(2 * 1024 * 1024),
+        "CAIRN_ALLOWED_HOSTS": SITE,
+        "TRUSTED_PROXIES": "127.0.0.1",
+        "ALLOW_IPS": "0.0.0.0",
+    }
 
     async def start(name: str, listen: dict[str, tuple[str, int]]) -> int:
         rt = attrs.evolve(runtime, env=env, listen=listen)
@@ -97,9 +101,10 @@ async def proxied(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Proxied]:
         connector = aiohttp.TCPConnector(ssl=context)
         async with (
             aiohttp.ClientSession(connector=connector) as session,
-            session.post(f"https://127.0.0.1:{https}{path}", data=body,
-                         headers={"Host": SITE, **headers}) as resp,
-        ):  # fmt: skip
+            session.post(
+                f"https://127.0.0.1:{https}{path}", data=body, headers={"Host": SITE, **headers}
+            ) as resp,
+        ):
             return resp.status, await resp.text()
 
     try:

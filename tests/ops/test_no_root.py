@@ -137,6 +137,8 @@ def test_a_user_switch_capability_would_give_root_back(files: tuple[Path, Path])
     assert python is not None
     done = run_as(
         setpriv_argv(switch, uid, gid),
-        python, "-c", f"import os; os.setuid(0); print(open({str(secret)!r}).read(), end='')",
-    )  # fmt: skip
+        python,
+        "-c",
+        f"import os; os.setuid(0); print(open({str(secret)!r}).read(), end='')",
+    )
     assert done.stdout == SECRET, done.stderr

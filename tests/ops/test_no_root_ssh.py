@@ -175,17 +175,25 @@ def test_no_image_through_a_symlink(images: Path, tmp_path: Path) -> None:
     with pytest.raises(allow.Refused, match="through a symlink"):
         allow.check(
             ["qm", "disk", "import", "120", str(images / "evil.qcow2"), "local-lvm"],
-            images=str(images), vmids=VMIDS,
-        )  # fmt: skip
+            images=str(images),
+            vmids=VMIDS,
+        )
     # Nor a cache folder that is itself a link elsewhere.
     linked = tmp_path / "linked"
     linked.symlink_to(images)
     with pytest.raises(allow.Refused, match="through a symlink"):
         allow.check(
-            ["qm", "disk", "import", "120", str(linked / "debian-12-debian-12-generic-amd64.qcow2"),
-             "local-lvm"],
-            images=str(linked), vmids=VMIDS,
-        )  # fmt: skip
+            [
+                "qm",
+                "disk",
+                "import",
+                "120",
+                str(linked / "debian-12-debian-12-generic-amd64.qcow2"),
+                "local-lvm",
+            ],
+            images=str(linked),
+            vmids=VMIDS,
+        )
 
 
 QEMU_IMG = shutil.which("qemu-img")
@@ -219,12 +227,23 @@ def run_helper(
     """The helper as sshd runs it, asked for `command` (qemu-img from the system)."""
     assert QEMU_IMG is not None
     return subprocess.run(
-        [sys.executable, str(HELPER), "--images", str(images), "--vmids", "100-199",
-         "--bin", f"{node_bin}:{os.path.dirname(QEMU_IMG)}",
-         "--tmp", str(node_bin.parent / "private")],
+        [
+            sys.executable,
+            str(HELPER),
+            "--images",
+            str(images),
+            "--vmids",
+            "100-199",
+            "--bin",
+            f"{node_bin}:{os.path.dirname(QEMU_IMG)}",
+            "--tmp",
+            str(node_bin.parent / "private"),
+        ],
         env={**os.environ, "SSH_ORIGINAL_COMMAND": shlex.join(command)},
-        capture_output=True, check=False, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
 
 
 @needs_qemu_img
@@ -344,11 +363,19 @@ async def node(bin_dir: Path, images: Path) -> AsyncIterator[tuple[int, asyncssh
     async def handle(process: asyncssh.SSHServerProcess[bytes]) -> None:
         env = {**os.environ, "SSH_ORIGINAL_COMMAND": process.command or ""}
         child = await asyncio.create_subprocess_exec(
-            sys.executable, str(HELPER), "--images", str(images), "--bin", str(bin_dir),
-            "--vmids", "100-199",
-            env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            str(HELPER),
+            "--images",
+            str(images),
+            "--bin",
+            str(bin_dir),
+            "--vmids",
+            "100-199",
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        )
         given = await process.stdin.read()
         out, err = await child.communicate(given)
         process.stdout.write(out)
@@ -358,9 +385,13 @@ async def node(bin_dir: Path, images: Path) -> AsyncIterator[tuple[int, asyncssh
     key = asyncssh.generate_private_key("ssh-ed25519")
     port = free_port()
     server = await asyncssh.listen(
-        "127.0.0.1", port, server_factory=_Node, server_host_keys=[key],
-        process_factory=handle, encoding=None,
-    )  # fmt: skip
+        "127.0.0.1",
+        port,
+        server_factory=_Node,
+        server_host_keys=[key],
+        process_factory=handle,
+        encoding=None,
+    )
     try:
         yield port, key
     finally:
@@ -381,9 +412,12 @@ async def test_cairns_transport_through_the_forced_command(tmp_path: Path, image
         known = tmp_path / "known_hosts"
         known.write_bytes(b"[127.0.0.1]:%d " % port + host_key.export_public_key())
         transport = SshTransport(
-            "127.0.0.1", port=port, username="root", client_key=str(tmp_path / "id"),
+            "127.0.0.1",
+            port=port,
+            username="root",
+            client_key=str(tmp_path / "id"),
             known_hosts=str(known),
-        )  # fmt: skip
+        )
         try:
             create = cairns_commands(images)[0]
             done = await transport.run(create)

@@ -64,9 +64,13 @@ async def test_up_without_search_loads_no_model(tmp_path: Path) -> None:
         HOME=str(tmp_path),
     )
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "cairn"), "up",
-        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+        str(Path(sys.executable).parent / "cairn"),
+        "up",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     output: list[bytes] = []
 
     async def collect() -> None:

@@ -120,8 +120,11 @@ def test_setup_shows_pip_and_npm_progress_on_a_terminal_only(tmp_path: Path) -> 
     calls = _setup_tree(tmp_path / "quiet")
     done = subprocess.run(
         [str(tmp_path / "quiet" / "ops" / "setup"), "--without", "model"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     quiet = calls.read_text().splitlines()
     assert [line.split()[:3] for line in quiet if line.startswith("pip")] == [
@@ -135,8 +138,11 @@ def test_setup_shows_pip_and_npm_progress_on_a_terminal_only(tmp_path: Path) -> 
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [str(tmp_path / "tty" / "ops" / "setup"), "--without", "model"],
-        env=env, stdin=follower, stdout=follower, stderr=follower,
-    )  # fmt: skip
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
     os.close(follower)
     shown = b""
     while True:

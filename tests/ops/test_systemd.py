@@ -71,9 +71,13 @@ def test_the_hardening_lines() -> None:
     # Longer than the graceful stop (CAIRN_STOP_GRACE, 10 s) and the connections' close.
     assert int(unit["TimeoutStopSec"][0].removesuffix("s")) >= 30
     for kept_off in (
-        "ProtectKernelTunables", "ProtectKernelLogs", "ProcSubset", "ProtectHostname",
-        "RestrictNamespaces", "ProtectControlGroups",
-    ):  # fmt: skip
+        "ProtectKernelTunables",
+        "ProtectKernelLogs",
+        "ProcSubset",
+        "ProtectHostname",
+        "RestrictNamespaces",
+        "ProtectControlGroups",
+    ):
         assert kept_off not in unit  # each would break bubblewrap
     # No root, no capability: nothing to lift for qm any more (docs/deploy.md).
     assert unit["User"] == ["cairn"] and unit["Group"] == ["cairn"]
@@ -217,9 +221,13 @@ async def test_functions_run_as_the_units_user_under_its_hardening() -> None:
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CAIRN_", "PORT"))}
         env.update(
-            CAIRN_DATA=str(data), PORT=str(port), TMPDIR=str(data / "tmp"), HOME=str(data),
-            XDG_CACHE_HOME=str(data / "cache"), XDG_CONFIG_HOME=str(data / "config"),
-        )  # fmt: skip
+            CAIRN_DATA=str(data),
+            PORT=str(port),
+            TMPDIR=str(data / "tmp"),
+            HOME=str(data),
+            XDG_CACHE_HOME=str(data / "cache"),
+            XDG_CONFIG_HOME=str(data / "config"),
+        )
         python = str(Path(sys.executable).parent / "python")
         proc = await asyncio.create_subprocess_exec(
             "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",

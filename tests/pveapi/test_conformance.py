@@ -45,8 +45,13 @@ def test_the_validator_reports_what_pve_reports() -> None:
         "ciupgrade": "property is not defined in schema"
     }
     download = schema_or_skip("8.2")["/nodes/{node}/storage/{storage}/download-url"]["POST"]
-    params = {"node": "pve1", "storage": "local", "content": "import", "filename": "d.qcow2",
-              "url": "https://x/d.qcow2"}  # fmt: skip
+    params = {
+        "node": "pve1",
+        "storage": "local",
+        "content": "import",
+        "filename": "d.qcow2",
+        "url": "https://x/d.qcow2",
+    }
     assert set(validate_request(download, params)) == {"content"}
     assert validate_request(create, {"node": "pve1", "vmid": "120", "numa": "true"}) == {
         "numa": "type check ('boolean') failed - got 'true'"
@@ -81,8 +86,10 @@ async def test_every_request_and_answer_of_an_install_and_the_lifecycle_fits_the
         if bad:
             problems.append(f"request {ex.method} {ex.path}: {bad}")
         if ex.status == 200:
-            problems += [f"answer {ex.method} {template}: {p}"
-                         for p in validate_return(method.get("returns", {}), ex.data)]  # fmt: skip
+            problems += [
+                f"answer {ex.method} {template}: {p}"
+                for p in validate_return(method.get("returns", {}), ex.data)
+            ]
     assert problems == []
     # What the driver used, so a silently skipped part of the pipeline shows here.
     assert {
@@ -116,8 +123,14 @@ async def test_the_simulated_answers_of_each_release_fit_its_schema(
         cluster.set_api_version(release)
         api = client_for(cluster)
         try:
-            params = {"vmid": 140, "name": "c140", "memory": 1024, "cores": 2,
-                      "net0": "virtio,bridge=vmbr0", "scsi0": "local-lvm:4"}  # fmt: skip
+            params = {
+                "vmid": 140,
+                "name": "c140",
+                "memory": 1024,
+                "cores": 2,
+                "net0": "virtio,bridge=vmbr0",
+                "scsi0": "local-lvm:4",
+            }
             assert (await wait_task(api, await api.post("/nodes/pve1/qemu", params))).ok
             await api.get("/nodes/pve1/qemu/140/config")
             await api.get("/nodes/pve1/qemu/140/status/current")
@@ -154,9 +167,14 @@ def proxmox(sim: SimCluster) -> Iterator[Any]:
     user, name = tokenid.split("!")
     host, port = env["PVE_API_URL"].removeprefix("https://").rsplit(":", 1)
     yield proxmoxer.ProxmoxAPI(
-        host, port=int(port), user=user, token_name=name, token_value=secret,
-        verify_ssl=str(sim.pveproxy.cert_path), timeout=30,
-    )  # fmt: skip
+        host,
+        port=int(port),
+        user=user,
+        token_name=name,
+        token_value=secret,
+        verify_ssl=str(sim.pveproxy.cert_path),
+        timeout=30,
+    )
 
 
 def _blocking(prox: Any, upid: str) -> dict[str, Any]:
@@ -174,9 +192,13 @@ async def test_proxmoxer_drives_the_simulated_pveproxy(sim: SimCluster, proxmox:
         assert sorted(n["node"] for n in proxmox.nodes.get()) == ["pve1", "pve2", "pve3"]
         vmid = int(proxmox.cluster.nextid.get())
         upid = proxmox.nodes("pve2").qemu.post(
-            vmid=vmid, name="px", memory=1024, cores=1, net0="virtio,bridge=vmbr0",
+            vmid=vmid,
+            name="px",
+            memory=1024,
+            cores=1,
+            net0="virtio,bridge=vmbr0",
             scsi0="local-lvm:2",
-        )  # fmt: skip
+        )
         assert _blocking(proxmox, upid)["exitstatus"] == "OK"
         vm = proxmox.nodes("pve2").qemu(vmid)
         assert vm.config.get()["name"] == "px"
@@ -220,9 +242,14 @@ async def test_proxmoxer_sees_401_and_403(sim: SimCluster) -> None:
 
     def client(name: str, value: str) -> Any:
         return proxmoxer.ProxmoxAPI(
-            host, port=int(port), user="cairn@pve", token_name=name, token_value=value,
-            verify_ssl=cert, timeout=30,
-        )  # fmt: skip
+            host,
+            port=int(port),
+            user="cairn@pve",
+            token_name=name,
+            token_value=value,
+            verify_ssl=cert,
+            timeout=30,
+        )
 
     def scenario() -> None:
         with pytest.raises(ResourceException) as unauth:

@@ -17,9 +17,13 @@ CAIRN = str(Path(sys.executable).parent / "cairn")
 
 
 async def test_serve_vm_sim_with_the_api_driver(tmp_path: Path) -> None:
-    env = {**up_env(tmp_path, "PORT"), "PVE_DRIVER": "api",
-           "PVE_API_URL": "https://192.0.2.10:8006", "PVESIM_DELAY_SCALE": "0",
-           "VM_SSH_POLL": "0.02"}  # fmt: skip
+    env = {
+        **up_env(tmp_path, "PORT"),
+        "PVE_DRIVER": "api",
+        "PVE_API_URL": "https://192.0.2.10:8006",
+        "PVESIM_DELAY_SCALE": "0",
+        "VM_SSH_POLL": "0.02",
+    }
     proc, _ = await start([CAIRN, "serve", "vm", "--sim"], tmp_path, env)
     try:
         url = f"http://127.0.0.1:{env['PORT']}/api"

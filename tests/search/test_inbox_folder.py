@@ -23,8 +23,9 @@ def test_inbox_is_the_default_root_when_cairn_runs_from_the_repository(
     assert inbox_root({"SEARCH_INBOX": "/srv/docs"}) == Path("/srv/docs")
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
-                    reason="needs the git checkout")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs the git checkout"
+)
 def test_dropped_documents_never_show_up_in_git() -> None:
     def ignored(path: str) -> bool:
         done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
@@ -34,6 +35,7 @@ def test_dropped_documents_never_show_up_in_git() -> None:
     assert ignored("inbox/notes/deep/er/minutes.md")
     assert ignored("inbox/stray.txt")
     assert not ignored("inbox/README.md")
-    tracked = subprocess.run(["git", "ls-files", "inbox"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    tracked = subprocess.run(
+        ["git", "ls-files", "inbox"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
     assert tracked == ["inbox/README.md"]

@@ -37,8 +37,12 @@ def test_the_event_carries_the_counts_and_rounded_rates() -> None:
     event = progress_event("notes", Progress(5, 40, 30, 8, 2), pipeline)
     assert (event.db, event.state, event.queued) == ("notes", "indexing", 2)
     assert (event.documents, event.chunks, event.embedded, event.pending, event.failed) == (
-        5, 40, 30, 8, 2,
-    )  # fmt: skip
+        5,
+        40,
+        30,
+        8,
+        2,
+    )
     assert (event.keyword_rate, event.embedding_rate) == (1234.6, 0.0)
 
 

@@ -50,8 +50,9 @@ async def served(runtime: Runtime, serve: Serve) -> AsyncIterator[Served]:
 
 
 def install_command(**body: Any) -> dict[str, Any]:
-    return install_payload(uuid.uuid4().hex, {"os": "debian", "version": "12", **body},
-                           sha512_crypt("x"))  # fmt: skip
+    return install_payload(
+        uuid.uuid4().hex, {"os": "debian", "version": "12", **body}, sha512_crypt("x")
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,8 +71,9 @@ async def test_an_install_on_nats_is_refused_as_over_http(
     served: Served, body: dict[str, Any]
 ) -> None:
     over_nats = await served.over_nats(SUBJECT_INSTALL, install_command(**body))
-    over_http = await served.over_http("vm", "/api/vm/install", {"os": "debian", "version": "12",
-                                                                 **body})  # fmt: skip
+    over_http = await served.over_http(
+        "vm", "/api/vm/install", {"os": "debian", "version": "12", **body}
+    )
     assert over_nats == over_http
     assert over_nats[0] == 400
 
@@ -80,12 +82,14 @@ async def test_an_install_with_a_clear_password_or_no_hash_is_refused(served: Se
     clear = install_command()
     clear["body"]["passwd"] = "hunter2"
     assert await served.over_nats(SUBJECT_INSTALL, clear) == (
-        400, "passwd: crosses the bus only hashed (passwd_hash)"
-    )  # fmt: skip
+        400,
+        "passwd: crosses the bus only hashed (passwd_hash)",
+    )
     unhashed = {**install_command(), "passwd_hash": "hunter2"}
     assert await served.over_nats(SUBJECT_INSTALL, unhashed) == (
-        400, "passwd_hash: must be a SHA-512 crypt hash ($6$...)"
-    )  # fmt: skip
+        400,
+        "passwd_hash: must be a SHA-512 crypt hash ($6$...)",
+    )
     forged_task = {**install_command(), "task": "../../etc"}
     status, message = await served.over_nats(SUBJECT_INSTALL, forged_task)
     assert (status, message.split(":")[0]) == (400, "task")
@@ -95,13 +99,15 @@ async def test_an_install_with_a_clear_password_or_no_hash_is_refused(served: Se
     ("do", "http_path", "http_body"),
     [
         ({"command": "set/cpu", "args": {"cpu": 999}}, "/api/vm/100/set/cpu", {"cpu": 999}),
-        ({"command": "set/memory", "args": {"memory": 1}}, "/api/vm/100/set/memory",
-         {"memory": 1}),
-        ({"command": "set/node", "args": {"node": "evil"}}, "/api/vm/100/set/node",
-         {"node": "evil"}),
+        ({"command": "set/memory", "args": {"memory": 1}}, "/api/vm/100/set/memory", {"memory": 1}),
+        (
+            {"command": "set/node", "args": {"node": "evil"}},
+            "/api/vm/100/set/node",
+            {"node": "evil"},
+        ),
     ],
     ids=["cpu", "memory", "node"],
-)  # fmt: skip
+)
 async def test_a_vm_command_on_nats_is_refused_as_over_http(
     served: Served, do: dict[str, Any], http_path: str, http_body: dict[str, Any]
 ) -> None:

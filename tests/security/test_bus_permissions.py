@@ -48,9 +48,12 @@ class Attempt:
             assert server.keyring is not None
             options = NatsAccess(server.url, server.keyring).client_options(role)
         await self.nc.connect(
-            server.url, allow_reconnect=False, max_reconnect_attempts=0, error_cb=on_error,
+            server.url,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            error_cb=on_error,
             **options,
-        )  # fmt: skip
+        )
         return self
 
     async def refused(self, what: str, subject: str) -> bool:
@@ -60,8 +63,7 @@ class Attempt:
         await self.nc.flush(timeout=5)
         wanted = f'{what} to "{subject}"'.lower()  # nats-py lower-cases the error text
         with contextlib.suppress(AssertionError):
-            await wait_for(lambda: any(wanted in r for r in self.refusals), timeout=5,
-                           what=wanted)  # fmt: skip
+            await wait_for(lambda: any(wanted in r for r in self.refusals), timeout=5, what=wanted)
         return any(wanted in r for r in self.refusals)
 
 
@@ -91,9 +93,11 @@ async def test_a_made_up_key_cannot_connect(server: EmbeddedNats, tmp_path: Path
     stranger = Keyring.create(tmp_path / "stranger", [Role.HOST])
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await nats.connect(
-            server.url, nkeys_seed_str=stranger.seed(Role.HOST), allow_reconnect=False,
+            server.url,
+            nkeys_seed_str=stranger.seed(Role.HOST),
+            allow_reconnect=False,
             max_reconnect_attempts=0,
-        )  # fmt: skip
+        )
 
 
 def test_the_keyring_is_readable_by_its_owner_alone(server: EmbeddedNats) -> None:

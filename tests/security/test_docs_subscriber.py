@@ -29,9 +29,12 @@ async def run(program: str, tmp_path: Path) -> asyncio.subprocess.Process:
     script = tmp_path / "subscriber.py"
     script.write_text(program)
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(script), cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        str(script),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def test_the_documented_subscriber_reads_events_as_observer(

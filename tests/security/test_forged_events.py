@@ -28,10 +28,16 @@ from tests.events.sample_events import Incremented
 
 
 def forged(stream: str, version: int, position: int) -> bytes:
-    return json.dumps({
-        "type": "test.incremented", "stream": stream, "version": version,
-        "position": position, "recorded_at": 0, "data": {"by": 666},
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "type": "test.incremented",
+            "stream": stream,
+            "version": version,
+            "position": position,
+            "recorded_at": 0,
+            "data": {"by": 666},
+        }
+    ).encode()
 
 
 @pytest.fixture

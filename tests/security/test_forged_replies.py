@@ -60,9 +60,11 @@ class Bus:
         else:
             nc = Client()
             await nc.connect(
-                server_urls(self.access.url), error_cb=on_error, max_reconnect_attempts=0,
+                server_urls(self.access.url),
+                error_cb=on_error,
+                max_reconnect_attempts=0,
                 **self.access.client_options(role),
-            )  # fmt: skip
+            )
         self.clients.append(nc)
         return nc
 

@@ -32,8 +32,9 @@ CAIRN = str(Path(sys.executable).parent / "cairn")
 def cluster_auth(out: Path, *keyrings: Keyring) -> None:
     subprocess.run(
         [CAIRN, "cluster", "auth", *(str(k.path) for k in keyrings), "--out", str(out)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
 
 
 async def test_old_and_new_keys_work_together_then_the_old_are_refused(tmp_path: Path) -> None:
@@ -48,9 +49,12 @@ async def test_old_and_new_keys_work_together_then_the_old_are_refused(tmp_path:
         'include "auth.conf"\n'
     )
     server = await asyncio.create_subprocess_exec(
-        str(find_binary()), "-c", str(config),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        str(find_binary()),
+        "-c",
+        str(config),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     url = f"nats://127.0.0.1:{port}"
     clients = []
     try:

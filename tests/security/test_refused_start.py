@@ -45,9 +45,13 @@ async def test_cairn_up_with_a_wrong_key_exits_naming_the_refusal(
 ) -> None:
     env = wrong_keys_env(tmp_path, closed)
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, "up", cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+        CAIRN,
+        "up",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), START_UP)
     finally:
@@ -104,9 +108,13 @@ async def test_sigterm_ends_a_start_up_waiting_for_a_silent_server(tmp_path: Pat
         "CAIRN_STOP_GRACE": str(STOP_GRACE),
     }
     proc = await asyncio.create_subprocess_exec(
-        CAIRN, "up", cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+        CAIRN,
+        "up",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     try:
         await asyncio.wait_for(connected.wait(), START_UP)
         os.kill(proc.pid, signal.SIGTERM)

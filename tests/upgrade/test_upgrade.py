@@ -78,11 +78,13 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
         first, second = entries["math/add"]["versions"]
         add = {"input": json.dumps({"a": 2, "b": 3})}
         assert await _json(served, "POST", fn + "/run/math/add", add) == (
-            200, {"data": {"sum": 5, "by": "v2"}, "type": "json"},
-        )  # fmt: skip
+            200,
+            {"data": {"sum": 5, "by": "v2"}, "type": "json"},
+        )
         assert await _json(served, "POST", f"{fn}/run/math/add?version={first}", add) == (
-            200, {"data": {"sum": 5}, "type": "json"},
-        )  # fmt: skip
+            200,
+            {"data": {"sum": 5}, "type": "json"},
+        )
         async with served.http.get(f"{fn}/code/math/add?version={second}") as resp:
             assert await resp.text() == PYTHON_V2
         async with served.http.get(f"{fn}/code/math/add?version={first}") as resp:
@@ -91,8 +93,9 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
             assert await resp.text() == JAVASCRIPT
         shout = {"input": json.dumps({"words": ["still", "here"]})}
         assert await _json(served, "POST", fn + "/run/text/shout", shout) == (
-            200, {"data": "STILL HERE", "type": "string"},
-        )  # fmt: skip
+            200,
+            {"data": "STILL HERE", "type": "string"},
+        )
 
         # The search database, answering from the index it had (nothing indexed again).
         search = served.urls["search"]
@@ -130,9 +133,10 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
     store = await EventStore.open(default_store_url(old_data))
     try:
         indexed = [
-            r for r in await store.read_stream("search:notes")
+            r
+            for r in await store.read_stream("search:notes")
             if r.event.type_name == "search.document_indexed"
-        ]  # fmt: skip
+        ]
     finally:
         await store.close()
     assert sorted(r.event.source for r in indexed) == sorted(NOTES)  # type: ignore[attr-defined]

@@ -106,10 +106,12 @@ def _star_import(node: "Any") -> "Any":
     # "import *" is only legal in a module; the function body calls a helper instead.
     call = _ast.Call(
         func=_at(_ast.Name(id=STAR, ctx=_ast.Load()), node),
-        args=[_at(_ast.Constant(value=node.module or ""), node),
-              _at(_ast.Constant(value=node.level), node)],
+        args=[
+            _at(_ast.Constant(value=node.module or ""), node),
+            _at(_ast.Constant(value=node.level), node),
+        ],
         keywords=[],
-    )  # fmt: skip
+    )
     return _at(_ast.Expr(value=_at(call, node)), node)
 
 
@@ -124,15 +126,26 @@ def build(code: str) -> "tuple[Any, bool]":
     last = body[-1] if body else anchor
     epilogue = [_at(_ast.Return(value=_at(_ast.Name(id=NO_RETURN, ctx=_ast.Load()), last)), last)]
     arguments = _ast.arguments(
-        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+        posonlyargs=[],
+        args=[],
+        vararg=None,
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
         defaults=[],
-    )  # fmt: skip
+    )
     kind = _ast.AsyncFunctionDef if scope.is_async else _ast.FunctionDef
     function = _at(
-        kind(name=MAIN, args=arguments, body=prologue + body + epilogue, decorator_list=[],
-             returns=None, type_comment=None),
+        kind(
+            name=MAIN,
+            args=arguments,
+            body=prologue + body + epilogue,
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+        ),
         anchor,
-    )  # fmt: skip
+    )
     wrapper = _ast.Module(body=[function], type_ignores=[])
     return compile(wrapper, FILENAME, "exec"), scope.is_async
 

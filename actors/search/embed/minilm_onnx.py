@@ -234,11 +234,15 @@ def safetensors_index(path: Path) -> dict[str, tuple[str, list[int], int, int]]:
         header = json.loads(f.read(size))
     start = 8 + size
     return {
-        name: (entry["dtype"], list(entry["shape"]), start + entry["data_offsets"][0],
-               entry["data_offsets"][1] - entry["data_offsets"][0])
+        name: (
+            entry["dtype"],
+            list(entry["shape"]),
+            start + entry["data_offsets"][0],
+            entry["data_offsets"][1] - entry["data_offsets"][0],
+        )
         for name, entry in header.items()
         if name != "__metadata__"
-    }  # fmt: skip
+    }
 
 
 def externalize(model: Any, directory: Path) -> Any:

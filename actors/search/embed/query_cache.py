@@ -33,8 +33,10 @@ def set_aside_if_damaged(path: Path) -> None:
     path.replace(aside)
     log.warning(
         "search: the query cache %s was damaged (%s); moved to %s and started afresh",
-        path, verdict.damage, aside,
-    )  # fmt: skip
+        path,
+        verdict.damage,
+        aside,
+    )
 
 
 class QueryCache:

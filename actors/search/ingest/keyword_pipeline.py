@@ -187,8 +187,9 @@ class Pipeline:
         try:
             future = pool.submit(fn, *args)
         except BrokenProcessPool:
-            log.warning("search %s: the %s process had died while idle; starting another",
-                        self.name, name)  # fmt: skip
+            log.warning(
+                "search %s: the %s process had died while idle; starting another", self.name, name
+            )
             del self._processes[name]
             future = (await self._process(name)).submit(fn, *args)
         try:
