@@ -29,6 +29,7 @@ from actors.functions import cgroups
 from actors.functions.limits import MIB, SandboxLimits
 from tests.conftest import wait_for
 from tests.ports import free_port
+from tests.processes import until_ready
 
 MEMORY_MB = 128
 PROCESSES = 24
@@ -158,36 +159,16 @@ async def service(request: pytest.FixtureRequest) -> AsyncIterator[Service]:
     port = free_port()
     env.update(CAIRN_DATA=str(data), PORT=str(port), HOME=str(data), TMPDIR=str(data))
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"  # nats
-    proc = await asyncio.create_subprocess_exec(
-        *prefix, *CAIRN, "serve", "functions",
-        env=env, cwd=data, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    output: list[bytes] = []
-
-    async def collect() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            output.append(line)
-
-    reader = asyncio.create_task(collect())
-
-    def ready() -> bool:
-        if proc.returncode is not None:
-            raise AssertionError("cairn exited: " + b"".join(output).decode())
-        return any(b"cairn: ready" in line for line in output)
-
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
     try:
-        await wait_for(ready, timeout=120, what=f"cairn serve functions ({mode})")
-        yield Service(mode, proc, port, session, output)
+        argv = [*prefix, *CAIRN, "serve", "functions"]
+        what = f"cairn serve functions ({mode})"
+        async with until_ready(*argv, what=what, env=env, cwd=data) as cairn:
+            yield Service(mode, cairn.proc, port, session, cairn.output)
     finally:
         await session.close()
-        if proc.returncode is None:
-            proc.terminate()
-        await proc.wait()
-        await reader
         shutil.rmtree(data, ignore_errors=True)
-    assert b"Traceback" not in b"".join(output), b"".join(output).decode()
+    assert "Traceback" not in cairn.text(), cairn.text()
 
 
 ATTACKS = {

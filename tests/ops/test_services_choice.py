@@ -3,7 +3,6 @@ embedding model (issue 32: a VM-only host needs none)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -13,8 +12,8 @@ import pytest
 
 from actors.config import ConfigError
 from gateway import services
-from tests.conftest import wait_for
 from tests.ports import free_port
+from tests.processes import until_ready
 
 
 def names(env: dict[str, str]) -> list[str]:
@@ -63,31 +62,14 @@ async def test_up_without_search_loads_no_model(tmp_path: Path) -> None:
         XDG_CONFIG_HOME=str(tmp_path / "config"),
         HOME=str(tmp_path),
     )
-    proc = await asyncio.create_subprocess_exec(
+    async with until_ready(
         str(Path(sys.executable).parent / "cairn"),
         "up",
+        what="cairn up with CAIRN_SERVICES",
         cwd=tmp_path,
         env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output: list[bytes] = []
-
-    async def collect() -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
-            output.append(line)
-
-    reader = asyncio.create_task(collect())
-    try:
-
-        def ready() -> bool:
-            if proc.returncode is not None:
-                raise AssertionError("cairn exited: " + b"".join(output).decode())
-            return any(b"cairn: ready" in line for line in output)
-
-        await wait_for(ready, timeout=120, what="cairn up with CAIRN_SERVICES")
-        started = [line.split()[1].decode() for line in output if b" on http://" in line]
+    ) as cairn:
+        started = [line.split()[1].decode() for line in cairn.output if b" on http://" in line]
         assert started == ["console", "vm", "functions"]
         async with (
             aiohttp.ClientSession() as session,
@@ -95,12 +77,7 @@ async def test_up_without_search_loads_no_model(tmp_path: Path) -> None:
         ):
             assert resp.status == 200
             assert "search" not in await resp.text()
-        maps = mapped(proc.pid)
+        maps = mapped(cairn.proc.pid)
         for part in ("onnxruntime", "tokenizers", "model.safetensors", "openvino"):
             assert part not in maps
         assert not (tmp_path / "cache" / "cairn").exists()
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        await proc.wait()
-        await reader

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.ports import free_port
+from tests.processes import until_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "ops" / "deploy" / "systemd"
@@ -229,64 +230,46 @@ async def test_functions_run_as_the_units_user_under_its_hardening() -> None:
             XDG_CONFIG_HOME=str(data / "config"),
         )
         python = str(Path(sys.executable).parent / "python")
-        proc = await asyncio.create_subprocess_exec(
+        argv = [
             "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
             python, str(data / "seccomp_exec.py"), ",".join(syscalls),
             python, str(Path(sys.executable).parent / "cairn"), "serve", "functions",
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        output: list[bytes] = []
-
-        async def collect() -> None:
-            assert proc.stdout is not None
-            async for line in proc.stdout:
-                output.append(line)
-
-        reader = asyncio.create_task(collect())
-        try:
-
-            def ready() -> bool:
-                if proc.returncode is not None:
-                    raise AssertionError("cairn exited: " + b"".join(output).decode())
-                return any(b"cairn: ready" in line for line in output)
-
-            await wait_for(ready, timeout=120, what="cairn under the unit's restrictions")
-            async with aiohttp.ClientSession() as session:
-                for language, code in (
-                    ("python", "import os\nreturn os.getuid()"),
-                    ("javascript", "return process.getuid()"),
-                    ("typescript", "const id: number = process.getuid()\nreturn id"),
-                ):
-                    async with session.post(
-                        f"http://127.0.0.1:{port}/run-now",
-                        json={"language": language, "code": code},
-                    ) as resp:
-                        body = await resp.text()
-                        assert resp.status == 200, (language, body, b"".join(output).decode())
-                        assert json.loads(body)["data"] == 65534, (language, body)
-                # Seen from the host while a run sleeps: every process in a sandbox (another
-                # user namespace below cairn) is the unit's user, none is root.
-                slow = asyncio.create_task(
-                    session.post(
-                        f"http://127.0.0.1:{port}/run-now",
-                        json={"language": "python", "code": "import time\ntime.sleep(3)"},
-                    )
+        ]  # fmt: skip
+        what = "cairn under the unit's restrictions"
+        async with (
+            until_ready(*argv, what=what, env=env) as cairn,
+            aiohttp.ClientSession() as session,
+        ):
+            for language, code in (
+                ("python", "import os\nreturn os.getuid()"),
+                ("javascript", "return process.getuid()"),
+                ("typescript", "const id: number = process.getuid()\nreturn id"),
+            ):
+                async with session.post(
+                    f"http://127.0.0.1:{port}/run-now",
+                    json={"language": language, "code": code},
+                ) as resp:
+                    body = await resp.text()
+                    assert resp.status == 200, (language, body, cairn.text())
+                    assert json.loads(body)["data"] == 65534, (language, body)
+            # Seen from the host while a run sleeps: every process in a sandbox (another
+            # user namespace below cairn) is the unit's user, none is root.
+            slow = asyncio.create_task(
+                session.post(
+                    f"http://127.0.0.1:{port}/run-now",
+                    json={"language": "python", "code": "import time\ntime.sleep(3)"},
                 )
-                running: dict[int, int] = {}
+            )
+            running: dict[int, int] = {}
 
-                def seen() -> bool:
-                    running.update(sandboxed(proc.pid))
-                    return bool(running)
+            def seen() -> bool:
+                running.update(sandboxed(cairn.proc.pid))
+                return bool(running)
 
-                await wait_for(seen, timeout=30, what="a sandboxed process")
-                assert set(running.values()) == {uid}, running
-                async with await slow as resp:
-                    assert resp.status == 200, await resp.text()
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-            await proc.wait()
-            await reader
-        assert b"Traceback" not in b"".join(output)
+            await wait_for(seen, timeout=30, what="a sandboxed process")
+            assert set(running.values()) == {uid}, running
+            async with await slow as resp:
+                assert resp.status == 200, await resp.text()
+        assert "Traceback" not in cairn.text()
     finally:
         shutil.rmtree(data, ignore_errors=True)
