@@ -39,15 +39,20 @@ def _registry(env: Mapping[str, str]) -> Registry:
     return Registry(state_root(env))
 
 
+def _refused(exc: RegistryError | OSError) -> int:
+    """A registry change that did not happen, said on stderr: status 1."""
+    if isinstance(exc, RegistryError):
+        print(f"cairn: {exc}", file=sys.stderr)
+    else:
+        print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
+    return 1
+
+
 def cmd_add(args: Any, env: Mapping[str, str]) -> int:
     try:
         entry = _registry(env).add(args.name)
-    except RegistryError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
-        return 1
+    except (RegistryError, OSError) as exc:
+        return _refused(exc)
     inbox = inbox_root(env) / entry.db
     inbox.mkdir(parents=True, exist_ok=True)
     print(
@@ -61,12 +66,8 @@ def cmd_add(args: Any, env: Mapping[str, str]) -> int:
 def cmd_remove(args: Any, env: Mapping[str, str]) -> int:
     try:
         _registry(env).remove(args.name)
-    except RegistryError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"cairn: cannot write the search registry: {reason(exc)}", file=sys.stderr)
-        return 1
+    except (RegistryError, OSError) as exc:
+        return _refused(exc)
     print(
         f"removed {args.name} from the registry (served until the search service restarts; "
         f"its index {_registry(env).database_dir(args.name)} and inbox "
