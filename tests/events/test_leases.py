@@ -153,16 +153,20 @@ def test_the_default_lease_outlives_a_nats_leader_election() -> None:
     assert LeaseSettings(ttl=8.0).rides_out < LEADERLESS_AT_WORST
 
 
+async def a_holds_b_waits(a: Host, b: Host) -> None:
+    await a.lease.start()
+    await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
+    await b.lease.start()
+    await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+
+
 async def test_a_waiting_host_takes_an_expired_lease_the_moment_it_expires(nc: Client) -> None:
     """The watch hears the expiry (the server's marker): the waiting host takes the lease then,
     not at a poll, and not before the silent holder's trust ran out."""
     settings = UnpolledSettings(ttl=2.0)
     a, b = Host(nc, "a", settings), Host(nc, "b", settings)
     try:
-        await a.lease.start()
-        await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
-        await b.lease.start()
-        await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+        await a_holds_b_waits(a, b)
         assert a.lease._task is not None
         a.lease._task.cancel()  # a goes silent: its last renewal was just sent
         silent_at = a.lease._sent_at
@@ -185,10 +189,7 @@ async def test_a_released_lease_is_taken_at_once_by_a_watching_host(nc: Client) 
     settings = UnpolledSettings(ttl=30.0)
     a, b = Host(nc, "a", settings), Host(nc, "b", settings)
     try:
-        await a.lease.start()
-        await wait_for(lambda: a.held, timeout=5, what="a holds the lease")
-        await b.lease.start()
-        await wait_for(lambda: b.lease.other == "a", timeout=5, what="b sees a as the holder")
+        await a_holds_b_waits(a, b)
         await a.lease.stop()
         released = time.monotonic()
         await wait_for(lambda: b.held, timeout=5, what="b takes the released lease")
