@@ -41,16 +41,10 @@ VALIDITY = datetime.timedelta(days=3650)
 
 
 _CA_USAGE = x509.KeyUsage(
-    digital_signature=True,
-    key_cert_sign=True,
-    crl_sign=True,
-    content_commitment=False,
-    key_encipherment=False,
-    data_encipherment=False,
-    key_agreement=False,
-    encipher_only=False,
+    digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+    key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
     decipher_only=False,
-)
+)  # fmt: skip
 
 
 @attrs.frozen
