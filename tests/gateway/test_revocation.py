@@ -86,25 +86,28 @@ async def attach(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) 
     return Stream(resp)
 
 
-async def vm_service(
-    serve: Serve, tmp_path: Path, nats: EmbeddedNats, cluster: SimCluster, files: Mirror
-) -> str:
-    # The install's guest never boots: its task waits for SSH, its stream stays open.
-    cluster.inject_failure("guest boot", vmid=VMID)
-    env = service_env(tmp_path, nats, cluster, files, VM_SSH_WAIT="30")
-    return await serve("vm", **env)
-
-
-async def test_revoking_a_token_ends_its_task_streams_and_no_other(
+@pytest.fixture
+async def vm(
     serve: Serve,
-    tokens: Tokens,
-    http: aiohttp.ClientSession,
     tmp_path: Path,
     nats_server: EmbeddedNats,
     sim: SimCluster,  # noqa: F811
     mirror: Mirror,  # noqa: F811
+) -> str:
+    """A VM service whose install of VMID never sees its guest boot: the task waits for SSH
+    and its stream stays open."""
+    sim.inject_failure("guest boot", vmid=VMID)
+    env = service_env(tmp_path, nats_server, sim, mirror, VM_SSH_WAIT="30")
+    return await serve("vm", **env)
+
+
+async def test_revoking_a_token_ends_its_task_streams_and_no_other(
+    vm: str,
+    tokens: Tokens,
+    http: aiohttp.ClientSession,
+    sim: SimCluster,  # noqa: F811
 ) -> None:
-    api = await vm_service(serve, tmp_path, nats_server, sim, mirror) + "/api"
+    api = vm + "/api"
     install = await attach(
         http,
         "POST",
@@ -153,17 +156,14 @@ async def test_revoking_a_token_ends_the_console_event_feed(
 
 
 async def test_signing_out_ends_the_feed_and_a_forwarded_task_stream(
+    vm: str,
     serve: Serve,
     tokens: Tokens,
     http: aiohttp.ClientSession,
-    tmp_path: Path,
-    nats_server: EmbeddedNats,
     sim: SimCluster,  # noqa: F811
-    mirror: Mirror,  # noqa: F811
 ) -> None:
     """A session signed out ends what the browser has open through the console, though its
     token is still valid (the service alone cannot tell)."""
-    vm = await vm_service(serve, tmp_path, nats_server, sim, mirror)
     base = await serve("status", listen={"vm": ("127.0.0.1", int(vm.rsplit(":", 1)[1]))})
     async with http.post(
         f"{vm}/api/vm/install",

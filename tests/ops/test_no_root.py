@@ -7,7 +7,6 @@ bounding set) and the one a switch to a sandbox user would need (CAP_SETUID) bot
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.test_systemd import UNITS, unit_section
+from tests.ops.test_systemd import UNITS, unit_section, unit_user
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "the cluster's private key\n"
@@ -54,21 +53,11 @@ def test_the_setpriv_line_of_the_shipped_unit() -> None:
     ]
 
 
-def unit_ids() -> tuple[int, int]:
-    """The unit's user (ops/setup creates cairn; on a machine without it, nobody stands in)."""
-    name = unit_section(UNITS / "cairn.service")["User"][0]
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        entry = pwd.getpwnam("nobody")
-    return entry.pw_uid, entry.pw_gid
-
-
 @pytest.fixture
 def files() -> Iterator[tuple[Path, Path]]:
     """A root-owned 0600 secret and a 0600 file of the service's own, in folders anyone may
     enter (pytest's tmp_path is root's alone)."""
-    uid, gid = unit_ids()
+    uid, gid = unit_user()
     top = Path(tempfile.mkdtemp(prefix="cairn-noroot-"))
     try:
         top.chmod(0o755)
@@ -102,7 +91,7 @@ needs_root = pytest.mark.skipif(
 @needs_root
 def test_the_units_credentials_cannot_read_a_root_secret(files: tuple[Path, Path]) -> None:
     secret, own = files
-    uid, gid = unit_ids()
+    uid, gid = unit_user()
     options = setpriv_argv(unit_section(UNITS / "cairn.service"), uid, gid)
     refused = run_as(options, "cat", str(secret))
     assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
@@ -131,7 +120,7 @@ def test_a_user_switch_capability_would_give_root_back(files: tuple[Path, Path])
     unit's user becomes uid 0 and reads the secret. So they run as cairn's own uid instead,
     65534 inside an unprivileged user namespace (docs/deploy.md)."""
     secret, _ = files
-    uid, gid = unit_ids()
+    uid, gid = unit_user()
     switch = {"CapabilityBoundingSet": ["CAP_SETUID"], "AmbientCapabilities": ["CAP_SETUID"]}
     python = shutil.which("python3", path="/usr/bin:/bin")
     assert python is not None

@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from pvesim.cluster import SimCluster
@@ -22,12 +21,6 @@ from tests.conftest import wait_for
 from tests.pveapi.conftest import client_for
 
 HARDWARE = Hardware("t", 1, "kvm64", 512, None, "debian", "test", "vmbr0")
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
-        yield cluster
 
 
 @pytest.fixture

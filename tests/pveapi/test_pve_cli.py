@@ -4,8 +4,6 @@ simulated pveproxy: what works, and what is missing, per operation."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from pvesim.cluster import SimCluster
@@ -93,12 +91,6 @@ def test_the_bootstrap_command_prints_them(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "pveum acl modify /storage/local-zfs --users cairn@pve --roles CairnDisk" in out
     assert "PVE_API_FINGERPRINT=" in out
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
-        yield cluster
 
 
 def _args() -> argparse.Namespace:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -19,19 +17,6 @@ from actors.vm.pveapi.tasks import wait_task
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token, sshkeys_param
 
 from .conftest import ED25519_PUB, client_for
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def api(sim: SimCluster) -> AsyncIterator[PveClient]:
-    client = client_for(sim)
-    yield client
-    await client.close()
 
 
 async def create(api: PveClient, node: str, vmid: int, **extra: object) -> str:

@@ -18,12 +18,6 @@ from tests.conftest import wait_for
 from tests.pveapi.conftest import client_for
 
 
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
-        yield cluster
-
-
 @pytest.fixture(params=["api", "cli"])
 async def port(request: pytest.FixtureRequest, sim: SimCluster) -> AsyncIterator[pve.Pve]:
     adapter: pve.Pve

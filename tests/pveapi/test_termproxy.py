@@ -17,8 +17,6 @@ from actors.vm.pveapi import termproxy as term
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.tasks import wait_task
 
-from .conftest import client_for
-
 # --- golden: the frame format -----------------------------------------------------------------
 
 
@@ -87,13 +85,6 @@ async def sim(tmp_path: Path) -> AsyncIterator[SimCluster]:
     async with SimCluster(tmp_path / "pve", delay_scale=0, statd_lag=0) as cluster:
         cluster.grant_api("/vms", ["VM.Console"])
         yield cluster
-
-
-@pytest.fixture
-async def api(sim: SimCluster) -> AsyncIterator[PveClient]:
-    client = client_for(sim)
-    yield client
-    await client.close()
 
 
 async def read_until(ws: aiohttp.ClientWebSocketResponse, seen: bytes, want: bytes) -> bytes:
