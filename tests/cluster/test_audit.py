@@ -6,7 +6,6 @@ that holds the service's lease names it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -20,9 +19,10 @@ from events.follow import Follower
 from events.permissions import Role
 from gateway.http.tokens import FILE_NAME, create
 from gateway.http.tokens import Role as TokenRole
-from tests.cluster.conftest import CAIRN, Cluster, Host, dump, journal
+from tests.cluster.conftest import Cluster, Host, dump, journal
 from tests.conftest import wait_for
 from tests.images.imagedata import encoded
+from tests.processes import tail_lines
 
 PNG = encoded("PNG", (16, 12))
 CODE = "def handler(x):\n    return 1\n"
@@ -55,29 +55,6 @@ def image_form() -> aiohttp.FormData:
     form = aiohttp.FormData()
     form.add_field("filepath", PNG, filename="a.png", content_type="image/png")
     return form
-
-
-async def tail(host: Host, wanted: int) -> list[str]:
-    """`cairn events tail --since 1` with a host's settings (the cluster's NATS, TLS and
-    keys): its lines of functions and images events, read until `wanted` came."""
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN, "events", "tail", "--since", "1", env={**os.environ, **host.env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    lines: list[str] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(lines) < wanted:
-                raw = await proc.stdout.readline()
-                assert raw, f"cairn events tail ended: {lines}"
-                line = raw.decode().rstrip()
-                if " cairn.evt.functions." in line or " cairn.evt.images." in line:
-                    lines.append(line)
-    finally:
-        proc.terminate()
-        await proc.wait()
-    return lines
 
 
 async def test_who_asked_survives_the_bus(cluster: Cluster) -> None:
@@ -114,7 +91,8 @@ async def test_who_asked_survives_the_bus(cluster: Cluster) -> None:
     assert signer.dropped == 0
 
     printed = []
-    for line in await tail(third, len(WANTED)):
+    kinds = ("functions", "images")
+    for line in await tail_lines({**os.environ, **third.env}, len(WANTED), kinds=kinds):
         fields = dict(f.split("=", 1) for f in line.split()[4:] if "=" in f)
         printed.append((line.split()[3], fields["path"], fields.get("by")))
     assert printed == WANTED

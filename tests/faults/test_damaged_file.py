@@ -17,8 +17,9 @@ import pytest
 from pvesim.cluster import SimCluster
 
 from tests.conftest import wait_for
-from tests.faults.conftest import CAIRN, Cairn, StartCairn
+from tests.faults.conftest import Cairn, StartCairn
 from tests.images.imagedata import encoded
+from tests.processes import cairn_run
 
 PNG = encoded("PNG", (8, 8))
 
@@ -134,17 +135,9 @@ async def test_a_damaged_page_of_the_stores_own_records_refuses_the_start_in_one
     store = tmp_path / "data" / "events.sqlite3"
     zero_page_of(store, "cursors")
 
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "up",
-        env=first.env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    said = out.decode(errors="replace")
-    assert proc.returncode == 1, said
+    status, out, err = await cairn_run("up", env=first.env, cwd=tmp_path, timeout=120)
+    said = out + err
+    assert status == 1, said
     assert "Traceback" not in said and "sqlalchemy" not in said, said
     assert "cairn: ready" not in said, said
     refusal = [line for line in said.splitlines() if line.startswith("cairn: cannot start")]
@@ -160,13 +153,8 @@ async def test_a_damaged_page_of_the_stores_own_records_refuses_the_start_in_one
 
 
 async def store_check(env: dict[str, str], cwd: Path) -> tuple[int, dict[str, object]]:
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN, "store", "check", "--json",
-        env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None, err
-    return proc.returncode, json.loads(out)
+    status, out, _ = await cairn_run("store", "check", "--json", env=env, cwd=cwd, timeout=120)
+    return status, json.loads(out)
 
 
 def hits(answer: tuple[int, str]) -> list[str]:
@@ -186,16 +174,7 @@ async def test_a_damaged_search_index_stops_that_database_only(
 ) -> None:
     first = await start_cairn("up")
     for db in ("notes", "rocks"):
-        add = await asyncio.create_subprocess_exec(
-            CAIRN,
-            "search",
-            "add",
-            db,
-            env=first.env,
-            cwd=tmp_path,
-            stdout=asyncio.subprocess.DEVNULL,
-        )
-        assert await add.wait() == 0
+        assert (await cairn_run("search", "add", db, env=first.env, cwd=tmp_path))[0] == 0
         inbox = tmp_path / "inbox" / db
         inbox.mkdir(parents=True, exist_ok=True)
         for n in range(40):  # enough pages for a middle to overwrite; five about basalt

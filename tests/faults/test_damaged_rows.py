@@ -5,18 +5,16 @@ they belong to answer 503 naming the row; everything else works."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 from pvesim.cluster import SimCluster
 
 from tests.faults.conftest import Cairn, StartCairn
 from tests.images.imagedata import encoded
+from tests.processes import cairn_run
 
-CAIRN = str(Path(sys.executable).parent / "cairn")
 PNG = encoded("PNG", (8, 8))
 
 
@@ -49,13 +47,8 @@ def damage(db: Path) -> dict[str, int]:
 
 
 async def store_check(cairn_env: dict[str, str], cwd: Path) -> tuple[int, dict[str, object]]:
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN, "store", "check", "--json",
-        env=cairn_env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None, err
-    return proc.returncode, json.loads(out)
+    status, out, _ = await cairn_run("store", "check", "--json", env=cairn_env, cwd=cwd)
+    return status, json.loads(out)
 
 
 async def search(cairn: Cairn, db: str) -> tuple[int, str]:
@@ -66,16 +59,7 @@ async def test_damaged_rows_quarantine_their_streams_and_nothing_else(
     start_cairn: StartCairn, sim: SimCluster, tmp_path: Path
 ) -> None:
     first = await start_cairn("up")
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "search",
-        "add",
-        "notes",
-        env=first.env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.DEVNULL,
-    )
-    assert await proc.wait() == 0
+    assert (await cairn_run("search", "add", "notes", env=first.env, cwd=tmp_path))[0] == 0
     assert await first.stop() == 0
     (tmp_path / "inbox" / "notes" / "a.txt").write_text("granite is a rock\n")
     first = await start_cairn("up")

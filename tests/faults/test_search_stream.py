@@ -5,9 +5,7 @@ database holds: each file indexed once, each file removed once."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,8 @@ from events.model import Event
 from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
 from tests.faults.conftest import Cairn, StartCairn, stray_processes
+from tests.processes import cairn_run
 
-CAIRN = str(Path(sys.executable).parent / "cairn")
 FILES = 3000
 
 
@@ -67,16 +65,7 @@ async def test_a_killed_search_service_records_what_its_stream_missed(
     start_cairn: StartCairn, tmp_path: Path
 ) -> None:
     cairn = await start_cairn("serve", "search")
-    add = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "search",
-        "add",
-        "notes",
-        env=cairn.env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.DEVNULL,
-    )
-    assert await add.wait() == 0
+    assert (await cairn_run("search", "add", "notes", env=cairn.env, cwd=tmp_path))[0] == 0
     inbox = tmp_path / "inbox" / "notes"
     await wait_for(lambda: inbox.is_dir(), timeout=30, what="the inbox of notes")
     names = [f"f{i:04}.txt" for i in range(FILES)]

@@ -7,13 +7,10 @@ services over real HTTP, a real nats-server, a real `cairn` process for the tail
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -33,8 +30,8 @@ from events.store import Recorded
 from gateway.http.tokens import Role, create
 from tests.conftest import Serve, wait_for
 from tests.images.imagedata import encoded
+from tests.processes import tail_lines
 
-CAIRN = str(Path(sys.executable).parent / "cairn")
 PNG = encoded("PNG", (16, 12))
 JPEG = encoded("JPEG", (16, 12))
 BILLING = "def handler(x):\n    return 1\n"
@@ -152,30 +149,6 @@ class SignedEvents:
         return sorted(self.bodies, key=lambda b: int(b["position"]))
 
 
-async def tail_lines(runtime: Runtime, wanted: int) -> list[str]:
-    """What `cairn events tail --since 1` prints for the functions and images events, read
-    until `wanted` such lines came."""
-    env = {**os.environ, **runtime.env}
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN, "events", "tail", "--since", "1", env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    lines: list[str] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(lines) < wanted:
-                raw = await proc.stdout.readline()
-                assert raw, f"cairn events tail ended: {lines}"
-                line = raw.decode()
-                if " cairn.evt.functions." in line or " cairn.evt.images." in line:
-                    lines.append(line.rstrip())
-    finally:
-        proc.terminate()
-        await proc.wait()
-    return lines
-
-
 def tail_audit(lines: list[str]) -> Audit:
     found: Audit = []
     for line in lines:
@@ -203,7 +176,8 @@ async def test_with_tokens_each_change_names_its_token(
     want = expected("ada", "bert")
     assert await stored_audit(runtime) == want
     assert data_audit(on_the_bus) == want  # signed, checked, and `by` still in them
-    assert tail_audit(await tail_lines(runtime, 6)) == want
+    lines = await tail_lines({**os.environ, **runtime.env}, 6, kinds=("functions", "images"))
+    assert tail_audit(lines) == want
     journal = [r.getMessage() for r in caplog.records if r.name == "cairn.journal"]
     assert [line.split(": ", 1)[1] for line in journal] == [
         f"version {on_the_bus[0]['data']['version']} stored (python, {len(BILLING)} bytes), "

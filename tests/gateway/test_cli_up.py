@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from tests.ports import free_ports
+from tests.processes import cairn_run, cairn_start
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,18 +163,9 @@ async def test_a_taken_port_is_a_clear_configuration_error(tmp_path: Path) -> No
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         env["PORT"] = str(blocker.getsockname()[1])
-        proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "cairn"),
-            "serve",
-            "images",
-            cwd=tmp_path,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    assert f"cannot listen on 127.0.0.1:{env['PORT']}" in err.decode()
+        status, _, err = await cairn_run("serve", "images", env=env, cwd=tmp_path)
+    assert status == 2
+    assert f"cannot listen on 127.0.0.1:{env['PORT']}" in err
 
 
 async def test_a_bad_embedding_provider_stops_the_start_as_a_setting(tmp_path: Path) -> None:
@@ -181,19 +173,10 @@ async def test_a_bad_embedding_provider_stops_the_start_as_a_setting(tmp_path: P
     # and lets the rest start as if nothing were wrong.
     env = up_env(tmp_path)
     env["EMBEDDING_PROVIDER"] = "torch"
-    proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "cairn"),
-        "serve",
-        "search",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2, err.decode()
-    assert "EMBEDDING_PROVIDER: must be local, e5, openai or none (got 'torch')" in err.decode()
-    assert "Traceback" not in err.decode()
+    status, _, err = await cairn_run("serve", "search", env=env, cwd=tmp_path)
+    assert status == 2, err
+    assert "EMBEDDING_PROVIDER: must be local, e5, openai or none (got 'torch')" in err
+    assert "Traceback" not in err
 
 
 async def test_the_first_start_says_where_to_go_and_is_healthy_only_once_ready(
@@ -203,16 +186,7 @@ async def test_the_first_start_says_where_to_go_and_is_healthy_only_once_ready(
     first, and "ready" in about ten lines, no third-party warning or chatter; the gateway's
     /health is 503 `starting` until every service listens."""
     env = up_env(tmp_path, "SEARCH_PORT")
-    cairn = str(Path(sys.executable).parent / "cairn")
-    proc = await asyncio.create_subprocess_exec(
-        cairn,
-        "up",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = await cairn_start("up", env=env, cwd=tmp_path, start_new_session=True)
     assert proc.stdout is not None
     lines: list[str] = []
     early: tuple[int, dict[str, object]] | None = None
@@ -249,11 +223,8 @@ async def test_the_first_start_says_where_to_go_and_is_healthy_only_once_ready(
 
 
 async def test_cairn_sim_starts_without_third_party_warnings(tmp_path: Path) -> None:
-    cairn = str(Path(sys.executable).parent / "cairn")
-    proc = await asyncio.create_subprocess_exec(
-        cairn, "sim", "--root", str(tmp_path / "sim"), "--delay-scale", "0", cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    sim = ("sim", "--root", str(tmp_path / "sim"), "--delay-scale", "0")
+    proc = await cairn_start(*sim, env=os.environ, cwd=tmp_path)
     assert proc.stdout is not None
     lines: list[str] = []
     try:

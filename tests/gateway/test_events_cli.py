@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,8 @@ from events.signing import SIG_HEADER, EventSigner
 from events.store import EventStore
 from gateway.cli.events import Start, event_line, parse_since, signature_mark, subject_filter
 from tests.events.sample_events import Incremented, Noted
+from tests.processes import cairn_run, cairn_start
 
-CAIRN = str(Path(sys.executable).parent / "cairn")
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
 
 
@@ -86,10 +85,8 @@ async def test_cairn_events_tail_prints_events_live(
     # No NATS_URL: the embedded server of the cairn on CAIRN_DATA (its store is <data>/nats).
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env["CAIRN_DATA"] = str(tmp_path)
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN, "events", "tail", "note", "--since", "1",
-        env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    tail = ("events", "tail", "note", "--since", "1")
+    proc = await cairn_start(*tail, env=env, cwd=tmp_path, stderr=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
         first = await read_lines(proc.stdout, 1)
@@ -130,15 +127,6 @@ def test_a_reader_without_the_events_key_marks_unsigned_events() -> None:
 async def test_tail_without_a_server_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env["CAIRN_DATA"] = str(tmp_path)
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "events",
-        "tail",
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), 20)
-    assert proc.returncode == 2
-    assert "NATS_URL" in err.decode() and "no cairn runs on this data directory" in err.decode()
+    status, _, err = await cairn_run("events", "tail", env=env, cwd=tmp_path, timeout=20)
+    assert status == 2
+    assert "NATS_URL" in err and "no cairn runs on this data directory" in err

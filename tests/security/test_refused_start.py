@@ -21,6 +21,7 @@ from events.credentials import Keyring
 from events.nats_server import EmbeddedNats
 from events.permissions import Role
 from tests.gateway.test_cli_up import up_env
+from tests.processes import cairn_start
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 # What the process may take to start Python and import cairn on a loaded machine: not the
@@ -44,14 +45,7 @@ async def test_cairn_up_with_a_wrong_key_exits_naming_the_refusal(
     closed: EmbeddedNats, tmp_path: Path
 ) -> None:
     env = wrong_keys_env(tmp_path, closed)
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "up",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    proc = await cairn_start("up", env=env, cwd=tmp_path)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), START_UP)
     finally:
@@ -107,14 +101,7 @@ async def test_sigterm_ends_a_start_up_waiting_for_a_silent_server(tmp_path: Pat
         "NATS_KEYS": str(keys.path),
         "CAIRN_STOP_GRACE": str(STOP_GRACE),
     }
-    proc = await asyncio.create_subprocess_exec(
-        CAIRN,
-        "up",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    proc = await cairn_start("up", env=env, cwd=tmp_path)
     try:
         await asyncio.wait_for(connected.wait(), START_UP)
         os.kill(proc.pid, signal.SIGTERM)
