@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 import shutil
 import sys
@@ -65,19 +64,6 @@ PDF = (
 )
 
 
-async def _install(served: Served, body: dict[str, Any]) -> int:
-    url = served.urls["vm"] + "/api/vm/install"
-    last: dict[str, Any] = {}
-    async with served.http.post(url, json={"os": "debian", "version": "12", **body}) as resp:
-        assert resp.status == 200, await resp.text()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if line.startswith("data: {") and '"status"' in line:
-                last = json.loads(line[6:])
-    assert last.get("status") == "success", last
-    return int(last["vm_id"])
-
-
 async def _post_json(http: aiohttp.ClientSession, url: str, body: Any) -> Any:
     async with http.post(url, json=body) as resp:
         assert resp.status == 200, (url, resp.status, await resp.text())
@@ -115,7 +101,7 @@ async def _indexed(served: Served, db: str, documents: int) -> None:
 
 async def populate(served: Served) -> None:
     for body in VMS:
-        await _install(served, body)
+        await served.install(**body)
     upload = served.urls["functions"] + "/upload"
     for path, language, code in (
         ("math/add", "python", PYTHON_V1),

@@ -67,7 +67,7 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
             assert resp.status == 200, await resp.text()
         status, text = await _json(served, "GET", f"{vm}/api/vm/{web}/status")
         assert (status, text) == (200, "stopped")
-        new_id = await _install_id(served, vm)
+        new_id = await served.install(name="after-upgrade")
         assert new_id not in {row["vmid"] for row in rows.values()}
 
         # The functions, every version, run.
@@ -140,15 +140,3 @@ async def test_an_earlier_data_directory_is_served(old_data: Path, tmp_path: Pat
     finally:
         await store.close()
     assert sorted(r.event.source for r in indexed) == sorted(NOTES)  # type: ignore[attr-defined]
-
-
-async def _install_id(served: Any, vm: str) -> int:
-    last: dict[str, Any] = {}
-    body = {"os": "debian", "version": "12", "name": "after-upgrade"}
-    async with served.http.post(vm + "/api/vm/install", json=body) as resp:
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if line.startswith("data: {") and '"status"' in line:
-                last = json.loads(line[6:])
-    assert last.get("status") == "success", last
-    return int(last["vm_id"])
