@@ -92,6 +92,17 @@ class SearchHarness:
                     return event["data"]
                 self.unclaimed.append(event)
 
+    async def start_indexed(self, db: str, files: dict[str, str], **env: str) -> None:
+        """Register `db` with `files` in its inbox, start, and wait until every file is
+        indexed and embedded."""
+        self.registry.add(db)
+        for name, text in files.items():
+            self.write(f"{db}/{name}", text)
+        await self.start(**env)
+        for name in files:
+            await self.event("search.document_indexed", name)
+        await self.settled()
+
     async def settled(self, timeout: float = 60) -> dict[str, Any]:
         """The next `search.progress` saying both stages are done (files indexed, and every
         chunk embedded or failed)."""

@@ -17,13 +17,7 @@ NOTES = {
 
 
 async def start_with_notes(h: SearchHarness, **env: str) -> None:
-    h.registry.add("notes")
-    for name, text in NOTES.items():
-        h.write(f"notes/{name}", text)
-    await h.start(**env)
-    for name in NOTES:
-        await h.event("search.document_indexed", name)
-    await h.settled()
+    await h.start_indexed("notes", NOTES, **env)
 
 
 async def test_health_list_and_a_database_registered_while_running(

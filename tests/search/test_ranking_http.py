@@ -27,13 +27,7 @@ FILES = {
 
 
 async def started(h: SearchHarness, **env: str) -> None:
-    h.registry.add("notes")
-    for name, text in FILES.items():
-        h.write(f"notes/{name}", text)
-    await h.start(**env)
-    for name in FILES:
-        await h.event("search.document_indexed", name)
-    await h.settled()
+    await h.start_indexed("notes", FILES, **env)
 
 
 def sources(groups: list[dict[str, Any]]) -> list[str]:
