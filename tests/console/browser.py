@@ -47,6 +47,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 CAIRN = str(Path(sys.executable).parent / "cairn")
+# The root password of the VMs the tests install through the console.
+PASSWORD = "a-password-for-the-demo"
 # What the search database of every stack holds: one text about foxes, one about clusters, and
 # a file of a kind search does not read.
 DOCUMENTS = {
@@ -136,6 +138,19 @@ class Stack:
             assert resp.status == 201
             reply: dict[str, Any] = json.loads(resp.read())
             return reply
+
+    def install(
+        self, name: str, os_name: str = "debian", version: str = "12", node: str | None = None
+    ) -> int:
+        """A VM installed through the console's forwarding, with a password so none is made
+        up; its id."""
+        body = {"os": os_name, "version": version, "name": name, "passwd": PASSWORD}
+        if node:
+            body["node"] = node
+        status, text = self.request("POST", "/console/svc/vm/api/vm/install", body)
+        assert status == 200 and '"status":"error"' not in text, text
+        listed = self.json("/console/svc/vm/api/vm/list")["list"]
+        return int(next(v["vmid"] for v in listed if v["name"] == name))
 
     def json(self, path: str) -> Any:
         status, text = self.request("GET", path)
@@ -240,9 +255,50 @@ class Watch:
             lambda m: self.errors.append(m.text) if "Content Security Policy" in m.text else None,
         )
 
+    def page(self, browser: Browser, width: int, height: int) -> Page:
+        """A page in a fresh context of that size, watched; close its context when done."""
+        context = browser.new_context(viewport={"width": width, "height": height})
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        self.attach(context, page)
+        return page
+
     def assert_clean(self) -> None:
         assert not self.outside, f"requests left loopback: {self.outside}"
         assert not self.errors, f"the page reported: {self.errors}"
+
+
+def tail_until(
+    stack: Stack, subject: str, wanted: list[str], *, since: str = "1", timeout: float = 60
+) -> list[str]:
+    """Lines of `cairn events tail SUBJECT --since SINCE` until each of `wanted` has shown up
+    (or `timeout` has passed: the caller's assertion then says what is missing)."""
+    proc = subprocess.Popen(
+        [CAIRN, "events", "tail", subject, "--since", since],
+        env=stack.env,
+        cwd=stack.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if all(any(w in seen for seen in lines) for w in wanted):
+                break
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        done.wait(timeout)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return lines
 
 
 def code_of(editor: Locator) -> str:

@@ -35,12 +35,9 @@ def watch() -> Watch:
 
 @pytest.fixture
 def page(browser: Browser, stack: Stack, watch: Watch) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    tab = context.new_page()
-    watch.attach(context, tab)
+    tab = watch.page(browser, 1280, 900)
     yield tab
-    context.close()
+    tab.context.close()
     watch.assert_clean()
 
 

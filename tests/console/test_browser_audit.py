@@ -8,14 +8,13 @@ from __future__ import annotations
 import io
 import re
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import CAIRN, Stack, paste_code
+from tests.console.browser import CAIRN, Stack, paste_code, tail_until
 from tests.console.test_browser_login import sign_in
 
 CODE = "def handler(event):\n    return 1\n"
@@ -28,31 +27,6 @@ def ada(stack: Stack) -> str:
         argv, env=stack.env, cwd=stack.root, capture_output=True, text=True, check=True
     )
     return made.stdout.strip()
-
-
-def tail_until(stack: Stack, subject: str, wanted: list[str], timeout: float = 60) -> list[str]:
-    """Lines of `cairn events tail SUBJECT --since 1` until each of `wanted` has shown up."""
-    proc = subprocess.Popen([CAIRN, "events", "tail", subject, "--since", "1"], env=stack.env,
-                            cwd=stack.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
-    lines: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if all(any(w in seen for seen in lines) for w in wanted):
-                break
-        done.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        done.wait(timeout)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    return lines
 
 
 def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and_images(

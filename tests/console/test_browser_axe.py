@@ -38,14 +38,7 @@ def seeded(stack: Stack) -> int:
     fn = {"path": "axe/fn", "language": "python", "code": "return {'ok': True}\n"}
     assert stack.request("POST", "/console/svc/functions/upload", fn)[0] == 200
     stack.upload_image("axe", "tile.png", png())
-    status, text = stack.request(
-        "POST",
-        "/console/svc/vm/api/vm/install",
-        {"os": "debian", "version": "12", "name": "axe", "passwd": "a-password-for-the-demo"},
-    )
-    assert status == 200 and '"status":"error"' not in text, text
-    listed = stack.json("/console/svc/vm/api/vm/list")["list"]
-    return int(next(v["vmid"] for v in listed if v["name"] == "axe"))
+    return stack.install("axe")
 
 
 @pytest.mark.parametrize(("width", "scheme"), [(1280, "light"), (390, "dark")])

@@ -20,23 +20,10 @@ CODE = 'print("working", flush=True)\nreturn {"done": True}\n'
 @pytest.fixture(scope="module")
 def seeded(stack: Stack) -> Stack:
     for name, os_name, version in (("web", "debian", "12"), ("db", "rockylinux", "9")):
-        status, body = stack.request(
-            "POST",
-            "/console/svc/vm/api/vm/install",
-            {"os": os_name, "version": version, "name": name, "passwd": "a-password-for-the-demo"},
-        )
-        assert status == 200 and '"status":"error"' not in body, body
+        stack.install(name, os_name, version)
     fn = {"path": "dense/run", "language": "python", "code": CODE}
     assert stack.request("POST", "/console/svc/functions/upload", fn)[0] == 200
     return stack
-
-
-def sized(browser: Browser, watch: Watch, width: int, height: int) -> Page:
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    watch.attach(context, page)
-    return page
 
 
 def in_view(element: Locator) -> bool:
@@ -63,7 +50,7 @@ def no_sideways_scroll(page: Page, width: int) -> None:
 def test_the_overview_shows_nodes_and_vms_on_the_first_screen(
     browser: Browser, seeded: Stack, watch: Watch, width: int, height: int
 ) -> None:
-    page = sized(browser, watch, width, height)
+    page = watch.page(browser, width, height)
     try:
         page.goto(seeded.url())
         node = page.locator('article.node[data-node="pve1"]')
@@ -106,7 +93,7 @@ def test_the_overview_shows_nodes_and_vms_on_the_first_screen(
 def test_what_install_gave_is_in_view_and_its_log_reads_clean(
     browser: Browser, seeded: Stack, watch: Watch, width: int, height: int
 ) -> None:
-    page = sized(browser, watch, width, height)
+    page = watch.page(browser, width, height)
     try:
         page.goto(seeded.url("vms/new"))
         install = page.get_by_role("button", name="Install")
@@ -146,7 +133,7 @@ def test_what_install_gave_is_in_view_and_its_log_reads_clean(
 def test_what_a_run_gave_is_in_view(
     browser: Browser, seeded: Stack, watch: Watch, width: int, height: int
 ) -> None:
-    page = sized(browser, watch, width, height)
+    page = watch.page(browser, width, height)
     try:
         page.goto(seeded.url("function/dense/run"))
         run = page.get_by_role("button", name="Run the latest version")

@@ -28,14 +28,7 @@ def seeded(stack: Stack) -> dict[str, int]:
     status, text = stack.request("POST", "/console/svc/functions/upload", fn)
     assert status == 200, text
     stack.upload_image("homelab/rack", "switch.png", png())
-    status, text = stack.request(
-        "POST",
-        "/console/svc/vm/api/vm/install",
-        {"os": "debian", "version": "12", "name": "evented", "passwd": "a-password-for-the-demo"},
-    )
-    assert status == 200 and '"status":"error"' not in text, text
-    listed = stack.json("/console/svc/vm/api/vm/list")["list"]
-    return {"vm": int(next(v["vmid"] for v in listed if v["name"] == "evented"))}
+    return {"vm": stack.install("evented")}
 
 
 def test_filter_by_text_and_type_and_open_an_event(

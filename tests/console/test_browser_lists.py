@@ -32,22 +32,12 @@ window.EventSource = class extends Original {
 """ % (VM_CHANGES,)  # noqa: UP031
 
 
-def install(stack: Stack, name: str, os_name: str, version: str, node: str | None = None) -> int:
-    body = {"os": os_name, "version": version, "name": name, "passwd": "a-password-for-the-demo"}
-    if node:
-        body["node"] = node
-    status, text = stack.request("POST", "/console/svc/vm/api/vm/install", body)
-    assert status == 200 and '"status":"error"' not in text, text
-    listed = stack.json("/console/svc/vm/api/vm/list")["list"]
-    return int(next(v["vmid"] for v in listed if v["name"] == name))
-
-
 @pytest.fixture(scope="module")
 def vms(stack: Stack) -> dict[str, int]:
     return {
-        "alpha": install(stack, "alpha", "debian", "12"),
-        "beta": install(stack, "beta", "ubuntu", "24.04", node="pve2"),
-        "gamma": install(stack, "gamma", "rockylinux", "9"),
+        "alpha": stack.install("alpha", "debian", "12"),
+        "beta": stack.install("beta", "ubuntu", "24.04", node="pve2"),
+        "gamma": stack.install("gamma", "rockylinux", "9"),
     }
 
 

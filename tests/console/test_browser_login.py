@@ -5,14 +5,13 @@ page of a rebound name (DNS rebinding) refused."""
 from __future__ import annotations
 
 import subprocess
-import threading
 from collections.abc import Iterator
 
 import attrs
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.console.browser import CAIRN, CHROMIUM, CHROMIUM_ARGS, Stack
+from tests.console.browser import CAIRN, CHROMIUM, CHROMIUM_ARGS, Stack, tail_until
 from tests.console.test_browser_flows import install_from_the_form
 
 
@@ -154,31 +153,6 @@ def test_a_rebound_name_is_refused(rebinding_browser: Browser, stack: Stack) -> 
         context.close()
 
 
-def tail_until(stack: Stack, wanted: list[str], timeout: float = 60) -> list[str]:
-    """Lines of `cairn events tail vm --since 10m` until each of `wanted` has shown up."""
-    proc = subprocess.Popen([CAIRN, "events", "tail", "vm", "--since", "10m"], env=stack.env,
-                            cwd=stack.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
-    lines: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if all(any(w in seen for seen in lines) for w in wanted):
-                break
-        done.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        done.wait(timeout)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    return lines
-
-
 def test_the_audit_trail_names_who_installed_and_destroyed(
     page: Page, stack: Stack, tokens: Tokens
 ) -> None:
@@ -200,7 +174,7 @@ def test_the_audit_trail_names_who_installed_and_destroyed(
     expect(started.filter(has_text=f"VM {vmid}: install started by ada")).to_have_count(1)
     expect(started.filter(has_text=f"VM {vmid}: destroy started by ada")).to_have_count(1)
 
-    lines = tail_until(stack, ["command=install", "command=destroy"])
+    lines = tail_until(stack, "vm", ["command=install", "command=destroy"], since="10m")
     mine = [line for line in lines if f"vm.{vmid} vm.task_started" in line]
     assert [line.split("command=")[1].split()[0] for line in mine] == [
         "install",

@@ -49,12 +49,7 @@ def png(width: int, height: int, colour: tuple[int, int, int]) -> bytes:
 def seeded(stack: Stack) -> Stack:
     """Something on every page: VMs, functions, images, an indexed database."""
     for name, os_name, version in (("web", "debian", "12"), ("db", "rockylinux", "9")):
-        status, body = stack.request(
-            "POST",
-            "/console/svc/vm/api/vm/install",
-            {"os": os_name, "version": version, "name": name, "passwd": "a-password-for-the-demo"},
-        )
-        assert status == 200 and '"status":"error"' not in body, body
+        stack.install(name, os_name, version)
     status, _ = stack.request(
         "POST",
         "/console/svc/functions/upload",
@@ -143,10 +138,8 @@ TOUR: list[tuple[str, str, Any, str]] = [
 def test_a_tour_of_every_page(
     browser: Browser, seeded: Stack, watch: Watch, shots: Path, width: int
 ) -> None:
-    context = browser.new_context(viewport={"width": width, "height": WIDTHS[width]})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    watch.attach(context, page)
+    page = watch.page(browser, width, WIDTHS[width])
+    context = page.context
     requested: list[str] = []
     page.on("request", lambda r: requested.append(r.url))
     vm = first_vm(seeded)

@@ -21,12 +21,9 @@ SIZES = {"laptop": (1280, 800), "phone": (390, 844)}
 @pytest.fixture(params=list(SIZES))
 def sized(request: pytest.FixtureRequest, browser: Browser, watch: Watch) -> Iterator[Page]:
     width, height = SIZES[request.param]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(30_000)
-    tab = context.new_page()
-    watch.attach(context, tab)
+    tab = watch.page(browser, width, height)
     yield tab
-    context.close()
+    tab.context.close()
     watch.assert_clean()
 
 
@@ -81,15 +78,7 @@ def test_an_install_is_followed_where_the_user_looks(sized: Page, stack: Stack) 
 
 def test_a_failed_install_shows_a_failed_bar(sized: Page, stack: Stack) -> None:
     page = sized
-    status, body = stack.request(
-        "POST",
-        "/console/svc/vm/api/vm/install",
-        {"os": "debian", "version": "12", "name": "taken", "passwd": "a-password-for-the-demo"},
-    )
-    assert status == 200 and '"status":"error"' not in body, body
-    taken = next(
-        v["vmid"] for v in stack.json("/console/svc/vm/api/vm/list")["list"] if v["name"] == "taken"
-    )
+    taken = stack.install("taken")
     fill_form(page, stack, "again", taken)
     page.get_by_role("button", name="Install").click()
     first = page.locator('li[data-step="preparation > checking VMID"]')
