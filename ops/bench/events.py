@@ -13,7 +13,7 @@ the writer does.
 
 Prints median and p99 for single events and events per second for batches appended back to
 back (time until the last one arrives), with the embedded server (1 replica) and, with
-``--replicas 3``, on a local three-server cluster (``events.nats_cluster``).
+``--replicas 3``, on a local three-server cluster (``tests.nats_cluster``).
 
 Each run is made twice in the same process: on an open bus (no keys, no TLS, no signatures:
 cairn before issue 26) and on the closed bus cairn runs on (role nkeys and permissions, events
@@ -47,7 +47,6 @@ from events.consumers import ConsumerBroker
 from events.follow import Follower
 from events.jetstream import StreamSettings
 from events.model import Event, domain_event
-from events.nats_cluster import NatsCluster
 from events.nats_server import EmbeddedNats, free_port
 from events.permissions import Role
 from events.relay import OutboxRelay, wire_payload
@@ -55,6 +54,7 @@ from events.signing import EventSigner
 from events.store import EventStore, Recorded, default_store_url
 from events.subjects import subject_for
 from gateway.console.feed import EventFeed
+from tests.nats_cluster import NatsCluster
 
 from .stats import ms_line
 

@@ -37,8 +37,8 @@ from pvesim.cli import read_printed_env
 
 from actors.vm.fakemirror import serve_mirror
 from events.leases import LeaseSettings
-from events.nats_cluster import NatsCluster
 from events.nats_server import free_port
+from tests.nats_cluster import NatsCluster
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 CUT = "VM creation > importing disk image"

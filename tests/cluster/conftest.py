@@ -23,9 +23,9 @@ import pytest
 from pvesim.cli import read_printed_env
 from pvesim.cluster import SimCluster, VmView
 
-from events.nats_cluster import NatsCluster
 from tests.conftest import wait_for
 from tests.faults.conftest import end_strays
+from tests.nats_cluster import NatsCluster
 from tests.ports import free_ports
 from tests.postgres import PostgresServer
 from tests.vm import conftest as vm_fixtures

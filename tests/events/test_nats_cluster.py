@@ -11,7 +11,7 @@ from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 
-from events.nats_cluster import NatsCluster, cluster_config
+from tests.nats_cluster import NatsCluster, cluster_config
 
 
 async def publish_until_stored(js: JetStreamContext, subject: str, data: bytes) -> PubAck:

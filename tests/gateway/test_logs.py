@@ -15,7 +15,6 @@ import pytest
 from aiohttp import web
 
 from actors.config import ConfigError
-from events.nats_cluster import NatsCluster
 from gateway.http.logs import (
     ACCESS_LOG,
     RepeatFilter,
@@ -23,6 +22,7 @@ from gateway.http.logs import (
     configure,
     quiet_third_party_warnings,
 )
+from tests.nats_cluster import NatsCluster
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ from events.access import NatsAccess
 from events.bus import flush_all, server_urls
 from events.consumers import ConsumerBroker
 from events.jetstream import STREAM, StreamSettings, ensure_stream
-from events.nats_cluster import NatsCluster
 from events.nats_server import EmbeddedNats
 from events.permissions import CODE_BUCKET, LEASE_BUCKET, RUNNERS_QUEUE, Role
+from tests.nats_cluster import NatsCluster
 
 CODE = "def main(input):\n    return 42\n"
 KEPT = "kept"  # a durable consumer a forged CONSUMER.DELETE would remove
