@@ -51,7 +51,7 @@ from .formats import (
     format_zfs_size,
     uri_escape,
 )
-from .state import Txn
+from .state import Txn, set_status
 
 VMID = Opt("int", minimum=100, maximum=999999999)
 INT = Opt("int")
@@ -224,18 +224,6 @@ def apply_pending(rec: dict[str, Any]) -> None:
         rec["config"].pop(key, None)
     rec["pending"] = {}
     rec["pending_delete"] = []
-
-
-def set_status(rec: dict[str, Any], status: str, now: float) -> None:
-    rec["prev_status"] = rec.get("status", "unknown")
-    rec["status"] = status
-    rec["status_changed_at"] = now
-    if status == "running":
-        rec["started_at"] = now
-        rec["pid"] = random.randint(1000, 4000000)
-    else:
-        rec["started_at"] = None
-        rec["pid"] = 0
 
 
 def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from . import vmconfig as vc
 from .args import CliError, CommandSpec, Opt, parse
 from .context import Ctx, take_failure
-from .state import Txn
+from .state import Txn, set_status
 
 VMID = Opt("int", minimum=100, maximum=999999999)
 BOOL = Opt("bool")
@@ -239,7 +239,7 @@ def cmd_rollback(ctx: Ctx, argv: Sequence[str]) -> int:
         ctx.delay("stop")
         with ctx.store.locked() as txn:
             rec = _load(txn, ctx.node, vmid)
-            _set_status(rec, "stopped", ctx.now())
+            set_status(rec, "stopped", ctx.now())
             txn.save_vm(ctx.node, rec)
         ctx.notify(f"stop {vmid}")
     ctx.delay("snapshot")
@@ -257,7 +257,7 @@ def cmd_rollback(ctx: Ctx, argv: Sequence[str]) -> int:
         rec["pending"], rec["pending_delete"] = {}, []
         resume = bool(snap.get("vmstate")) or bool(p.options.get("start"))
         if resume:
-            _set_status(rec, "running", ctx.now())
+            set_status(rec, "running", ctx.now())
         txn.save_vm(ctx.node, rec)
     if resume:
         ctx.notify(f"start {vmid}")
@@ -300,12 +300,6 @@ def _restore_sizes(txn: Txn, node: str, snap: Mapping[str, Any]) -> None:
         if vol is not None:
             vol["size"] = vc.drive_size(str(snap[key]))
     txn.save_volumes(node, volumes)
-
-
-def _set_status(rec: dict[str, Any], status: str, now: float) -> None:
-    from .qm import set_status  # qm imports this module: import at use
-
-    set_status(rec, status, now)
 
 
 def cmd_delsnapshot(ctx: Ctx, argv: Sequence[str]) -> int:

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -317,3 +318,17 @@ class Store:
         with self.locked() as txn:
             value = txn.setting("delay_scale")
         return DEFAULT_DELAY_SCALE if value is None else float(value)
+
+
+def set_status(rec: dict[str, Any], status: str, now: float) -> None:
+    """A VM record's power state changed at ``now``: qm's start/stop and a snapshot's rollback
+    both go through here, so the record keeps the same fields whoever changed it."""
+    rec["prev_status"] = rec.get("status", "unknown")
+    rec["status"] = status
+    rec["status_changed_at"] = now
+    if status == "running":
+        rec["started_at"] = now
+        rec["pid"] = random.randint(1000, 4000000)
+    else:
+        rec["started_at"] = None
+        rec["pid"] = 0
