@@ -98,10 +98,16 @@ class Runtime:
 
 @contextlib.asynccontextmanager
 async def open_runtime(
-    env: Mapping[str, str], data_dir: Path | None = None, flags: frozenset[str] = frozenset()
+    env: Mapping[str, str],
+    data_dir: Path | None = None,
+    flags: frozenset[str] = frozenset(),
+    *,
+    journal: Journal | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start (or join) NATS, open the store, start the relay and the actor host; undo it all
-    in reverse order on exit, also when start-up fails half-way."""
+    in reverse order on exit, also when start-up fails half-way. ``journal``: the operator's
+    journal, built from the services' lines by the composition root (gateway/server.py), fed
+    every append of this process."""
     root = data_dir or resolve_data_dir(env)
     async with contextlib.AsyncExitStack() as stack:
         embedded = None
@@ -124,7 +130,8 @@ async def open_runtime(
         try:
             store = await EventStore.open(url, retry)
             stack.push_async_callback(store.close)
-            Journal().attach(store)
+            if journal is not None:
+                journal.attach(store)
             relay = OutboxRelay(store, nc, stream=stream_settings(env), signer=signer)
             await relay.start()
         except Exception as exc:

@@ -1,23 +1,20 @@
-"""Imports every module that declares events, so ``REGISTRY`` is complete wherever events are
-decoded (a replay must never meet an unknown type). Add one line per new domain module."""
+"""The catalogue of the event types cairn stores.
+
+``REGISTRY`` (events/model.py) holds every event class whose module has been imported, and a
+replay must never meet an unknown type: wherever events are decoded, every domain's event
+module is imported first. events/ names no domain, so it does not import them: the
+composition root (gateway/server.py) does, and hands them here."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+from collections.abc import Iterable
+from types import ModuleType
 
-from events.model import REGISTRY
-
-DOMAIN_EVENT_MODULES = (
-    "actors.vm.events",
-    "actors.functions.events",
-    "actors.search.events",
-    "actors.images.events",
-)
+from events.model import REGISTRY, Event
 
 
-def load_all() -> dict[str, type]:
-    for name in DOMAIN_EVENT_MODULES:
-        if importlib.util.find_spec(name.rpartition(".")[0]) and importlib.util.find_spec(name):
-            importlib.import_module(name)
-    return dict(REGISTRY)
+def catalogue(modules: Iterable[ModuleType]) -> dict[str, type[Event]]:
+    """Every event type that ``modules`` (imported: their classes are registered) declare, by
+    type name."""
+    names = {module.__name__ for module in modules}
+    return {name: cls for name, cls in REGISTRY.items() if cls.__module__ in names}

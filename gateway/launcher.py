@@ -9,13 +9,12 @@ script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gat
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
 
-from gateway.cli.clients import CLIENT_COMMANDS
+from gateway.server import command_groups
 
 # The exit code of a program whose reader went away, as a shell reports one killed by SIGPIPE.
 CLOSED_PIPE = 128 + signal.SIGPIPE
@@ -35,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    module_name = CLIENT_COMMANDS.get(args[0]) if args else None
-    if module_name is None:
+    group = command_groups(client=True).get(args[0]) if args else None
+    if group is None:
         from gateway.cli.main import main as full_main
 
         return full_main(args)
@@ -44,7 +43,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     parser = argparse.ArgumentParser(prog="cairn")
     commands = parser.add_subparsers(dest="command", required=True)
-    importlib.import_module(module_name).register(commands)
+    group.load()(commands)
     parsed = parser.parse_args(args)
     return int(parsed.handler(parsed, load_env()) or 0)
 

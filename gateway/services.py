@@ -1,15 +1,14 @@
-"""The service catalogue: each service module ``gateway/apps/<name>.py`` exposes ``SERVICE``."""
+"""What a served app is: each service module ``gateway/apps/<name>.py`` exposes ``SERVICE``, a
+:class:`ServiceDef`, and :func:`build_app` puts the middlewares every service shares in front
+of it. The list of services is the composition root's (gateway/server.py)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 import attrs
 from aiohttp import web
 
-from actors.config import ConfigError
 from actors.platform import Runtime
 from gateway.console.login import LOGIN
 from gateway.console.sessions import SESSIONS
@@ -43,44 +42,6 @@ class ServiceDef:
     def host_env(self) -> str:
         """``VM_HOST``, ``FUNCTIONS_HOST``…: the address this service listens on."""
         return f"{self.name.upper()}_HOST"
-
-
-# Order is start-up order. "status" is the gateway's own: health and what runs where.
-KNOWN = ("status", "vm", "functions", "search", "images")
-
-
-def module_name(name: str) -> str:
-    return f"gateway.apps.{name}"
-
-
-def load(name: str) -> ServiceDef:
-    if name not in KNOWN:
-        raise KeyError(f"unknown service {name!r}; known: {', '.join(KNOWN[1:])}")
-    module = importlib.import_module(module_name(name))
-    service: ServiceDef = module.SERVICE
-    return service
-
-
-def available() -> list[ServiceDef]:
-    """Every service whose module exists (an existing module that fails to import is an
-    error worth seeing, not a service to skip)."""
-    return [load(name) for name in KNOWN if importlib.util.find_spec(module_name(name))]
-
-
-def chosen(env: Mapping[str, str]) -> list[ServiceDef]:
-    """What ``cairn up`` starts: every available service, or only those ``CAIRN_SERVICES``
-    names (comma-separated, e.g. ``vm,functions``), in start-up order. "status" (health, the
-    console) always runs. A service left out is never imported, so a host without search
-    loads no embedding model and needs none installed."""
-    raw = (env.get("CAIRN_SERVICES") or "").strip()
-    if not raw:
-        return available()
-    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
-    unknown = [name for name in names if name not in KNOWN[1:]]
-    if unknown or not names:
-        rule = f"a comma-separated list of {', '.join(KNOWN[1:])}"
-        raise ConfigError("CAIRN_SERVICES", rule, raw)
-    return [load(name) for name in KNOWN if name == "status" or name in names]
 
 
 async def build_app(service: ServiceDef, runtime: Runtime) -> web.Application:

@@ -16,14 +16,15 @@ from aiohttp.test_utils import TestServer
 from nats.aio.client import Client
 
 from actors.platform import Runtime, open_runtime
-from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, default_store_url
-from gateway import services as catalogue
+from gateway import server as root
+from gateway.server import domain_events, journal
+from gateway.services import build_app
 from tests.postgres import SKIP_ENV as SKIP_POSTGRES
 from tests.postgres import PostgresServer, running_postgres
 
-load_all()
+domain_events()
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +101,7 @@ async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
         rt = attrs.evolve(
             runtime, env={**runtime.env, **base_env, **env}, flags=flags, listen=listen or {}
         )
-        app = await catalogue.build_app(catalogue.load(name), rt)
+        app = await build_app(root.load(name), rt)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         servers.append(server)
@@ -114,7 +115,7 @@ async def serve(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Serve]:
 @pytest.fixture
 async def runtime(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[Runtime]:
     env = {**nats_server.client_env(), "CAIRN_DATA": str(tmp_path / "data")}
-    async with open_runtime(env, tmp_path / "data") as rt:
+    async with open_runtime(env, tmp_path / "data", journal=journal()) as rt:
         yield rt
 
 

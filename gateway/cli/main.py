@@ -9,8 +9,6 @@ import asyncio
 import contextlib
 import ctypes
 import gc
-import importlib
-import importlib.util
 import logging
 import re
 import signal
@@ -33,13 +31,12 @@ from events.nats_server import NatsServerError, free_port
 from events.release import VERSION
 from events.stamp import StoreTooNew
 from events.store import default_store_url
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.cli import cluster as cluster_cli
 from gateway.cli import events as events_cli
 from gateway.cli import pve as pve_cli
 from gateway.cli import store as store_cli
 from gateway.cli import tokens as tokens_cli
-from gateway.cli.clients import CLIENT_COMMANDS
 from gateway.http import sse
 from gateway.http.down import down_app
 from gateway.http.health import STARTING
@@ -47,7 +44,7 @@ from gateway.http.hosts import HostPolicy
 from gateway.http.listener import GuardedSite, body_guard, default_cap, raise_open_files_limit
 from gateway.http.logs import ACCESS_LOG, access_logger_for, quiet_third_party_warnings
 from gateway.http.logs import configure as configure_logging
-from gateway.services import ServiceDef
+from gateway.services import ServiceDef, build_app
 
 log = logging.getLogger("cairn")
 
@@ -164,7 +161,7 @@ async def serve(
 ) -> int:
     """Run ``names``; ``routes``: print every route of each (``-v``), not only its address."""
     single = len(names) == 1
-    chosen = [catalogue.load(name) for name in names]
+    chosen = [root.load(name) for name in names]
     settings = ServerSettings.from_env(env, len(chosen))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -193,13 +190,16 @@ async def _serve(
     env: Mapping[str, str],
     flags: frozenset[str],
     settings: ServerSettings,
-    chosen: list[catalogue.ServiceDef],
+    chosen: list[ServiceDef],
     single: bool,
     stop: asyncio.Event,
     ready: asyncio.Event,
     routes: bool,
 ) -> int:
-    async with open_runtime(env, flags=flags) as runtime, contextlib.AsyncExitStack() as stack:
+    async with (
+        open_runtime(env, flags=flags, journal=root.journal()) as runtime,
+        contextlib.AsyncExitStack() as stack,
+    ):
         print(f"cairn: data in {runtime.data_dir}", flush=True)
         where = "embedded" if runtime.embedded_nats else "external"
         print(f"cairn: nats {runtime.shown_nats_url} ({where})", flush=True)
@@ -355,7 +355,7 @@ async def _start_service(
     """Serve ``service``, or with ``down`` what answers in its place (gateway/http/down.py)."""
     host, port = runtime.listen[service.name]
     if down is None:
-        app = await catalogue.build_app(service, runtime)
+        app = await build_app(service, runtime)
     else:
         hosts = HostPolicy.from_env(runtime.env, host)
         app = down_app(service.name, down.why, down.report, hosts, json_errors=service.json_errors)
@@ -416,20 +416,16 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="embedded NATS and every service (or those of CAIRN_SERVICES)")
     serve_p = sub.add_parser("serve", help="one service (or several) in the foreground")
-    serve_p.add_argument(
-        "service", nargs="+", choices=[n for n in catalogue.KNOWN if n != "status"]
-    )
+    serve_p.add_argument("service", nargs="+", choices=root.KNOWN[1:])
     serve_p.add_argument("--sim", action="store_true", help="vm: drive a simulated cluster")
     sub.add_parser("sim", help="the simulated Proxmox cluster alone (cairn sim --help)")
-    if importlib.util.find_spec("gateway.cli.search"):
-        importlib.import_module("gateway.cli.search").register(sub)
     store_cli.register(sub)
     events_cli.register(sub)
     cluster_cli.register(sub)
     tokens_cli.register(sub)
     pve_cli.register(sub)
-    for client in CLIENT_COMMANDS.values():  # clients of the running services (HTTP)
-        importlib.import_module(client).register(sub)
+    for group in root.command_groups().values():  # each service's own commands
+        group.load()(sub)
     return parser
 
 
@@ -458,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: Any) -> int:
     env = load_env()
     if args.command == "up":
-        names = [s.name for s in catalogue.chosen(env)]
+        names = [s.name for s in root.chosen(env)]
         return asyncio.run(serve(names, env, frozenset(), routes=args.verbose))
     if args.command == "serve":
         flags = frozenset({"sim"}) if args.sim else frozenset()

@@ -27,13 +27,13 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from actors.config import data_dir, env_str
-from events.catalog import load_all
 from events.integrity import quick_check
 from events.store import EventStore, default_store_url
+from gateway.server import domain_events
 
 
 async def check(env: Mapping[str, str]) -> tuple[int, list[dict[str, Any]]]:
-    load_all()
+    domain_events()
     url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(data_dir(env))
     store = await EventStore.open(url)
     try:

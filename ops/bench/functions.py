@@ -53,6 +53,7 @@ from actors.platform import open_runtime
 from events import resources
 from events.nats_server import EmbeddedNats, free_port
 from gateway.apps.functions import FUNCTIONS_HOST, build
+from gateway.server import journal
 
 from .stats import ms_line
 
@@ -121,7 +122,7 @@ async def serving(root: Path, **extra: str) -> AsyncIterator[aiohttp.ClientSessi
     """The functions service on its own NATS and data under ``root``, over HTTP."""
     async with EmbeddedNats(root / "nats") as nats:
         env = {**nats.client_env(), "CAIRN_DATA": str(root / "data"), **extra}
-        async with open_runtime(env, root / "data") as runtime:
+        async with open_runtime(env, root / "data", journal=journal()) as runtime:
             app = await build(runtime)
             host = app[FUNCTIONS_HOST].runner
             if host is not None and host.cgroups is not None:

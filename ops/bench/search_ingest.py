@@ -41,6 +41,7 @@ from actors.search.registry import Registry, state_root
 from events.nats_server import free_port
 from gateway.apps import search
 from gateway.cli.main import settle_heap
+from gateway.server import journal
 
 from .stats import ms_line
 
@@ -100,7 +101,10 @@ async def scenario(
         keyword_client = QueryClient("keyword", vocab)
         semantic_client = QueryClient("semantic", vocab[::-1])
         started = time.perf_counter()
-        async with open_runtime(env) as runtime, aiohttp.ClientSession() as session:
+        async with (
+            open_runtime(env, journal=journal()) as runtime,
+            aiohttp.ClientSession() as session,
+        ):
             port = free_port()
             runtime.listen["search"] = ("127.0.0.1", port)
             app = await search.build(runtime)

@@ -37,10 +37,12 @@ from aiohttp.test_utils import make_mocked_request
 
 from actors.platform import open_runtime
 from events.nats_server import free_port
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.http.identity import auth_guard
 from gateway.http.roles import RouteRoles
 from gateway.http.tokens import FILE_NAME, Role, TokenStore, create
+from gateway.server import journal
+from gateway.services import build_app
 
 from .stats import ms_line
 
@@ -111,13 +113,9 @@ async def bench(count: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         env = {"CAIRN_DATA": str(data), "CAIRN_PUBLIC_ROUTES": "* GET /health"}
-        async with open_runtime(env, data) as runtime:
-            functions, fn_base = await serve(
-                await catalogue.build_app(catalogue.load("functions"), runtime)
-            )
-            images, img_base = await serve(
-                await catalogue.build_app(catalogue.load("images"), runtime)
-            )
+        async with open_runtime(env, data, journal=journal()) as runtime:
+            functions, fn_base = await serve(await build_app(root.load("functions"), runtime))
+            images, img_base = await serve(await build_app(root.load("images"), runtime))
             path = data / FILE_NAME
             token = create(path, "bench", Role.ADMIN)
             tokens_file = path.read_bytes()

@@ -47,11 +47,11 @@ from actors.vm.events import Progress, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.host import VmService
 from actors.vm.node import Cluster
-from events.catalog import load_all
 from events.nats_server import EmbeddedNats
 from events.permissions import Role
 from events.store import EventStore, Recorded
 from gateway.apps.vm import build
+from gateway.server import domain_events, journal
 
 from .stats import ms_line
 
@@ -137,7 +137,7 @@ async def read_stream(
 
 
 async def bench(installs: int, parallel: int, lists: int, section: str, rounds: int) -> None:
-    load_all()
+    domain_events()
     if section == "drivers":
         await drivers_bench(rounds)
         return
@@ -170,7 +170,7 @@ async def bench(installs: int, parallel: int, lists: int, section: str, rounds: 
                 "VM_SSH_POLL": "0.02",
                 "VM_POLL_INTERVAL": "0.5",
             }
-            async with open_runtime(env, root / "data") as runtime:
+            async with open_runtime(env, root / "data", journal=journal()) as runtime:
                 stored: dict[str, float] = {}
 
                 def on_append(records: list[Recorded]) -> None:
@@ -419,7 +419,7 @@ async def one_round(
     out: dict[str, float] = {}
     log = sim_root / "commands.log"
     before = len(log.read_text().splitlines()) if log.exists() else 0
-    async with open_runtime(env, data) as runtime:
+    async with open_runtime(env, data, journal=journal()) as runtime:
         app = await build(runtime)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -8,7 +8,6 @@ import pytest
 
 from actors.functions.events import FunctionDeleted, version_stored
 from actors.images.events import deleted, stored
-from actors.journal import Journal
 from actors.search.events import (
     DocumentDismissed,
     DocumentIndexed,
@@ -18,6 +17,7 @@ from actors.search.events import (
 from actors.vm.events import Disowned, IdReserved, Progress, TaskEnded, TaskStarted
 from events.model import Event
 from events.store import Recorded
+from gateway.server import journal as new_journal
 
 
 def rec(stream: str, event: Event, at: float = 100.0) -> Recorded:
@@ -25,7 +25,7 @@ def rec(stream: str, event: Event, at: float = 100.0) -> Recorded:
 
 
 def test_a_failed_install_says_what_failed_and_after_how_long() -> None:
-    journal = Journal()
+    journal = new_journal()
     start = TaskStarted(task="t1", command="install", working="installing")
     assert journal.line(rec("vm:120", start, 100.0)) is None
     end = TaskEnded(task="t1", ok=False, state="absent", error="qm create failed: no space")
@@ -35,7 +35,7 @@ def test_a_failed_install_says_what_failed_and_after_how_long() -> None:
 
 
 def test_bookkeeping_is_not_journalled() -> None:
-    journal = Journal()
+    journal = new_journal()
     progress = Progress(task="t", step="s", status="processing", message="m")
     assert journal.line(rec("vm:120", progress)) is None
     assert journal.line(rec("vmalloc:cluster", IdReserved(vmid=1, ip="x", task="t"))) is None
@@ -58,7 +58,7 @@ def progress(state: str, failed: int) -> IndexingProgress:
 
 
 def test_the_other_services_changes() -> None:
-    journal = Journal()
+    journal = new_journal()
     lines = [
         journal.line(rec("functions:registry", version_stored("a/b", 17, "python", "00", 42))),
         journal.line(rec("functions:registry", FunctionDeleted(path="a/b", versions=3))),
@@ -88,13 +88,13 @@ def test_the_other_services_changes() -> None:
 
 def test_a_vm_found_without_cairns_mark_is_said_to_be_left_alone() -> None:
     event = Disowned(task="t1", reason="its description has no cairn mark")
-    assert Journal().line(rec("vm:150", event)) == (
+    assert new_journal().line(rec("vm:150", event)) == (
         "vm 150: not cairn's VM, left untouched: its description has no cairn mark"
     )
 
 
 def test_a_backlog_batch_is_one_line_not_one_per_file(caplog: pytest.LogCaptureFixture) -> None:
-    journal = Journal()
+    journal = new_journal()
     batch = [
         rec("search:notes", DocumentIndexed("notes", f"d{i}.md", "00", 3, 0)) for i in range(500)
     ]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError
-from gateway import services
+from gateway import server as services
 from gateway.cli import vm as cli_vm
 from gateway.cli.client import (
     SERVICES,

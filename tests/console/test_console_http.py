@@ -22,9 +22,10 @@ from actors.platform import Runtime
 from actors.search.events import DocumentDismissed
 from events.bus import BUS_DOWN
 from events.nats_server import EmbeddedNats
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.console import assets
 from gateway.console.headers import CSP
+from gateway.services import build_app
 from tests.conftest import wait_for
 from tests.functions.conftest import SERVICE_ENV
 from tests.images.imagedata import encoded
@@ -55,9 +56,9 @@ async def console(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Console]:
     runtime.env = {**runtime.env, **SERVICE_ENV}
     servers: list[TestServer] = []
     for name in ("functions", "images"):
-        app = await catalogue.build_app(catalogue.load(name), runtime)
+        app = await build_app(root.load(name), runtime)
         runtime.listen[name] = ("127.0.0.1", await serve(app, servers))
-    port = await serve(await catalogue.build_app(catalogue.load("status"), runtime), servers)
+    port = await serve(await build_app(root.load("status"), runtime), servers)
     async with aiohttp.ClientSession() as http:
         yield Console(f"http://127.0.0.1:{port}", http, runtime)
     for server in reversed(servers):
@@ -209,7 +210,7 @@ async def test_allow_ips_refuses_other_addresses_changes_and_reads(
     contract) and function code, which no client outside ALLOW_IPS may (issue 31)."""
     runtime.env = {**runtime.env, "ALLOW_IPS": "10.9.9.9, 192.168.0.0/24"}
     port = free_port()
-    app = await catalogue.build_app(catalogue.load("status"), runtime)
+    app = await build_app(root.load("status"), runtime)
     server = TestServer(app, host="127.0.0.1", port=port)
     await server.start_server()
     try:
@@ -236,9 +237,9 @@ async def test_allow_ips_refuses_other_addresses_changes_and_reads(
 async def test_beyond_loopback_the_console_needs_allow_ips(runtime: Runtime) -> None:
     runtime.listen["status"] = ("0.0.0.0", 8000)
     with pytest.raises(ConfigError, match="ALLOW_IPS: must be set when the console"):
-        await catalogue.build_app(catalogue.load("status"), runtime)
+        await build_app(root.load("status"), runtime)
     runtime.env = {**runtime.env, "ALLOW_IPS": "10.0.0.0/8"}
-    await catalogue.build_app(catalogue.load("status"), runtime)
+    await build_app(root.load("status"), runtime)
 
 
 async def test_a_databases_documents_from_its_events(console: Console) -> None:
@@ -298,9 +299,9 @@ async def test_behind_a_trusted_proxy_the_browsers_address_decides_and_goes_alon
     }
     servers: list[TestServer] = []
     sim = attrs.evolve(runtime, flags=frozenset({"sim"}))
-    vm = await catalogue.build_app(catalogue.load("vm"), sim)
+    vm = await build_app(root.load("vm"), sim)
     runtime.listen["vm"] = ("127.0.0.1", await serve(vm, servers))
-    port = await serve(await catalogue.build_app(catalogue.load("status"), runtime), servers)
+    port = await serve(await build_app(root.load("status"), runtime), servers)
     url = f"http://127.0.0.1:{port}/console/svc/vm/api/vm/999/stop"
     try:
         async with aiohttp.ClientSession() as http:

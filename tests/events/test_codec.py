@@ -11,12 +11,12 @@ from typing import Any
 import attrs
 import pytest
 
-from events.catalog import load_all
 from events.codec import decode, encode
 from events.model import REGISTRY, DuplicateEventType, Event, domain_event
+from gateway.server import domain_events
 from tests.events import sample_events
 
-load_all()
+domain_events()
 
 HOSTILE_TEXT = 'quote " backslash \\ newline \n tab \t unicode ü 漢字 \u2028 nul \x00'
 

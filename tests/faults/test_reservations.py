@@ -9,8 +9,8 @@ from pathlib import Path
 from pvesim.cluster import SimCluster
 
 from actors.vm.events import IdReserved
-from events.catalog import load_all
 from events.store import EventStore, default_store_url
+from gateway.server import domain_events
 from tests.faults.conftest import StartCairn
 
 
@@ -22,7 +22,7 @@ async def test_a_reservation_no_task_owns_is_released_at_start(
     assert await cairn.stop() == 0
 
     # What a kill -9 in those few milliseconds leaves: the reservation, stored; nothing else.
-    load_all()
+    domain_events()
     store = await EventStore.open(default_store_url(tmp_path / "data"))
     try:
         version = await store.stream_version("vmalloc:cluster")

@@ -18,9 +18,10 @@ from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
 from events.codec import to_dict
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.cli.events import event_line
 from gateway.http.tokens import Role, create
+from gateway.services import build_app
 
 Start = Callable[[], Awaitable[str]]
 
@@ -30,11 +31,11 @@ async def console(runtime: Runtime, tmp_path: Path) -> AsyncIterator[str]:
     servers: list[TestServer] = []
     fast = {"PVESIM_DELAY_SCALE": "0", "VM_SSH_POLL": "0.05"}
     sim = attrs.evolve(runtime, flags=frozenset({"sim"}), env={**runtime.env, **fast})
-    vm = TestServer(await catalogue.build_app(catalogue.load("vm"), sim), host="127.0.0.1")
+    vm = TestServer(await build_app(root.load("vm"), sim), host="127.0.0.1")
     await vm.start_server()
     servers.append(vm)
     rt = attrs.evolve(runtime, listen={"vm": ("127.0.0.1", int(vm.port or 0))})
-    server = TestServer(await catalogue.build_app(catalogue.load("status"), rt), host="127.0.0.1")
+    server = TestServer(await build_app(root.load("status"), rt), host="127.0.0.1")
     await server.start_server()
     servers.append(server)
     yield str(server.make_url("/console/svc/vm/api/vm")).rstrip("/")
@@ -112,7 +113,7 @@ async def test_behind_a_trusted_proxy_a_hostile_forwarded_hop_is_quoted(runtime:
         "TRUSTED_PROXIES": "127.0.0.1",
     }
     sim = attrs.evolve(runtime, flags=frozenset({"sim"}), env=env)
-    vm = TestServer(await catalogue.build_app(catalogue.load("vm"), sim), host="127.0.0.1")
+    vm = TestServer(await build_app(root.load("vm"), sim), host="127.0.0.1")
     await vm.start_server()
     try:
         api = str(vm.make_url("/api/vm"))

@@ -21,13 +21,13 @@ from actors.functions import protocol
 from actors.functions.events import FunctionDeleted, FunctionVersionStored
 from actors.images.commands import DELETE_SUBJECT as IMAGE_DELETE
 from actors.images.events import ImageDeleted, ImageStored
-from actors.journal import Journal
 from actors.platform import Runtime
 from events.bus import CommandFailed, command
 from events.codec import decode_stored
 from events.follow import Follower
 from events.store import Recorded
 from gateway.http.tokens import Role, create
+from gateway.server import journal as new_journal
 from tests.conftest import Serve, wait_for
 from tests.images.imagedata import encoded
 from tests.processes import tail_lines
@@ -268,7 +268,7 @@ def test_an_event_stored_before_cairn_kept_by_still_reads() -> None:
         ImageDeleted,
     ]
     assert all(e.by is None for e in events)  # type: ignore[attr-defined]
-    journal = Journal()
+    journal = new_journal()
     lines = [journal.line(Recorded(1, "s:1", 1, e, 1.0)) for e in events]
     assert not any("asked by" in str(line) for line in lines), lines
 

@@ -18,12 +18,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.platform import Runtime
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.apps.search import write_endpoint
 from gateway.cli import search as search_cli
 from gateway.cli.search_client import ServiceError, get_json
 from gateway.console.sessions import COOKIE, SECURE_COOKIE
 from gateway.http.tokens import Role, create, revoke
+from gateway.services import build_app
 from tests.conftest import Serve
 from tests.ops.test_nginx_console import certificate
 from tests.ports import free_port
@@ -348,7 +349,7 @@ async def test_a_host_cookie_over_the_consoles_own_tls(
     cert, key = certificate(tmp_path / "tls")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    app = await catalogue.build_app(catalogue.load("status"), runtime)
+    app = await build_app(root.load("status"), runtime)
     server = TestServer(app, host="127.0.0.1", scheme="https")
     await server.start_server(ssl=context)
     try:

@@ -9,19 +9,19 @@ import attrs
 import pytest
 
 from actors.config import ConfigError
-from gateway import services as catalogue
+from gateway import server as root
 from gateway.cli.main import listen_address, release
 from tests.ports import free_port
 
 
 def test_ports_come_from_the_service_variable_or_its_default() -> None:
-    images = catalogue.load("images")
+    images = root.load("images")
     assert listen_address({}, images, single=False) == ("127.0.0.1", 8300)
     assert listen_address({"IMAGES_PORT": "9001"}, images, single=False) == ("127.0.0.1", 9001)
 
 
 def test_port_wins_when_one_service_runs_alone() -> None:
-    images = catalogue.load("images")
+    images = root.load("images")
     env = {"PORT": "9002", "IMAGES_PORT": "9001"}
     assert listen_address(env, images, single=True)[1] == 9002
     assert listen_address(env, images, single=False)[1] == 9001
@@ -29,12 +29,12 @@ def test_port_wins_when_one_service_runs_alone() -> None:
 
 def test_each_service_has_its_own_host_variable() -> None:
     env = {"VM_HOST": "0.0.0.0"}
-    assert listen_address(env, catalogue.load("vm"), single=False)[0] == "0.0.0.0"
-    assert listen_address(env, catalogue.load("functions"), single=False)[0] == "127.0.0.1"
+    assert listen_address(env, root.load("vm"), single=False)[0] == "0.0.0.0"
+    assert listen_address(env, root.load("functions"), single=False)[0] == "127.0.0.1"
 
 
 def test_search_stays_on_loopback_whatever_is_asked() -> None:
-    host, port = listen_address({"SEARCH_HOST": "0.0.0.0"}, catalogue.load("search"), single=False)
+    host, port = listen_address({"SEARCH_HOST": "0.0.0.0"}, root.load("search"), single=False)
     assert host == "127.0.0.1"
     assert 0 < port < 65536
 
@@ -42,7 +42,7 @@ def test_search_stays_on_loopback_whatever_is_asked() -> None:
 def test_search_keeps_its_default_port_unless_another_program_holds_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    search = catalogue.load("search")
+    search = root.load("search")
     assert search.default_port == 8400  # what bookmarks and agents keep
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -72,10 +72,10 @@ def test_search_keeps_its_default_port_unless_another_program_holds_it(
         asked = {"SEARCH_PORT": str(taken)}
         assert listen_address(asked, search, single=False) == ("127.0.0.1", taken)
         # The other services' clients know only the port setting: no fallback for them.
-        images = attrs.evolve(catalogue.load("images"), default_port=taken)
+        images = attrs.evolve(root.load("images"), default_port=taken)
         assert listen_address({}, images, single=False) == ("127.0.0.1", taken)
 
 
 def test_a_bad_port_names_its_variable() -> None:
     with pytest.raises(ConfigError, match="IMAGES_PORT: must be at most 65535"):
-        listen_address({"IMAGES_PORT": "70000"}, catalogue.load("images"), single=False)
+        listen_address({"IMAGES_PORT": "70000"}, root.load("images"), single=False)

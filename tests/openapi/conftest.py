@@ -19,6 +19,7 @@ from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
 from gateway.apps import functions, images, search, status, vm
 from gateway.http import logs
+from gateway.server import journal
 from tests.functions.conftest import SERVICE_ENV as FUNCTIONS_ENV
 from tests.vm.conftest import service_env
 from tests.vm.mirror import mirror_files, serve_mirror
@@ -89,7 +90,9 @@ async def start(
         else:
             build = status.build
         env.update(extra)
-        runtime = await stack.enter_async_context(open_runtime(env, tmp_path / "data"))
+        runtime = await stack.enter_async_context(
+            open_runtime(env, tmp_path / "data", journal=journal())
+        )
         app = await build(runtime)
         url = await stack.enter_async_context(served(app))
         yield Running(name, app, url, env)

@@ -21,7 +21,8 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from actors.platform import Runtime
-from gateway import services as catalogue
+from gateway import server as root
+from gateway.services import build_app
 from tests.nginx import EXAMPLES, running_nginx
 from tests.ports import free_ports
 
@@ -69,7 +70,7 @@ async def proxied(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Proxied]:
 
     async def start(name: str, listen: dict[str, tuple[str, int]]) -> int:
         rt = attrs.evolve(runtime, env=env, listen=listen)
-        server = TestServer(await catalogue.build_app(catalogue.load(name), rt), host="127.0.0.1")
+        server = TestServer(await build_app(root.load(name), rt), host="127.0.0.1")
         await server.start_server()
         servers.append(server)
         return int(server.port or 0)

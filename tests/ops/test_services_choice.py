@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from actors.config import ConfigError
-from gateway import services
+from gateway import server as services
 from tests.ports import free_port
 from tests.processes import until_ready
 

@@ -20,6 +20,7 @@ from actors.search.registry import Registry, state_root
 from events.nats_server import EmbeddedNats
 from events.store import EventStore, Recorded, default_store_url
 from gateway.apps import search
+from gateway.server import journal
 from tests.ports import free_port
 from tests.search.fake_openai import FakeOpenAI
 
@@ -42,7 +43,7 @@ class SearchHarness:
 
     async def start(self, **env: str) -> None:
         self.env.update(env)
-        runtime = await self._stack.enter_async_context(open_runtime(self.env))
+        runtime = await self._stack.enter_async_context(open_runtime(self.env, journal=journal()))
 
         async def on_event(msg: Any) -> None:
             self.events.put_nowait(json.loads(msg.data))

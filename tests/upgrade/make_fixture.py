@@ -29,7 +29,7 @@ import aiohttp
 from PIL import Image
 
 from actors.search.registry import Registry
-from events.catalog import load_all
+from gateway.server import domain_events
 from tests.upgrade.serving import Served, serving
 
 HERE = Path(__file__).parent
@@ -129,7 +129,7 @@ async def written(work: Path) -> Path:
 
 
 def make(target: Path) -> None:
-    load_all()
+    domain_events()
     with tempfile.TemporaryDirectory(prefix="cairn-fixture-") as tmp:
         data = asyncio.run(written(Path(tmp)))
         for dropped in ("nats", "pvesim/commands.log", "config/cairn/search/query_cache.sqlite"):

@@ -21,7 +21,9 @@ from pvesim.cluster import SimCluster
 from actors.platform import open_runtime
 from actors.vm.fakemirror import serve_mirror
 from events.nats_server import EmbeddedNats
-from gateway import services as catalogue
+from gateway import server as root
+from gateway.server import journal
+from gateway.services import build_app
 
 SERVICES = ("vm", "functions", "search", "images")
 
@@ -79,10 +81,10 @@ async def serving(data: Path, work: Path) -> AsyncIterator[Served]:
             "SEARCH_INBOX": str(data / "inbox"),
             "HOME": str(data),
         }
-        runtime = await stack.enter_async_context(open_runtime(env, data))
+        runtime = await stack.enter_async_context(open_runtime(env, data, journal=journal()))
         urls: dict[str, str] = {}
         for name in SERVICES:
-            app = await catalogue.build_app(catalogue.load(name), runtime)
+            app = await build_app(root.load(name), runtime)
             server = TestServer(app, host="127.0.0.1")
             await server.start_server()
             stack.push_async_callback(server.close)

@@ -20,6 +20,7 @@ from pvesim.cluster import SimCluster
 from actors.platform import open_runtime
 from events.nats_server import EmbeddedNats
 from gateway.apps.vm import build
+from gateway.server import journal
 from tests.vm.mirror import Mirror, mirror_files, serve_mirror
 
 
@@ -168,7 +169,7 @@ async def start_service(
 
     async def start(**extra: str) -> Service:
         env = service_env(tmp_path, nats_server, sim, mirror, **extra)
-        ctx = open_runtime(env, tmp_path / "data")
+        ctx = open_runtime(env, tmp_path / "data", journal=journal())
         runtime = await ctx.__aenter__()
         stacks.append(ctx)
         app = await build(runtime)
