@@ -73,6 +73,7 @@ from events.follow import EventCallback, Follower
 from events.resend import command_resent
 from events.store import EventStore, Recorded
 from events.subjects import stream_name, subject_for
+from gateway.apps.simulator import simulated_cluster
 from gateway.http.allow_ips import ClientFilter
 from gateway.http.health import add_health, quarantined
 from gateway.http.identity import asked_by
@@ -778,10 +779,11 @@ def settings_from(runtime: Runtime) -> VmSettings:
 
 
 async def _maybe_simulate(runtime: Runtime) -> Runtime:
-    """`cairn serve vm --sim`, or `cairn up` with no MAIN_NODE: start the simulated cluster
-    in-process and point the service at it. Half a real-cluster configuration (GATEWAY or a
-    NODE_ without MAIN_NODE) under `cairn up` is a mistake to stop at, not a reason to drive
-    the simulator while the operator thinks cairn runs their cluster."""
+    """`cairn serve vm --sim`, or `cairn up` with no MAIN_NODE: start the simulated cluster (a
+    child program, gateway/apps/simulator.py) and point the service at it. Half a
+    real-cluster configuration (GATEWAY or a NODE_ without MAIN_NODE) under `cairn up` is a
+    mistake to stop at, not a reason to drive the simulator while the operator thinks cairn
+    runs their cluster."""
     explicit = "sim" in runtime.flags
     real = real_cluster_variables(runtime.env)
     no_main = not runtime.env.get("MAIN_NODE", "").strip()
@@ -795,17 +797,14 @@ async def _maybe_simulate(runtime: Runtime) -> Runtime:
     wants_sim = explicit or (no_main and len(runtime.listen) > 1)
     if not wants_sim:
         return runtime
-    from pvesim.cluster import SimCluster
-
     scale = env_float(runtime.env, "PVESIM_DELAY_SCALE", 0.05, min=0)
     stack = contextlib.AsyncExitStack()
-    sim = await stack.enter_async_context(
-        SimCluster(runtime.data_dir / "pvesim", delay_scale=scale)
-    )
+    root = (runtime.data_dir / "pvesim").resolve()
+    sim_env = await stack.enter_async_context(simulated_cluster(root, scale))
     # A real cluster's leftovers (a NODE_ of .env) must not join the simulated one.
     kept = {k: v for k, v in runtime.env.items() if k not in real and k != "MAIN_NODE"}
-    env = {**kept, **sim.env()}
-    said = f"cairn: vm: no Proxmox configured; driving the simulated cluster in {sim.root}"
+    env = {**kept, **sim_env}
+    said = f"cairn: vm: no Proxmox configured; driving the simulated cluster in {root}"
     if not env.get("IMAGE_BASE_URL", "").strip():
         # The simulator needs no real image; a demo without Internet still installs.
         mirror = await stack.enter_async_context(serve_mirror())

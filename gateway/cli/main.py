@@ -32,6 +32,7 @@ from events.release import VERSION
 from events.stamp import StoreTooNew
 from events.store import default_store_url
 from gateway import server as root
+from gateway.apps.simulator import run_sim
 from gateway.cli import cluster as cluster_cli
 from gateway.cli import events as events_cli
 from gateway.cli import pve as pve_cli
@@ -431,12 +432,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    quiet_third_party_warnings()  # before asyncssh is imported, by `cairn sim` as by the rest
+    quiet_third_party_warnings()  # before asyncssh is imported
     if argv[:1] == ["sim"]:
-        # The simulator owns its options; argparse's REMAINDER would refuse leading ones.
-        from pvesim.cli import run_sim
-
-        return int(run_sim(argv[1:]) or 0)
+        # The simulator is a program of its own, with its own options (argparse's REMAINDER
+        # would refuse leading ones): this process becomes it.
+        run_sim(argv[1:])
     args = _build_parser().parse_args(argv)
     if args.command in ("up", "serve"):
         raise_open_files_limit()
@@ -461,9 +461,7 @@ def _dispatch(args: Any) -> int:
         chosen = list(dict.fromkeys(args.service))
         return asyncio.run(serve(chosen, env, flags, routes=args.verbose))
     if args.command == "sim":
-        from pvesim.cli import run_sim
-
-        return int(run_sim(args.rest) or 0)
+        run_sim(args.rest)
     handler = getattr(args, "handler", None)
     if handler is None:
         raise SystemExit(f"cairn: unknown command {args.command}")

@@ -81,6 +81,11 @@ def run_sim(args: Sequence[str] | None = None) -> int:
     import asyncio
     import logging
     import signal
+    import warnings
+
+    # asyncssh names the DSA key classes cryptography deprecated, each a warning at import that
+    # nobody running the simulator can act on (it neither makes nor accepts DSA keys).
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
 
     from .cluster import SimCluster
     from .state import DEFAULT_DELAY_SCALE
