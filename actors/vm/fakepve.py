@@ -42,6 +42,7 @@ class FakePve:
     storage_types: dict[str, str] = attrs.field(factory=lambda: {"local-lvm": "lvmthin"})
     import_storage: str = "local"
     driver: str = "api"
+    node_bridges: tuple[str, ...] = ("vmbr0",)
     vms: dict[int, FakeVm] = attrs.field(factory=dict)
     volumes: dict[str, set[str]] = attrs.field(factory=dict)  # node -> volids
     calls: list[tuple[str, str, int | None]] = attrs.field(factory=list)
@@ -119,6 +120,10 @@ class FakePve:
         self._ask("next_id", self.nodes[0])
         return next(i for i in range(100, 1_000_000) if i not in self.vms)
 
+    async def bridges(self, node: str) -> list[pve.Bridge]:
+        self._ask("bridges", node)
+        return [pve.Bridge(name) for name in sorted(self.node_bridges)]
+
     async def vm_config(self, node: str, vmid: int) -> pve.VmConfig:
         self._ask("vm_config", node, vmid)
         return pve.VmConfig(dict(self._vm(node, vmid).config))
@@ -151,18 +156,10 @@ class FakePve:
                 vmid,
                 other.node,
             )
-        hw = hardware
-        config = {
-            "name": hw.name,
-            "cores": str(hw.cores),
-            "cpu": hw.cpu_type,
-            "memory": str(hw.memory),
-            "tags": hw.os_tag,
-            "description": hw.description,
-            "net0": hw.net0(),
-        }
-        if hw.balloon is not None:
-            config["balloon"] = str(hw.balloon)
+        config = hardware.options()
+        for key in [k for k in config if k.startswith("scsi") and k != "scsihw"]:
+            storage, _, size = config[key].partition(":")  # a new volume of `size` GiB
+            config[key] = f"{storage}:vm-{vmid}-disk-{key[4:]},size={size}G"
         if disk is not None:
             config["scsi0"] = f"{disk.storage}:vm-{vmid}-disk-0"
             config |= disk.cloud_init.options() | {"ide2": f"{disk.storage}:cloudinit"}

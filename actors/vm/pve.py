@@ -144,8 +144,19 @@ class NodeResource:
 
 
 @attrs.frozen
+class NewDisk:
+    """An extra, empty disk a create allocates: `size_gb` GiB on `storage`."""
+
+    storage: str
+    size_gb: int
+
+
+@attrs.frozen
 class Hardware:
-    """A new VM's hardware profile and cairn's mark (`description`)."""
+    """A new VM's hardware profile and cairn's mark (`description`, the caller's notes above
+    it). The NIC's bridge, VLAN and MTU, the DNS settings, the tags and the extra disks come
+    checked (actors/vm/shape.py): none of them can carry a `,`, `=` or newline into a
+    property string."""
 
     name: str
     cores: int
@@ -155,10 +166,66 @@ class Hardware:
     os_tag: str
     description: str
     bridge: str
+    vlan: int | None = None
+    mtu: int | None = None
+    tags: tuple[str, ...] = ()  # the caller's, beside the OS's
+    nameserver: str | None = None  # space-separated addresses
+    searchdomain: str | None = None  # space-separated domains
+    disks: tuple[NewDisk, ...] = ()  # attached as scsi1, scsi2, ...
 
     def net0(self) -> str:
-        """The VM's one NIC: virtio on the bridge (VM_BRIDGE, checked at start)."""
-        return f"virtio,bridge={self.bridge}"
+        """The VM's one NIC: virtio on the bridge, with the VLAN tag and MTU if asked."""
+        out = f"virtio,bridge={self.bridge}"
+        if self.vlan is not None:
+            out += f",tag={self.vlan}"
+        if self.mtu is not None:
+            out += f",mtu={self.mtu}"
+        return out
+
+    def options(self) -> dict[str, str]:
+        """The create's options, as Proxmox names them and in the order `qm create` is given
+        them: every adapter renders this one mapping (argv, form fields, the fake's config)."""
+        out = {"name": self.name, "cores": str(self.cores), "cpu": self.cpu_type}
+        out["memory"] = str(self.memory)
+        if self.balloon is not None:
+            out["balloon"] = str(self.balloon)
+        out |= {"scsihw": "virtio-scsi-pci", "ostype": "l26", "agent": "1", "net0": self.net0()}
+        out |= {"serial0": "socket", "vga": "serial0"}
+        tags = [self.os_tag, *(t for t in self.tags if t != self.os_tag)]
+        out |= {"tags": ";".join(tags), "description": self.description}
+        if self.nameserver:
+            out["nameserver"] = self.nameserver
+        if self.searchdomain:
+            out["searchdomain"] = self.searchdomain
+        for i, disk in enumerate(self.disks, start=1):
+            # `<storage>:<GiB>` allocates a new volume of that size (QS create_disks).
+            out[f"scsi{i}"] = f"{disk.storage}:{disk.size_gb}"
+        return out
+
+
+@attrs.frozen
+class Bridge:
+    """A bridge of a node a NIC can name (`GET /nodes/{node}/network?type=any_bridge`)."""
+
+    name: str
+    mtu: int | None = None  # None: the node does not say (Linux's default, 1500)
+
+
+def bridges_of(entries: list[Any]) -> list[Bridge]:
+    """`/nodes/{node}/network` as either driver receives it: its bridges, by name."""
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("iface"), str):
+            continue
+        if "bridge" not in str(e.get("type", "")).lower():
+            continue
+        mtu = e.get("mtu")
+        try:
+            size = int(mtu) if mtu is not None and not isinstance(mtu, bool) else None
+        except (TypeError, ValueError):
+            size = None
+        out.append(Bridge(e["iface"], size))
+    return sorted(out, key=lambda b: b.name)
 
 
 @attrs.frozen
@@ -490,6 +557,7 @@ class Pve(Protocol):
     async def storage_status(self, node: str, storage: str) -> StorageStatus: ...
     async def storage_content(self, node: str, storage: str, content: str) -> list[Volume]: ...
     async def next_id(self) -> int: ...
+    async def bridges(self, node: str) -> list[Bridge]: ...
     async def vm_config(self, node: str, vmid: int) -> VmConfig: ...
     async def vm_status(self, node: str, vmid: int) -> VmStatus: ...
     async def active_tasks(self, node: str, vmid: int) -> list[str]:

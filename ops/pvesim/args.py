@@ -289,6 +289,8 @@ NET_MODELS = (  # qemu-server 8.3.13 QemuServer.pm $nic_model_list
     "ne2k_pci",
     "pcnet",
 )
+# netN's integer properties (QS QemuServer.pm $net_fmt): VLAN tag and MTU.
+_NET_RANGES = {"tag": (1, 4094), "mtu": (1, 65520)}
 _MAC_RE = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
@@ -308,6 +310,14 @@ def make_net_check(key: str) -> Check:
             elif k == "bridge":
                 if not re.fullmatch(r"[-_.\w\d]+", v):
                     errors["bridge"] = "value does not match the regex pattern"
+            elif k in _NET_RANGES:
+                low, high = _NET_RANGES[k]
+                if not re.fullmatch(r"\d+", v):
+                    errors[k] = f"type check ('integer') failed - got '{v}'"
+                elif int(v) < low:
+                    errors[k] = f"value must have a minimum value of {low}"
+                elif int(v) > high:
+                    errors[k] = f"value must have a maximum value of {high}"
             elif k not in (
                 "firewall",
                 "link_down",

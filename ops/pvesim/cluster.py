@@ -432,13 +432,18 @@ class SimCluster:
             name, storage_info(name, type_, content=content, shared=shared, total_kib=total_kib)
         )
 
-    def add_bridge(self, name: str, nodes: tuple[str, ...] | None = None) -> None:
-        """A Linux bridge (or SDN VNet) `name` on the given nodes, all by default: a VM whose
-        NIC names a bridge its node lacks fails at `qm start` (qm.start_refusal)."""
+    def add_bridge(
+        self, name: str, nodes: tuple[str, ...] | None = None, *, mtu: int | None = None
+    ) -> None:
+        """A Linux bridge (or SDN VNet) `name` on the given nodes, all by default, with its own
+        MTU if given: a VM whose NIC names a bridge its node lacks fails at `qm start`
+        (qm.start_refusal); `GET /nodes/{node}/network` lists it."""
         with self.store.locked() as txn:
             for node, info in txn.cluster["nodes"].items():
                 if nodes is None or node in nodes:
                     info["bridges"] = sorted({*info.get("bridges", ["vmbr0"]), name})
+                    if mtu is not None:
+                        info.setdefault("bridge_mtu", {})[name] = mtu
             txn.save_cluster()
 
     def add_gui_vm(

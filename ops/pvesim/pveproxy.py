@@ -690,6 +690,20 @@ def get_node_status(proxy: PveProxy, call: Call) -> Any:
     return _pvesh_get(proxy, _main(proxy), f"/nodes/{node}/status", {})
 
 
+@route("GET", rf"/nodes/{_NODE}/network")
+def get_node_network(proxy: PveProxy, call: Call) -> Any:
+    node = call.match[0]
+    proxy.check_params(call, {"node": "string", "type": "string"})
+    kind = call.params.get("type")
+    if kind is not None and kind not in res.NETWORK_TYPES:
+        raise HttpError(
+            400, "Parameter verification failed.", {"type": enum_error(kind, res.NETWORK_TYPES)}
+        )
+    proxy.need(call, f"/nodes/{node}", "Sys.Audit")
+    options = {"type": kind} if kind else {}
+    return _pvesh_get(proxy, _main(proxy), f"/nodes/{node}/network", options)
+
+
 @route("GET", r"/cluster/resources")
 def get_resources(proxy: PveProxy, call: Call) -> Any:
     proxy.check_params(call, {"type": "string"})

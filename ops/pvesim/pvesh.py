@@ -27,6 +27,8 @@ PATH_OPTIONS: dict[str, dict[str, Opt]] = {
 
 
 _TASKS = re.compile(r"/nodes/[^/]+/tasks")
+_NETWORK = re.compile(r"/nodes/[^/]+/network")
+NETWORK_OPTIONS = {"type": Opt(enum=res.NETWORK_TYPES)}
 TASK_OPTIONS = {
     "source": Opt(enum=("archive", "active", "all")),
     "vmid": Opt("int", minimum=100, maximum=999999999),
@@ -96,6 +98,14 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                     f"{name}: Name or service not known"
                 )
             return res.node_status(name, nodes[name], vms.get(name, []), now)
+        m = re.fullmatch(r"/nodes/([^/]+)/network", path)
+        if m:
+            if m.group(1) not in nodes:
+                raise CliError(
+                    f"hostname lookup '{m.group(1)}' failed - failed to get address info for: "
+                    f"{m.group(1)}: Name or service not known"
+                )
+            return res.node_network(nodes[m.group(1)], options.get("type"))
         m = re.fullmatch(r"/nodes/([^/]+)/tasks", path)
         if m and m.group(1) in nodes:
             vmid = options.get("vmid")
@@ -146,6 +156,8 @@ def run(ctx: Ctx, argv: Sequence[str]) -> int:
         path_arg = next((a for a in rest if not a.startswith("-")), None)
         path = _normalise(path_arg) if path_arg else ""
         extra = PATH_OPTIONS.get(path, TASK_OPTIONS if _TASKS.fullmatch(path) else {})
+        if _NETWORK.fullmatch(path):
+            extra = NETWORK_OPTIONS
         spec = CommandSpec(USAGE, (("api_path", Opt()),), {**FORMAT_OPTIONS, **extra})
         parsed = parse(spec, rest)
         options = dict(parsed.options)

@@ -228,3 +228,31 @@ def node_status(
         "uptime": int(now - float(info["started_at"])),
         "wait": 0,
     }
+
+
+# `type` of GET /nodes/{node}/network (PM8 API2/Network.pm $network_type_enum plus its two
+# pseudo-types).
+NETWORK_TYPES = ("bridge", "bond", "eth", "alias", "vlan", "OVSBridge", "OVSBond", "OVSPort",
+                 "OVSIntPort", "vnet", "any_bridge", "any_local_bridge")  # fmt: skip
+
+
+def node_network(info: Mapping[str, Any], kind: str | None) -> list[dict[str, Any]]:
+    """GET /nodes/{node}/network: the node's uplink and its Linux bridges (the node's
+    `bridges`, vmbr0 unless a test added others; `bridge_mtu` names those with their own MTU),
+    filtered by `type` as Proxmox does (`any_bridge`: every kind of bridge)."""
+    out: list[dict[str, Any]] = [
+        {"iface": "eno1", "type": "eth", "active": 1, "exists": 1, "families": ["inet"],
+         "method": "manual", "priority": 3}
+    ]  # fmt: skip
+    mtus = info.get("bridge_mtu", {})
+    for i, name in enumerate(sorted(info.get("bridges", ["vmbr0"]))):
+        entry = {"iface": name, "type": "bridge", "active": 1, "autostart": 1,
+                 "bridge_ports": "eno1" if i == 0 else "", "bridge_stp": "off",
+                 "bridge_fd": "0", "families": ["inet"], "method": "manual",
+                 "priority": 4 + i}  # fmt: skip
+        if name in mtus:
+            entry["mtu"] = int(mtus[name])
+        out.append(entry)
+    if kind in ("any_bridge", "any_local_bridge"):
+        return [e for e in out if e["type"] in ("bridge", "OVSBridge")]
+    return [e for e in out if kind is None or e["type"] == kind]

@@ -217,4 +217,5 @@ class Guest:
         failure = await loop.run_in_executor(self.executor, consume)
         if failure is not None:
             return "", failure.message + "\n", failure.exit_code
-        return "", "", 0
+        shown = guest_mod.emulate(script)
+        return shown.stdout, shown.stderr, shown.exit_status

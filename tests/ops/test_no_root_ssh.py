@@ -22,6 +22,7 @@ import pytest
 
 from actors.vm.cli import argv as qm
 from actors.vm.cli.transport import SshTransport
+from actors.vm.pve import Hardware, NewDisk
 from actors.vm.shacrypt import sha512_crypt
 from tests.ports import free_port
 
@@ -58,14 +59,12 @@ def cairns_commands(images: Path) -> list[list[str]]:
     image = str(images / "debian-12-debian-12-generic-amd64.qcow2")
     return [
         qm.create(
-            120, name="web 'one'; $(id)", cores=2, cpu_type="x86-64-v2-AES", memory=2048,
-            balloon=1024, os_tag="debian12", description="cairn: task 7f3e\nline two",
-            bridge="vmbr0",
+            120,
+            Hardware("web 'one'; $(id)", 2, "x86-64-v2-AES", 2048, 1024, "debian12",
+                     "cairn: task 7f3e\nline two", "vmbr0", vlan=20, mtu=1400,
+                     disks=(NewDisk("local-lvm", 32),)).options(),
         ),
-        qm.create(
-            121, name="x", cores=1, cpu_type="host", memory=512, balloon=None,
-            os_tag="ubuntu24", description="d", bridge="vmbr1",
-        ),
+        qm.create(121, Hardware("x", 1, "host", 512, None, "ubuntu24", "d", "vmbr1").options()),
         qm.import_disk(120, image, "local-lvm"),
         qm.configure(120, "local-lvm:vm-120-disk-0", "local-lvm", cloud_init()),
         qm.configure(120, "local:120/vm-120-disk-0.raw", "local", cloud_init()),
@@ -80,6 +79,9 @@ def cairns_commands(images: Path) -> list[list[str]]:
         qm.storage_status("local-lvm"), qm.image_storages(),
         qm.cluster_resources("vm"), qm.cluster_resources("node"), qm.node_status("node1"),
         qm.api_get("/nodes/node1/tasks", "--source", "active", "--vmid", "120"),
+        qm.network("node1"),
+        qm.set_options(120, {"tags": "debian;web", "description": "notes\nline"}),
+        qm.set_options(120, {"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr1,tag=20,mtu=1400"}),
     ]  # fmt: skip
 
 
@@ -104,6 +106,9 @@ def test_every_command_cairn_runs_passes(images: Path) -> None:
         (["qm", "set", "120", "--cores", "2", "--cores", "3"], "--cores given twice"),
         (["qm", "set", "120", "--cores"], "--cores needs a value"),
         (["qm", "create", "120", "--net0", "virtio,bridge=vmbr0,firewall=0"], "--net0"),
+        (["qm", "create", "120", "--scsi1", "local-lvm:vm-121-disk-0"], "--scsi1"),
+        (["qm", "create", "120", "--scsi1", "local-lvm:0,import-from=/etc/shadow"], "--scsi1"),
+        (["qm", "create", "120", "--nameserver", "1.1.1.1,x"], "--nameserver"),
         (["qm", "start", "99"], "'99' is not a VM id"),
         (["qm", "start", "250"], "VM 250 is outside cairn's ids 100-199"),
         (["qm", "start", "120", "--skiplock"], "qm start with these arguments"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actors.vm.cli import argv as qm
+from actors.vm.pve import Hardware, NewDisk
 
 CI = qm.CloudInit(
     user="deploy",
@@ -15,10 +16,9 @@ CI = qm.CloudInit(
 
 
 def test_create_has_the_cloud_image_hardware_profile() -> None:
-    argv = qm.create(
-        120, name="web", cores=2, cpu_type="x86-64-v2-AES", memory=2048, balloon=None,
-        os_tag="debian", description="created by cairn, install task 0f1e", bridge="vmbr0",
-    )  # fmt: skip
+    mark = "created by cairn, install task 0f1e"
+    argv = qm.create(120, Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian", mark,
+                                   "vmbr0").options())  # fmt: skip
     assert argv == [
         "qm", "create", "120", "--name", "web", "--cores", "2", "--cpu", "x86-64-v2-AES",
         "--memory", "2048", "--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1",
@@ -42,12 +42,26 @@ def test_configure_attaches_disk_cloud_init_and_boot_order_at_once() -> None:
 
 
 def test_create_passes_the_balloon_minimum_when_given() -> None:
-    argv = qm.create(
-        120, name="120", cores=1, cpu_type="kvm64", memory=4096, balloon=1024, os_tag="ubuntu",
-        description="created by cairn, install task 0f1e", bridge="vmbr0",
-    )  # fmt: skip
+    mark = "created by cairn, install task 0f1e"
+    argv = qm.create(120, Hardware("120", 1, "kvm64", 4096, 1024, "ubuntu", mark,
+                                   "vmbr0").options())  # fmt: skip
     assert argv[argv.index("--balloon") + 1] == "1024"
     assert argv.index("--balloon") == argv.index("--memory") + 2
+
+
+def test_create_carries_the_callers_network_dns_tags_and_extra_disks() -> None:
+    hardware = Hardware(
+        "db", 2, "kvm64", 2048, None, "debian", "notes\ncreated by cairn, install task 0f1e",
+        "vmbr1", vlan=20, mtu=9000, tags=("db", "debian", "prod"), nameserver="10.0.0.53",
+        searchdomain="example.org", disks=(NewDisk("local-lvm", 32), NewDisk("fast", 8)),
+    )  # fmt: skip
+    argv = qm.create(121, hardware.options())
+    assert argv[argv.index("--net0") + 1] == "virtio,bridge=vmbr1,tag=20,mtu=9000"
+    assert argv[argv.index("--tags") + 1] == "debian;db;prod"
+    assert argv[-8:] == [
+        "--nameserver", "10.0.0.53", "--searchdomain", "example.org",
+        "--scsi1", "local-lvm:32", "--scsi2", "fast:8",
+    ]  # fmt: skip
 
 
 def test_disk_is_attached_by_the_volid_import_reported_on_dir_storage_too() -> None:

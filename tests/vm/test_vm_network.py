@@ -71,10 +71,9 @@ def _cloud_init(prefix_len: int) -> qm.CloudInit:
 
 
 def _hardware(bridge: str) -> list[str]:
-    return qm.create(
-        120, name="web", cores=2, cpu_type="x86-64-v2-AES", memory=2048, balloon=None,
-        os_tag="debian", description="created by cairn, install task 0f1e", bridge=bridge,
-    )  # fmt: skip
+    mark = "created by cairn, install task 0f1e"
+    hardware = Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian", mark, bridge)
+    return qm.create(120, hardware.options())
 
 
 def test_cli_command_lines_carry_the_bridge_and_the_mask() -> None:

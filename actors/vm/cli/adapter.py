@@ -160,6 +160,10 @@ class CliPve:
         except ValueError:
             raise pve.Unreadable(f"/cluster/nextid answered {data!r}") from None
 
+    async def bridges(self, node: str) -> list[pve.Bridge]:
+        data = await self._json(node, qm.network(node))
+        return pve.bridges_of(data if isinstance(data, list) else [])
+
     async def vm_config(self, node: str, vmid: int) -> pve.VmConfig:
         result = await self._ok(node, qm.config(vmid))
         options = parse_config(result.stdout)
@@ -193,18 +197,7 @@ class CliPve:
     ) -> pve.Task:
         if disk is not None:
             raise pve.Unsupported("the CLI driver imports a disk with qm disk import")
-        hw = hardware
-        argv = qm.create(
-            vmid,
-            name=hw.name,
-            cores=hw.cores,
-            cpu_type=hw.cpu_type,
-            memory=hw.memory,
-            balloon=hw.balloon,
-            os_tag=hw.os_tag,
-            description=hw.description,
-            bridge=hw.bridge,
-        )
+        argv = qm.create(vmid, hardware.options())
         if pool:
             argv += ["--pool", pool]
         return await self._task(node, argv)

@@ -11,14 +11,11 @@ wire format. Differences from the original service, on purpose (DESIGN §4):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 Argv = list[str]
-
-
-def net0(bridge: str) -> str:
-    """The VM's one NIC: virtio on `bridge` (VM_BRIDGE, checked at start to be a plain name)."""
-    return f"virtio,bridge={bridge}"
 
 
 @attrs.frozen
@@ -40,28 +37,19 @@ class CloudInit:
         ]  # fmt: skip
 
 
-def create(
-    vmid: int,
-    *,
-    name: str,
-    cores: int,
-    cpu_type: str,
-    memory: int,
-    balloon: int | None,
-    os_tag: str,
-    description: str,
-    bridge: str,
-) -> Argv:
-    """The VM with its hardware profile and cairn's mark (`description`, the line every
-    destructive step looks for); disks come after the import."""
-    argv = ["qm", "create", str(vmid), "--name", name, "--cores", str(cores)]
-    argv += ["--cpu", cpu_type, "--memory", str(memory)]
-    if balloon is not None:
-        argv += ["--balloon", str(balloon)]
-    argv += ["--scsihw", "virtio-scsi-pci", "--ostype", "l26", "--agent", "1"]
-    argv += ["--net0", net0(bridge), "--serial0", "socket", "--vga", "serial0", "--tags", os_tag]
-    argv += ["--description", description]
+def create(vmid: int, options: Mapping[str, str]) -> Argv:
+    """The VM with its hardware profile and cairn's mark (`pve.Hardware.options`, in its
+    order; the description is the line every destructive step looks for); the boot disk comes
+    after the import."""
+    argv = ["qm", "create", str(vmid)]
+    for key, value in options.items():
+        argv += [f"--{key}", value]
     return argv
+
+
+def network(node: str) -> Argv:
+    """The node's bridges, as JSON."""
+    return api_get(f"/nodes/{node}/network", "--type", "any_bridge")
 
 
 def clone(vmid: int, newid: int, options: dict[str, str]) -> Argv:

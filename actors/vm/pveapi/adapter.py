@@ -23,29 +23,12 @@ from actors.vm.pveapi.wire import looks_like_upid, sshkeys_param
 _T = TypeVar("_T")
 
 
-def hardware_params(hw: pve.Hardware) -> dict[str, str]:
-    """A new VM's hardware and cairn's mark, as `POST /nodes/<node>/qemu` fields."""
-    params = {"name": hw.name, "cores": str(hw.cores), "cpu": hw.cpu_type, "memory": str(hw.memory)}
-    if hw.balloon is not None:
-        params["balloon"] = str(hw.balloon)
-    return params | {
-        "scsihw": "virtio-scsi-pci",
-        "ostype": "l26",
-        "agent": "1",
-        "net0": hw.net0(),
-        "serial0": "socket",
-        "vga": "serial0",
-        "tags": hw.os_tag,
-        "description": hw.description,
-    }
-
-
 def create_params(
     vmid: int, hw: pve.Hardware, disk: pve.ImportFrom | None, pool: str | None
 ) -> dict[str, str]:
     """The whole create: hardware, and with `disk` the boot disk imported from a volume of the
     node, the cloud-init drive and settings (keys urlencoded, api.md §5.6) and the boot order."""
-    params = {"vmid": str(vmid), **hardware_params(hw)}
+    params = {"vmid": str(vmid), **hw.options()}
     if disk is not None:
         ci = disk.cloud_init
         params |= {
@@ -184,6 +167,10 @@ class RestPve:
             return int(str(data))  # a string on real servers, a number in the schema
         except ValueError:
             raise pve.Unreadable(f"/cluster/nextid answered {data!r}") from None
+
+    async def bridges(self, node: str) -> list[pve.Bridge]:
+        data = await self._get(node, f"/nodes/{node}/network", {"type": "any_bridge"})
+        return pve.bridges_of(data if isinstance(data, list) else [])
 
     async def vm_config(self, node: str, vmid: int) -> pve.VmConfig:
         data = await self._get(node, f"/nodes/{node}/qemu/{vmid}/config")

@@ -166,6 +166,9 @@ def _qm(rest: list[str], *, images: str, vmids: range | None) -> None:
     raise Refused(f"qm {sub} with these arguments is not a command cairn runs")
 
 
+# The one NIC: virtio on a bridge, with a VLAN tag and an MTU if the caller asked.
+NET0 = re.compile(r"virtio(?:=[0-9A-Fa-f:]{17})?,bridge=[A-Za-z0-9_.-]{1,15}(?:,tag=[0-9]{1,4})?"
+                  r"(?:,mtu=[0-9]{1,5})?")  # fmt: skip
 CREATE: dict[str, Rule] = {
     # Free text is safe as one argv element: qm receives it as a value, no shell runs.
     "--name": matches(ANY),
@@ -178,11 +181,18 @@ CREATE: dict[str, Rule] = {
     "--scsihw": one_of("virtio-scsi-pci"),
     "--ostype": one_of("l26"),
     "--agent": one_of("1"),
-    "--net0": matches(re.compile(r"virtio,bridge=[A-Za-z0-9_.-]{1,15}")),
+    "--net0": matches(NET0),
     "--serial0": one_of("socket"),
     "--vga": one_of("serial0"),
+    "--nameserver": matches(re.compile(r"[0-9A-Fa-f.:]{2,45}(?: [0-9A-Fa-f.:]{2,45}){0,2}")),
+    "--searchdomain": matches(re.compile(r"[A-Za-z0-9.-]{1,253}(?: [A-Za-z0-9.-]{1,253}){0,5}")),
+    # Extra disks: a new, empty volume of N GiB (never an existing volume or a path).
+    **{f"--scsi{i}": matches(re.compile(rf"{STORAGE}:[0-9]{{1,6}}")) for i in range(1, 9)},
 }
 SET: dict[str, Rule] = {
+    "--tags": CREATE["--tags"],
+    "--description": matches(ANY),
+    "--net0": matches(NET0),
     "--cores": matches(INT),
     "--memory": matches(INT),
     "--balloon": matches(INT),
@@ -224,6 +234,15 @@ def _pvesh(rest: list[str], *, vmids: range | None) -> None:
         found = re.fullmatch(r"/nodes/([A-Za-z0-9-]{1,63})/status", rest[1])
         if found:
             return
+    # The bridges a NIC may name, checked before an install builds anything.
+    if (
+        len(rest) == 6
+        and rest[0] == "get"
+        and re.fullmatch(r"/nodes/[A-Za-z0-9-]{1,63}/network", rest[1])
+        and rest[2:4] == ["--type", "any_bridge"]
+        and rest[4:] == json_out
+    ):
+        return
     # Which tasks a node still runs for one of cairn's VMs: a restart asks it to tell a create
     # whose worker died from one still running.
     if (
@@ -236,7 +255,8 @@ def _pvesh(rest: list[str], *, vmids: range | None) -> None:
         _vmid(rest[5], vmids)
         return
     raise Refused(
-        "pvesh: only the reads cairn makes (cluster resources, a node's status, a VM's tasks)"
+        "pvesh: only the reads cairn makes (cluster resources, a node's status and bridges, "
+        "a VM's tasks)"
     )
 
 
