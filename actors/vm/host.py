@@ -25,7 +25,7 @@ from nats.aio.subscription import Subscription
 
 from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
-from actors.vm import snapshots
+from actors.vm import preflight, snapshots
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.events import Adopted
 from actors.vm.imagecache import ImageCache
@@ -496,6 +496,14 @@ class VmService:
         refusal = self._too_many_vcpus(cpu, node)
         if refusal:
             return _error(400, f"cpu: {refusal}")
+        if request.shape.network or request.shape.disks:
+            assert self.services is not None
+            try:
+                refusal = await preflight.install_refusal(self.services, node, request.shape)
+            except PveError as exc:
+                return _error(502, f"Proxmox did not answer about node {node}: {exc.text}")
+            if refusal:
+                return _error(400, refusal)
         began = time.monotonic()
         vms = await self.cluster_vms()
         if vms is None:

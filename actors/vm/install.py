@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import aiohttp
+import asyncssh
 import attrs
 
 from actors.vm import stages
+from actors.vm.firstboot import run_script, shaped, with_packages
 from actors.vm.guest import GuestError, ensure_key, run_init
 from actors.vm.imagecache import ImageError
 from actors.vm.jobs import (
@@ -453,6 +455,7 @@ async def install(
             description=mark_line(task),
             bridge=s.bridge,
         )
+        hardware = shaped(hardware, req.shape)
         b = Build(svc, vmid, node, image, hardware, cloud_init)
         made_on = place.made_on(b)
 
@@ -536,9 +539,11 @@ async def install(
             key=svc.key_path,
             port=s.vm_ssh_port,
             host_key=host_key,
-            script=script,
+            script=with_packages(script, req.shape.packages),
             root_password=s.root_password,
         )
+        if req.shape.script is not None:
+            await _callers_script(svc, st, req, ip, host_key)
         st.done("SSH initialization completed")
 
         st.begin(stages.REBOOT, "rebooting to apply all settings")
@@ -587,6 +592,30 @@ async def install(
                 message += f"; {removal.foreign}"
         st.fail(message)
         return JobResult(False, state, error=message)
+
+
+async def _callers_script(
+    svc: Services, st: Stages, req: InstallRequest, ip: str, host_key: asyncssh.SSHKey
+) -> None:
+    """The caller's script, after cairn's init script; a failure fails the stage unless the
+    caller asked to keep the VM (`script_failure: keep`)."""
+    assert req.shape.script is not None
+    st.note("running the script")
+    status = await run_script(
+        ip,
+        user=req.user,
+        key=svc.key_path,
+        port=svc.settings.vm_ssh_port,
+        host_key=host_key,
+        script=req.shape.script,
+        note=st.note,
+    )
+    if status == 0:
+        st.note("the script ended with status 0")
+    elif req.shape.keep_on_script_failure:
+        st.note(f"the script exited with status {status}; the VM is kept (script_failure: keep)")
+    else:
+        raise StageFailed(f"the script exited with status {status}")
 
 
 async def _restart(svc: Services, node: str, vmid: int) -> None:

@@ -18,6 +18,7 @@ import attrs
 from actors.vm.osimages import MATRIX, default_user
 from actors.vm.pve import snapshot_name_error
 from actors.vm.settings import VMID_MAX, VMID_MIN, VmSettings
+from actors.vm.shape import SHAPE_FIELDS, GuestShape, ShapeError, parse_shape
 
 DEFAULT_CPU = 2
 DEFAULT_RAM = 2048
@@ -68,6 +69,8 @@ class InstallRequest:
     pubkey: str | None = None
     # How the password crosses NATS (actors/vm/messages.py): its SHA-512 crypt hash.
     password_hash: str | None = None
+    # The optional fields beyond the spec's (shape.py).
+    shape: GuestShape = attrs.field(factory=GuestShape)
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -127,17 +130,16 @@ def _shown(field: str) -> str:
 def refuse_unknown_fields(data: dict[str, Any]) -> None:
     """A field install does not take is an error, not silently a different VM (`memory`
     would otherwise leave the VM at the default 2048 MB)."""
+    known = INSTALL_FIELDS + SHAPE_FIELDS
     for field in sorted(data):
-        if field in INSTALL_FIELDS:
+        if field in known:
             continue
         meant = _MEANT.get(field.lower()) or next(
-            iter(difflib.get_close_matches(field.lower(), INSTALL_FIELDS, n=1, cutoff=0.75)), None
+            iter(difflib.get_close_matches(field.lower(), known, n=1, cutoff=0.75)), None
         )
         if meant:
             raise BadRequest(f"{_shown(field)}: unknown field; did you mean {meant}?")
-        raise BadRequest(
-            f"{_shown(field)}: unknown field; install takes {', '.join(INSTALL_FIELDS)}"
-        )
+        raise BadRequest(f"{_shown(field)}: unknown field; install takes {', '.join(known)}")
 
 
 def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
@@ -174,6 +176,10 @@ def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
     ):
         raise BadRequest(f"passwd: must be 1 to {_MAX_PASSWD} characters on one line")
     pubkey = _str(data, "pubkey")
+    try:
+        shape = parse_shape(data, storage=settings.storage, max_disk=settings.max_disk)
+    except ShapeError as exc:
+        raise BadRequest(str(exc)) from None
     return InstallRequest(
         os=os_name,
         version=version,
@@ -186,6 +192,7 @@ def parse_install(body: Any, settings: VmSettings) -> InstallRequest:
         user=user or default_user(os_name),
         passwd=passwd,
         pubkey=_pubkey(pubkey) if pubkey else None,
+        shape=shape,
     )
 
 
