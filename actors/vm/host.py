@@ -561,6 +561,17 @@ class VmService:
                 refusal = self._too_many_vcpus(facts.cpu, str(args["node"]))
                 if refusal:
                     return _error(400, f"node: VM {vmid} has {facts.cpu} vCPUs, but {refusal}")
+        if command is Command.SET_NETWORK:
+            assert self.services is not None
+            was: VmInfo = await handle.ask(Query())
+            if was.state is State.STOPPED:  # else the actor says why not
+                node = was.facts.node if was.facts else self.settings.main_node
+                try:
+                    refusal = await preflight.network_refusal(self.services, node, vmid, args)
+                except PveError as exc:
+                    return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+                if refusal:
+                    return _error(400, refusal)
         if command in (Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT):
             now: VmInfo = await handle.ask(Query())
             if now.state in (State.RUNNING, State.STOPPED):  # else the actor says why not

@@ -26,6 +26,7 @@ class State(enum.StrEnum):
     DESTROYING = "destroying"
     SNAPSHOTTING = "snapshotting"  # taking or deleting a snapshot
     ROLLING_BACK = "rolling back"
+    CONFIGURING = "configuring"  # changing tags, notes or the NIC
     FAILED = "failed"
 
 
@@ -43,6 +44,9 @@ class Command(enum.StrEnum):
     SNAPSHOT = "snapshot"
     ROLLBACK = "snapshot/rollback"
     DELETE_SNAPSHOT = "snapshot/delete"
+    SET_TAGS = "set/tags"
+    SET_DESCRIPTION = "set/description"
+    SET_NETWORK = "set/network"
 
 
 @attrs.frozen
@@ -80,6 +84,13 @@ TABLE: dict[tuple[State, Command], Transition] = {
             (C.ROLLBACK, S.ROLLING_BACK),
         )
     },
+    # Tags and notes change in either power state; the NIC only while the VM is off.
+    **{
+        (state, command): Transition(S.CONFIGURING, state, state)
+        for state in (S.RUNNING, S.STOPPED)
+        for command in (C.SET_TAGS, C.SET_DESCRIPTION)
+    },
+    (S.STOPPED, C.SET_NETWORK): Transition(S.CONFIGURING, S.STOPPED, S.STOPPED),
 }
 
 WORKING = frozenset(t.working for t in TABLE.values())
@@ -98,10 +109,11 @@ POWER: dict[State, str] = {
     S.DESTROYING: "stopped",
     S.SNAPSHOTTING: "stopped",  # VmInfo.power says the power it had before
     S.ROLLING_BACK: "stopped",
+    S.CONFIGURING: "stopped",
     S.FAILED: "stopped",
 }
 # Working states that keep the power the VM had when its task began.
-KEEPS_POWER = frozenset({S.SNAPSHOTTING, S.ROLLING_BACK})
+KEEPS_POWER = frozenset({S.SNAPSHOTTING, S.ROLLING_BACK, S.CONFIGURING})
 NEEDS_RUNNING = frozenset({C.STOP, C.SHUTDOWN, C.REBOOT})
 
 

@@ -32,6 +32,7 @@ from actors.vm.requests import (
     parse_snapshot_name,
 )
 from actors.vm.settings import VmSettings
+from actors.vm.shape import ShapeError, parse_set_description, parse_set_network, parse_set_tags
 
 # A task id as the gateway makes them (uuid4().hex).
 _TASK = re.compile(r"^[0-9a-f]{32}$")
@@ -124,6 +125,19 @@ def parse_do_command(payload: Any, settings: VmSettings) -> DoCommand:
                                                 settings), _by(data))  # fmt: skip
 
 
+def parse_reshape(command: Command, body: Any) -> dict[str, Any]:
+    """The body of `set/tags`, `set/description` or `set/network` as the command's arguments
+    (the same rules over HTTP and NATS); BadRequest with the field's message."""
+    try:
+        if command is Command.SET_TAGS:
+            return {"tags": list(parse_set_tags(body))}
+        if command is Command.SET_DESCRIPTION:
+            return {"description": parse_set_description(body)}
+        return parse_set_network(body)
+    except ShapeError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[str, Any]:
     """The arguments of ``command``, checked as the HTTP body they came from was."""
     if command is Command.SET_CPU:
@@ -137,6 +151,8 @@ def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[
         return {"grow_gb": parse_set_disk({"disk": f"{grow}G"})}
     if command is Command.SET_NODE:
         return {"node": parse_set_node({"node": args.get("node")}, settings)}
+    if command in (Command.SET_TAGS, Command.SET_DESCRIPTION, Command.SET_NETWORK):
+        return parse_reshape(command, args)
     if command is Command.SNAPSHOT:
         return parse_snapshot(args)
     if command in (Command.ROLLBACK, Command.DELETE_SNAPSHOT):

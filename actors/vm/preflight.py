@@ -6,8 +6,10 @@ each extra disk's storage holds VM disks there. Proxmox itself would only find o
 
 from __future__ import annotations
 
+from typing import Any
+
 from actors.vm.jobs import Services
-from actors.vm.shape import GuestShape, bridge_refusal
+from actors.vm.shape import GuestShape, bridge_of, bridge_refusal
 
 
 async def install_refusal(svc: Services, node: str, shape: GuestShape) -> str | None:
@@ -15,9 +17,8 @@ async def install_refusal(svc: Services, node: str, shape: GuestShape) -> str | 
     Proxmox does not answer."""
     if shape.network:
         bridge = shape.bridge or svc.settings.bridge
-        field = "bridge" if shape.bridge else "mtu"
         bridges = await svc.pve.bridges(node)
-        if refusal := bridge_refusal(node, bridge, shape.mtu, bridges, field):
+        if refusal := bridge_refusal(node, bridge, shape.mtu, bridges):
             return refusal
     if shape.disks:
         usable = [s.name for s in await svc.pve.storages(node, "images") if s.usable]
@@ -28,3 +29,14 @@ async def install_refusal(svc: Services, node: str, shape: GuestShape) -> str | 
                     f"for VM disks; its storages for VM disks: {', '.join(usable) or 'none'}"
                 )
     return None
+
+
+async def network_refusal(
+    svc: Services, node: str, vmid: int, change: dict[str, Any]
+) -> str | None:
+    """Why the NIC of VM `vmid` cannot take `change` (`set/network`) on `node`, or None: the
+    bridge it would be on must exist there, with an MTU at least the NIC's."""
+    bridge = change.get("bridge")
+    if bridge is None:
+        bridge = bridge_of((await svc.pve.vm_config(node, vmid)).get("net0")) or svc.settings.bridge
+    return bridge_refusal(node, bridge, change.get("mtu"), await svc.pve.bridges(node))

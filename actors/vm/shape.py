@@ -258,15 +258,82 @@ def notes(description: str | None, mark: str) -> str:
     return f"{description.rstrip()}\n{mark}" if description and description.strip() else mark
 
 
-def bridge_refusal(
-    node: str, bridge: str, mtu: int | None, bridges: list[Bridge], field: str = "bridge"
-) -> str | None:
+def bridge_refusal(node: str, bridge: str, mtu: int | None, bridges: list[Bridge]) -> str | None:
     """Why a NIC on `bridge` with `mtu` cannot work on `node`, or None."""
     found = next((b for b in bridges if b.name == bridge), None)
     if found is None:
         names = ", ".join(b.name for b in bridges) or "none"
-        return f"{field}: node {node} has no bridge {bridge!r}; its bridges: {names}"
+        return f"bridge: node {node} has no bridge {bridge!r}; its bridges: {names}"
     limit = found.mtu or 1500
     if mtu is not None and mtu > limit:
         return f"mtu: {mtu} is larger than the MTU of bridge {bridge} on node {node} ({limit})"
+    return None
+
+
+# -- changing an existing VM (`POST /api/vm/<id>/set/tags|description|network`) -------------
+
+
+def _only(body: Any, fields: tuple[str, ...], route: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ShapeError("body: must be a JSON object")
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise ShapeError(f"{_shown(unknown[0])}: unknown field; {route} takes {', '.join(fields)}")
+    return body
+
+
+def parse_set_tags(body: Any) -> tuple[str, ...]:
+    """`{"tags": [...]}`: the VM's tags beside its OS's (an empty list leaves only that)."""
+    data = _only(body, ("tags",), "set/tags")
+    if data.get("tags") is None:
+        raise ShapeError("tags: is required")
+    return parse_tags(data["tags"])
+
+
+def parse_set_description(body: Any) -> str:
+    """`{"description": "..."}`: the VM's notes ("" clears them; cairn's mark stays)."""
+    data = _only(body, ("description",), "set/description")
+    if data.get("description") is None:
+        raise ShapeError("description: is required")
+    return parse_description(data["description"]) or ""
+
+
+def parse_set_network(body: Any) -> dict[str, Any]:
+    """`{"bridge"?, "vlan"?, "mtu"?}`: what to change of the NIC; `null` removes the VLAN tag
+    or the MTU. At least one field."""
+    data = _only(body, ("bridge", "vlan", "mtu"), "set/network")
+    if not data:
+        raise ShapeError("body: give at least one of bridge, vlan, mtu")
+    out: dict[str, Any] = {}
+    if "bridge" in data:
+        if data["bridge"] is None:
+            raise ShapeError("bridge: must be a bridge name (a NIC needs one)")
+        out["bridge"] = parse_bridge(data)
+    if "vlan" in data:
+        out["vlan"] = _int(data, "vlan", *VLAN_RANGE)
+    if "mtu" in data:
+        out["mtu"] = _int(data, "mtu", *MTU_RANGE)
+    return out
+
+
+def net0_with(current: str, change: Mapping[str, Any]) -> str:
+    """The VM's `net0` with `change` (bridge, vlan, mtu; None removes) applied, its model,
+    MAC and other properties kept."""
+    parts = [p for p in current.split(",") if p]
+    head, props = parts[:1], dict(p.partition("=")[::2] for p in parts[1:])
+    for field, key in (("bridge", "bridge"), ("vlan", "tag"), ("mtu", "mtu")):
+        if field not in change:
+            continue
+        if change[field] is None:
+            props.pop(key, None)
+        else:
+            props[key] = str(change[field])
+    return ",".join(head + [f"{k}={v}" for k, v in props.items()])
+
+
+def bridge_of(net0: str) -> str | None:
+    for part in net0.split(","):
+        key, _, value = part.partition("=")
+        if key == "bridge":
+            return value
     return None

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import install, jobs, snapshots, stages
+from actors.vm import install, jobs, reshape, snapshots, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -177,7 +177,13 @@ class VmInfo:
 _STORE_REFUSALS = ("the disk holding the event store is full", "the event store refuses writes")
 
 # Commands that need the VM to be cairn's own (its mark is checked again before they run).
-_OWNERS_ONLY = {Command.DESTROY: "destroy", Command.SET_NODE: "migrate"}
+_OWNERS_ONLY = {
+    Command.DESTROY: "destroy",
+    Command.SET_NODE: "migrate",
+    Command.SET_TAGS: "change the tags of",
+    Command.SET_DESCRIPTION: "change the notes of",
+    Command.SET_NETWORK: "change the network of",
+}
 _SNAPSHOT_COMMANDS = frozenset({Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT})
 
 
@@ -373,6 +379,22 @@ class VmActor(AggregateActor):
                 )
         self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
+        if cmd.command in reshape.COMMANDS:
+            changed = reshape.run(
+                self.svc,
+                cmd.command,
+                self.vmid,
+                node,
+                self.facts,
+                report,
+                cmd.args,
+                self.claim,
+                verdict.done,
+            )
+            self.start_job(
+                report.around(changed), done=functools.partial(Finished, cmd.task, cmd.command)
+            )
+            return self.info()
         if cmd.command in _SNAPSHOT_COMMANDS:
             job = snapshots.run(
                 self.svc, cmd.command, self.vmid, node, self.facts, report, cmd.args

@@ -41,7 +41,7 @@ from actors.vm.host import (
 from actors.vm.initscripts import write_scripts
 from actors.vm.leased import VmTenure
 from actors.vm.lifecycle import Command, State
-from actors.vm.messages import do_payload, install_payload
+from actors.vm.messages import do_payload, install_payload, parse_reshape
 from actors.vm.requests import (
     BadRequest,
     parse_install,
@@ -576,6 +576,8 @@ class VmGateway:
                 args = {"memory": parse_set_memory(body, self.settings)}
             elif what == "disk":
                 args = {"grow_gb": parse_set_disk(body)}
+            elif what in ("tags", "description", "network"):
+                args = parse_reshape(Command(f"set/{what}"), body)
             else:
                 args = {"node": parse_set_node(body, self.settings)}
         except BadRequest as exc:
@@ -889,7 +891,7 @@ async def build(runtime: Runtime) -> web.Application:
     # One route per action, so the routes printed at start-up read like the spec's table.
     for action in ("start", "stop", "shutdown", "reboot", "destroy"):
         api.router.add_post(f"/vm/{{id}}/{{action:{action}}}", gw.action)
-    for what in ("cpu", "memory", "disk", "node"):
+    for what in ("cpu", "memory", "disk", "node", "tags", "description", "network"):
         api.router.add_post(f"/vm/{{id}}/set/{{what:{what}}}", gw.set)
     api.router.add_get("/vm/{id}/snapshots", gw.snapshots)
     api.router.add_post("/vm/{id}/snapshots", gw.snapshot)

@@ -221,3 +221,91 @@ async def test_the_node_is_checked_before_anything_is_built(
         assert await service.post("/vm/install", {**asked, **extra}) == (400, message)
     assert not any(" qm create " in f" {c} " for c in sim.commands())
     assert await service.get("/vm/141/status") == (404, "VM 141 not found")
+
+
+async def test_tags_and_notes_change_in_any_state_and_the_mark_stays(
+    sim: SimCluster, start_service: Any
+) -> None:
+    service: Service = await start_service()
+    vmid = await service.installed(id=150, tags=["web"], description="first")
+    assert await service.post(f"/vm/{vmid}/set/tags", {"tags": ["db", "prod"]}) == (200, "ok")
+    assert sim.vm(vmid).config["tags"] == "debian;db;prod"  # type: ignore[union-attr]
+    said = "second\nline two"
+    assert await service.post(f"/vm/{vmid}/set/description", {"description": said}) == (
+        200,
+        "ok",
+    )
+    notes = str(sim.vm(vmid).config["description"])  # type: ignore[union-attr]
+    assert notes.startswith("second\nline two\ncreated by cairn, install task ")
+    assert await service.get(f"/vm/{vmid}/status") == (200, "running")
+    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    assert await service.post(f"/vm/{vmid}/set/description", {"description": ""}) == (200, "ok")
+    notes = str(sim.vm(vmid).config["description"])  # type: ignore[union-attr]
+    assert notes.startswith("created by cairn, install task ")
+    # Still cairn's VM: the mark survived every change.
+    assert await service.post(f"/vm/{vmid}/destroy") == (200, "ok")
+    assert clean(sim, vmid)
+
+
+async def test_the_network_changes_only_while_stopped_and_only_to_a_bridge_the_node_has(
+    sim: SimCluster, start_service: Any, driver: str
+) -> None:
+    sim.add_bridge("vmbr1", mtu=9000)
+    sim.grant_api("/sdn/zones/localnetwork/vmbr1", ["SDN.Use"])
+    service: Service = await start_service()
+    vmid = await service.installed(id=151, vlan=10)
+    mac = str(sim.vm(vmid).config["net0"]).split(",")[0]  # type: ignore[union-attr]
+    change = {"bridge": "vmbr1", "vlan": 20, "mtu": 9000}
+    assert await service.post(f"/vm/{vmid}/set/network", change) == (409, "VM is running")
+    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    assert await service.post(f"/vm/{vmid}/set/network", {"bridge": "vmbr7"}) == (
+        400,
+        "bridge: node pve1 has no bridge 'vmbr7'; its bridges: vmbr0, vmbr1",
+    )
+    assert await service.post(f"/vm/{vmid}/set/network", {"mtu": 9000}) == (
+        400,
+        "mtu: 9000 is larger than the MTU of bridge vmbr0 on node pve1 (1500)",
+    )
+    assert await service.post(f"/vm/{vmid}/set/network", change) == (200, "ok")
+    net0 = sim.vm(vmid).config["net0"]  # type: ignore[union-attr]
+    assert net0 == f"{mac},bridge=vmbr1,tag=20,mtu=9000"  # the same MAC: the same NIC
+    assert await service.post(f"/vm/{vmid}/set/network", {"vlan": None}) == (200, "ok")
+    assert sim.vm(vmid).config["net0"] == f"{mac},bridge=vmbr1,mtu=9000"  # type: ignore[union-attr]
+    started = await service.post_sse(f"/vm/{vmid}/start")
+    assert started.last["status"] == "success", started.records[-2:]
+
+
+SET_BAD: list[tuple[str, Any, str]] = [
+    ("tags", {"tags": ["a;b"]}, "tags: invalid tag 'a;b'"),
+    ("tags", {"tags": "a"}, "tags: must be a list of tags"),
+    ("tags", {}, "tags: is required"),
+    ("tags", {"tags": [], "x": 1}, "'x': unknown field; set/tags takes tags"),
+    ("description", {"description": 5}, "description: must be a string"),
+    ("description", {"description": "y" * 4097}, "description: at most 4096 characters"),
+    (
+        "description",
+        {"description": "created by cairn, install task ffff"},
+        "description: must not contain cairn's mark",
+    ),
+    ("network", {}, "body: give at least one of bridge, vlan, mtu"),
+    ("network", [], "body: must be a JSON object"),
+    ("network", {"bridge": "vmbr0,firewall=0"}, "bridge: must be a bridge name"),
+    ("network", {"bridge": None}, "bridge: must be a bridge name (a NIC needs one)"),
+    ("network", {"vlan": 5000}, "vlan: must be a whole number between 1 and 4094"),
+    ("network", {"mtu": "9000"}, "mtu: must be a whole number between 576 and 65520"),
+    ("network", {"model": "e1000"}, "'model': unknown field; set/network takes bridge, vlan, mtu"),
+]
+
+
+async def test_bad_changes_are_refused_and_change_nothing(
+    sim: SimCluster, start_service: Any
+) -> None:
+    service: Service = await start_service()
+    vmid = await service.installed(id=152)
+    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    before = dict(sim.vm(vmid).config)  # type: ignore[union-attr]
+    for what, body, message in SET_BAD:
+        status, text = await service.post(f"/vm/{vmid}/set/{what}", body)
+        assert (status, text[: len(message)]) == (400, message), (what, body, text)
+    assert sim.vm(vmid).config == before  # type: ignore[union-attr]
+    assert await service.post("/vm/999/set/tags", {"tags": []}) == (404, "VM 999 not found")
