@@ -48,6 +48,7 @@ _DOMAIN = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
     r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
+_ADDRESS = re.compile(r"^[0-9A-Fa-f.:]{2,45}$")
 _SIZE = re.compile(r"^([0-9]{1,6})G$")
 
 
@@ -154,6 +155,9 @@ def parse_nameserver(data: Mapping[str, Any]) -> str | None:
         raise ShapeError(f"nameserver: 1 to {NAMESERVERS_MAX} IP addresses separated by spaces")
     for word in words:
         try:
+            # Plain addresses only: no IPv6 zone (`%eth0`), which resolv.conf does not take.
+            if not _ADDRESS.match(word):
+                raise ValueError(word)
             ipaddress.ip_address(word)
         except ValueError:
             raise ShapeError(
