@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gateway.cli import vm_shape
 from gateway.cli.client import (
     DENIED,
     INTERRUPTED,
@@ -215,10 +216,13 @@ def _read_file(path: str, what: str) -> str:
 def install_body(args: Any) -> dict[str, Any]:
     """The install request from the options (pure but for the files it reads)."""
     body: dict[str, Any] = {"os": args.os, "version": args.os_version}
-    for key in ("name", "id", "node", "cpu", "ram", "disk", "user"):
+    for key in ("name", "id", "node", "cpu", "ram", "user"):
         value = getattr(args, key)
         if value is not None:
             body[key] = value
+    boot, _ = vm_shape.disks(args.disk)
+    if boot is not None:
+        body["disk"] = boot
     if args.pubkey is not None:
         body["pubkey"] = args.pubkey
     elif args.pubkey_file is not None:
@@ -228,7 +232,7 @@ def install_body(args: Any) -> dict[str, Any]:
         if not lines or not lines[0]:
             raise CliError(USAGE, f"the password file {args.password_file} is empty")
         body["passwd"] = lines[0]
-    return body
+    return body | vm_shape.install_fields(args, _read_file)
 
 
 def cmd_install(args: Any, t: Target, io: Io) -> int:
@@ -280,8 +284,13 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
         )
         if value is not None
     ]
-    if not changes:
-        raise CliError(USAGE, "vm set: give at least one of --cpu, --memory, --disk, --node")
+    reshaped = vm_shape.set_changes(args)
+    if not changes and not reshaped:
+        raise CliError(
+            USAGE,
+            "vm set: give at least one of --cpu, --memory, --disk, --node, --tag, --no-tags, "
+            "--description, --bridge, --vlan, --mtu",
+        )
     done: list[str] = []
     result: dict[str, Any] = {"ok": True, "vm_id": args.id, "set": {}}
     for what, value in changes:
@@ -298,6 +307,16 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
             raise
         done.append(what)
         result["set"][what] = value
+    for what, body, said in reshaped:
+        try:
+            call(t, "POST", f"/vm/{args.id}/set/{what}", body)
+        except CliError as exc:
+            if done:
+                exc.message += f" (already set: {', '.join(done)})"
+            raise
+        io.say(f"VM {args.id}: {said}")
+        done.append(what)
+        result["set"][what] = body
     if io.json:
         io.document(result)
     return 0
@@ -400,7 +419,12 @@ def register(subparsers: Any) -> None:
     install.add_argument("--cpu", type=int, help="vCPUs (default 2)")
     # --memory as in `vm set`; --ram, the install body's field name, stays for old scripts.
     install.add_argument("--memory", "--ram", dest="ram", type=int, help="MB (default 2048)")
-    install.add_argument("--disk", help="e.g. 32G (default 16G)")
+    install.add_argument(
+        "--disk",
+        action="append",
+        help="the boot disk's size, e.g. 32G (default 16G); SIZE@STORAGE adds an extra disk "
+        "(repeat for more)",
+    )
     install.add_argument("--user", help="the login user (default: the image's)")
     keys = install.add_mutually_exclusive_group()
     keys.add_argument("--pubkey", help="an SSH public key (the key's text)")
@@ -411,6 +435,7 @@ def register(subparsers: Any) -> None:
         help="the user's password, first line of FILE (- for stdin); without it cairn makes "
         "one and shows it once",
     )
+    vm_shape.add_install_options(install)
 
     for action, text in (
         ("start", "start a stopped VM (until SSH answers)"),
@@ -426,12 +451,19 @@ def register(subparsers: Any) -> None:
     ):
         add_command(sub, SERVICE, action, cmd_plain(action), text).add_argument("id", type=_vm_id)
 
-    setting = add_command(sub, SERVICE, "set", cmd_set, "resize or migrate a stopped VM")
+    setting = add_command(
+        sub,
+        SERVICE,
+        "set",
+        cmd_set,
+        "resize, migrate or re-network a stopped VM; tag it or note it",
+    )
     setting.add_argument("id", type=_vm_id)
     setting.add_argument("--cpu", type=int, help="vCPUs (1-32)")
     setting.add_argument("--memory", type=int, help="MB (at least 512)")
     setting.add_argument("--disk", help="grow the disk by this much, e.g. 8G")
     setting.add_argument("--node", help="migrate to this node (stages shown live)")
+    vm_shape.add_set_options(setting)
 
     task = add_command(sub, SERVICE, "task", cmd_task, "follow a VM's latest task again")
     task.add_argument("id", type=_vm_id)
