@@ -28,6 +28,7 @@ from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import preflight, snapshots
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.events import Adopted
+from actors.vm.guestview import guest_view, tags_of
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services
 from actors.vm.lifecycle import WORKING, Command, State
@@ -123,6 +124,7 @@ class Inventory:
             "user": (facts.user if facts else None) or (plan.user if plan else None) or "",
             "state": info.state.value if info is not None else (res.status if res else ""),
             "created_by_cairn": info is not None and info.claim is not None,
+            "tags": tags_of(res.tags if res else None),
         }
 
     def detail(self, vmid: int, info: VmInfo | None) -> dict[str, Any] | None:
@@ -637,7 +639,16 @@ class VmService:
         detail = self.inventory.detail(vmid, info)
         if detail is None:
             return _error(404, f"VM {vmid} not found")
-        return detail
+        return {**detail, "guest": await self._guest(detail["node"], vmid)}
+
+    async def _guest(self, node: str, vmid: int) -> dict[str, Any] | None:
+        """The VM's notes, NIC, DNS and disks from its config; None while Proxmox has no
+        config to read (an install's first steps) or does not answer."""
+        assert self.services is not None
+        try:
+            return guest_view(await self.services.pve.vm_config(node, vmid))
+        except PveError:
+            return None
 
     async def _on_list(self, _: Any) -> Any:
         assert self.cluster is not None

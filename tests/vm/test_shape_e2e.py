@@ -4,12 +4,14 @@ anything is built."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 from pvesim.cluster import SimCluster
 
+from tests.conftest import wait_for
 from tests.vm import drivers
 from tests.vm.conftest import Service
 
@@ -309,3 +311,26 @@ async def test_bad_changes_are_refused_and_change_nothing(
         assert (status, text[: len(message)]) == (400, message), (what, body, text)
     assert sim.vm(vmid).config == before  # type: ignore[union-attr]
     assert await service.post("/vm/999/set/tags", {"tags": []}) == (404, "VM 999 not found")
+
+
+async def test_the_list_and_the_vm_page_show_tags_notes_network_and_disks(
+    sim: SimCluster, start_service: Any
+) -> None:
+    service: Service = await start_service()
+    vmid = await service.installed(
+        id=160, tags=["web"], description="front", vlan=5, nameserver="10.0.0.53",
+        disks=[{"size": "8G"}],
+    )  # fmt: skip
+
+    async def tagged() -> bool:
+        listing = await service.list()
+        return any(r["vmid"] == vmid and r["tags"] == ["debian", "web"] for r in listing["list"])
+
+    await wait_for(tagged, what="the list to show the VM's tags")
+    status, text = await service.get(f"/vm/{vmid}")
+    assert status == 200
+    guest = json.loads(text)["guest"]
+    assert guest["tags"] == ["debian", "web"] and guest["notes"] == "front"
+    assert guest["network"] == {"bridge": "vmbr0", "vlan": 5, "mtu": None}
+    assert (guest["nameserver"], guest["searchdomain"]) == ("10.0.0.53", None)
+    assert [(d["slot"], d["size"]) for d in guest["disks"]] == [("scsi0", "16G"), ("scsi1", "8G")]
