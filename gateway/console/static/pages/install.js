@@ -12,6 +12,7 @@ import { osName } from "../format.js";
 import { TaskStages } from "./task.js";
 // Written by the server from actors/vm/stages.py, the one list of the install's stages.
 import { INSTALL_STAGES } from "/console/tables/stages.js";
+import { AdvancedFields, advancedBody } from "./shape.js";
 
 const DEFAULT_USER = { debian: "debian", ubuntu: "ubuntu", rockylinux: "rocky" };
 const PASSWORD = /^\[\*\] Password: (\S+) \(generated/;
@@ -74,6 +75,7 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
     }
     const disk = String(form.get("disk") || "").trim();
     if (disk) body.disk = `${disk}G`;
+    Object.assign(body, advancedBody(form));
     passwd.current.value = ""; // not kept in the page once sent
     onSubmit(body);
   };
@@ -105,6 +107,7 @@ function InstallForm({ nodes, onSubmit, busy, error }) {
           <small id="passwd-help">Empty: cairn generates one and shows it once.</small></label>
       </div>
       <label>SSH public key <textarea name="pubkey" rows="2" placeholder="ssh-ed25519 AAAA… (optional)"></textarea></label>
+      <${AdvancedFields} />
       <${ErrorNote} error=${error} />
       <button type="submit" disabled=${busy} aria-busy=${busy}>${busy ? "Installing…" : "Install"}</button>
     </form>`;

@@ -8,6 +8,7 @@ import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad, useThrottled } from "
 import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
 import { SerialConsole, useSerialAvailable } from "./serial.js";
+import { guestRows } from "./shape.js";
 
 // `role`: the least role that may (gateway/http/roles.py); what the signed-in role may not do is
 // not shown.
@@ -71,6 +72,7 @@ function Details({ vm, records }) {
     ["Created by cairn", installing ? "being created by cairn"
       : vm.created_by_cairn ? "yes" : "no: cairn never destroys or migrates it"],
     ...(vm.created_by ? [["Installed at the request of", vm.created_by]] : []),
+    ...guestRows(vm.guest),
   ];
   return html`
     <dl class="details">

@@ -6,6 +6,7 @@ import { useEvents } from "../feed.js";
 import { count, gib, mib, osName } from "../format.js";
 import { ErrorNote, StateBadge, useLoad, useThrottled } from "../ui.js";
 import { may } from "../identity.js";
+import { TagChips } from "./shape.js";
 
 // The events after which the list reads differently (progress records do not change it).
 export const VM_CHANGES = [
@@ -40,7 +41,7 @@ const ipKey = (ip) => (ip ? ip.split(".").map((n) => n.padStart(3, "0")).join(".
 export function arrange(list, { text = "", state = "", node = "", os = "", sort = "vmid", desc = false } = {}) {
   const needle = text.trim().toLowerCase();
   const kept = list.filter((vm) =>
-    (!needle || `${vm.vmid} ${vm.name} ${vm.ip || ""}`.toLowerCase().includes(needle)) &&
+    (!needle || `${vm.vmid} ${vm.name} ${vm.ip || ""} ${(vm.tags || []).join(" ")}`.toLowerCase().includes(needle)) &&
     (!state || stateOf(vm) === state) && (!node || vm.node === node) && (!os || vm.os === os));
   const key = (COLUMNS.find(([k]) => k === sort) || COLUMNS[0])[2];
   const sorted = [...kept].sort((a, b) => {
@@ -91,7 +92,7 @@ export function VmTable({ list, view = null, setView = null }) {
         ${rows.map((vm) => html`
           <tr key=${vm.vmid} data-vmid=${vm.vmid}>
             <td class="id"><a href=${`#/vm/${vm.vmid}`}>${vm.vmid}</a></td>
-            <td class="name"><a href=${`#/vm/${vm.vmid}`}>${vm.name}</a>
+            <td class="name"><a href=${`#/vm/${vm.vmid}`}>${vm.name}</a><${TagChips} tags=${vm.tags} os=${vm.os} />
               ${vm.created_by_cairn === false && stateOf(vm) !== "installing" ? html` <small class="muted" title="cairn did not create this VM and never destroys or migrates it">(not cairn's)</small>` : null}</td>
             <td class="state"><${StateBadge} state=${stateOf(vm)} /></td>
             <td data-label="Node">${vm.node}</td>
