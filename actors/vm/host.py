@@ -25,7 +25,7 @@ from nats.aio.subscription import Subscription
 
 from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
-from actors.vm import preflight, snapshots
+from actors.vm import change_request, preflight, snapshots
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.events import Adopted
 from actors.vm.guestview import guest_view, tags_of
@@ -574,6 +574,10 @@ class VmService:
                     return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
                 if refusal:
                     return _error(400, refusal)
+        if command is Command.CHANGE:
+            said = await self._change_refusal(handle, vmid, args)
+            if said is not None:
+                return said
         if command in (Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT):
             now: VmInfo = await handle.ask(Query())
             if now.state in (State.RUNNING, State.STOPPED):  # else the actor says why not
@@ -590,6 +594,31 @@ class VmService:
         except Rejected as exc:
             return _error(exc.status, exc.message)
         return {"vmid": vmid, "task": info.task, "version": info.task_version}
+
+    async def _change_refusal(
+        self, handle: ActorHandle, vmid: int, args: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Why a safe change cannot start, said before anything changes: more vCPUs than the
+        node has, or a disk on a storage that cannot take the snapshot it begins with."""
+        now: VmInfo = await handle.ask(Query())
+        if now.state is not State.RUNNING or now.facts is None:
+            return None  # the actor says why not
+        node = now.facts.node
+        cpu = change_request.sets(args).get("cpu")
+        if cpu is not None and (refusal := self._too_many_vcpus(int(cpu), node)):
+            return _error(400, f"cpu: {refusal}")
+        assert self.services is not None
+        try:
+            _, cannot = await snapshots.listing(self.services, vmid, node)
+        except PveError as exc:
+            return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+        if cannot:
+            return _error(
+                409,
+                f"VM {vmid} cannot take snapshots: {cannot}; a change starts with one, so "
+                "nothing was changed",
+            )
+        return None
 
     async def _on_snapshots(self, payload: Any) -> dict[str, Any]:
         """A VM's snapshots as Proxmox lists them, with who asked for each one cairn took."""

@@ -27,6 +27,7 @@ class State(enum.StrEnum):
     SNAPSHOTTING = "snapshotting"  # taking or deleting a snapshot
     ROLLING_BACK = "rolling back"
     CONFIGURING = "configuring"  # changing tags, notes or the NIC
+    CHANGING = "changing"  # a safe change: snapshot, steps, verify, keep or roll back
     FAILED = "failed"
 
 
@@ -47,6 +48,7 @@ class Command(enum.StrEnum):
     SET_TAGS = "set/tags"
     SET_DESCRIPTION = "set/description"
     SET_NETWORK = "set/network"
+    CHANGE = "change"
 
 
 @attrs.frozen
@@ -91,6 +93,9 @@ TABLE: dict[tuple[State, Command], Transition] = {
         for command in (C.SET_TAGS, C.SET_DESCRIPTION)
     },
     (S.STOPPED, C.SET_NETWORK): Transition(S.CONFIGURING, S.STOPPED, S.STOPPED),
+    # A change works on the running guest (its steps and checks go over SSH) and leaves it
+    # running, kept or rolled back.
+    (S.RUNNING, C.CHANGE): Transition(S.CHANGING, S.RUNNING, S.RUNNING),
 }
 
 WORKING = frozenset(t.working for t in TABLE.values())
@@ -110,11 +115,12 @@ POWER: dict[State, str] = {
     S.SNAPSHOTTING: "stopped",  # VmInfo.power says the power it had before
     S.ROLLING_BACK: "stopped",
     S.CONFIGURING: "stopped",
+    S.CHANGING: "running",
     S.FAILED: "stopped",
 }
 # Working states that keep the power the VM had when its task began.
 KEEPS_POWER = frozenset({S.SNAPSHOTTING, S.ROLLING_BACK, S.CONFIGURING})
-NEEDS_RUNNING = frozenset({C.STOP, C.SHUTDOWN, C.REBOOT})
+NEEDS_RUNNING = frozenset({C.STOP, C.SHUTDOWN, C.REBOOT, C.CHANGE})
 
 
 @attrs.frozen

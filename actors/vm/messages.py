@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from actors.audit import BadBy, parse_by
+from actors.vm.change_request import parse_change
 from actors.vm.lifecycle import Command
 from actors.vm.requests import (
     BadRequest,
@@ -155,6 +156,8 @@ def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[
         return parse_reshape(command, args)
     if command is Command.SNAPSHOT:
         return parse_snapshot(args)
+    if command is Command.CHANGE:
+        return parse_change(args, settings)
     if command in (Command.ROLLBACK, Command.DELETE_SNAPSHOT):
         if set(args) != {"name"}:
             raise BadRequest(f"{command.value} takes the snapshot's name only")

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import install, jobs, reshape, snapshots, stages
+from actors.vm import change, install, jobs, reshape, snapshots, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -377,6 +377,8 @@ class VmActor(AggregateActor):
                 raise Rejected(
                     400, f"disk: {current}G + {cmd.args['grow_gb']}G exceeds VM_MAX_DISK ({limit}G)"
                 )
+        if cmd.command is Command.CHANGE:
+            return self._change(cmd, verdict.working, node)
         self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
         if cmd.command in reshape.COMMANDS:
@@ -418,6 +420,28 @@ class VmActor(AggregateActor):
             ),
             done=functools.partial(Finished, cmd.task, cmd.command),
         )
+        return self.info()
+
+    def _change(self, cmd: Do, working: State, node: str) -> VmInfo:
+        facts = self.facts
+        if facts is None or not facts.user:
+            raise Rejected(
+                409,
+                f"VM {self.vmid} was not installed by cairn: cairn has no SSH access to it "
+                "to run a change's steps and checks",
+            )
+        grown = sum(
+            int(str(s["set"]["disk"]).rstrip("G"))
+            for s in cmd.args["steps"]
+            if "disk" in s.get("set", {})
+        )
+        limit = self.svc.settings.max_disk
+        if grown and limit is not None and facts.disk_gb + grown > limit:
+            raise Rejected(400, f"disk: {facts.disk_gb}G + {grown}G exceeds VM_MAX_DISK ({limit}G)")
+        self.record(TaskStarted(cmd.task, cmd.command.value, working.value, cmd.by))
+        report = Reporter(self, cmd.task)
+        job = change.run(self.svc, self.vmid, node, facts, report, cmd.args, cmd.task)
+        self.start_job(report.around(job), done=functools.partial(Finished, cmd.task, cmd.command))
         return self.info()
 
     def _finished(self, msg: Finished) -> None:
@@ -478,6 +502,12 @@ class VmActor(AggregateActor):
         task, command = self.task, self.task_command
 
         async def settle() -> JobResult:
+            if command == Command.CHANGE.value:
+                node = self.facts.node if self.facts else self.svc.settings.main_node
+                report = Reporter(self, task)
+                return await report.around(
+                    change.settle(self.svc, self.vmid, node, self.facts, report, task, reason)
+                )
             if command == Command.INSTALL.value:
                 hint = self.facts.node if self.facts else None
                 # Only a VM carrying this install's mark is removed (one created before cairn

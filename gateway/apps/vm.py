@@ -27,6 +27,7 @@ from nats.errors import NoRespondersError
 from actors.config import ConfigError, env_float
 from actors.platform import Runtime
 from actors.vm import stages
+from actors.vm.change_request import parse_change
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.host import (
@@ -626,6 +627,19 @@ class VmGateway:
             vmid, Command.DELETE_SNAPSHOT, {"name": name}, self.who(request)
         )
 
+    async def change(self, request: web.Request) -> web.StreamResponse:
+        """`POST /api/vm/<id>/change`: a safe change (actors/vm/change.py), as SSE."""
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        try:
+            args = parse_change(await self.body(request), self.settings)
+        except BadRequest as exc:
+            return web.Response(status=400, text=str(exc))
+        return await self._streamed(request, vmid, Command.CHANGE, args)
+
     def _snapshot_target(self, request: web.Request) -> tuple[int, str] | web.Response:
         """The VM and snapshot a route names, or the refusal to answer with (the caller's
         address first, then the id, then the name)."""
@@ -897,6 +911,7 @@ async def build(runtime: Runtime) -> web.Application:
     api.router.add_post("/vm/{id}/snapshots", gw.snapshot)
     api.router.add_post("/vm/{id}/snapshots/{name}/rollback", gw.snapshot_rollback)
     api.router.add_delete("/vm/{id}/snapshots/{name}", gw.snapshot_delete)
+    api.router.add_post("/vm/{id}/change", gw.change)
     add_openapi(api, "vm", runtime.env, mounted_at="/api")
     app.add_subapp("/api", api)
     app.router.add_get("/sh/{file}", init_scripts(scripts))

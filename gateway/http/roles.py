@@ -6,6 +6,7 @@ One table for every service, read top to bottom, first match wins:
 |---|---|---|
 | vm | ``POST /api/vm/install``, ``POST /api/vm/<id>/destroy`` | admin |
 | vm | ``POST /api/vm/<id>/snapshots/<name>/rollback``, ``DELETE .../snapshots/<name>`` | admin |
+| vm | ``POST /api/vm/<id>/change`` (runs shell as root on the guest) | admin |
 | vm | ``POST /api/vm/<id>/{start,stop,shutdown,reboot}``, ``POST /api/vm/<id>/set/*`` | operator |
 | vm | ``POST /api/vm/<id>/snapshots`` (take one) | operator |
 | functions | ``POST /upload``, ``DELETE /functions/<path>`` | admin |
@@ -75,6 +76,8 @@ _RULES: tuple[tuple[str, frozenset[str], str, Role], ...] = (
     ("vm", frozenset({"POST"}), "/api/vm/*/snapshots", Role.OPERATOR),
     ("vm", frozenset({"POST"}), "/api/vm/*/snapshots/*/rollback", Role.ADMIN),
     ("vm", frozenset({"DELETE"}), "/api/vm/*/snapshots/*", Role.ADMIN),
+    # A change runs its scripts as root on the guest and may roll the VM back.
+    ("vm", frozenset({"POST"}), "/api/vm/*/change", Role.ADMIN),
     ("functions", frozenset({"POST"}), "/upload", Role.ADMIN),
     ("functions", frozenset({"DELETE"}), "/functions/**", Role.ADMIN),
     ("functions", frozenset({"POST"}), "/run-now", Role.OPERATOR),

@@ -532,6 +532,12 @@ class SimCluster:
     def guest_runs(self, vmid: int) -> list[GuestRun]:
         return list(self._runs.get(vmid, []))
 
+    def guest_files(self, vmid: int) -> dict[str, str]:
+        """The files scripts wrote on VM `vmid`'s guest (guestfs.py): path -> text."""
+        with self.store.locked() as txn:
+            found = txn.find_vm(vmid)
+        return dict(found[1].get("guest_files", {})) if found else {}
+
     def history(self, vmid: int) -> list[str]:
         """Guest power transitions seen by the cluster: "up", "down", "restart"."""
         return list(self._history.get(vmid, []))

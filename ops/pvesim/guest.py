@@ -86,31 +86,6 @@ def cloud_init_shadow(boot: Mapping[str, object]) -> dict[str, str]:
     return shadow
 
 
-def emulate(script: str) -> Answer:
-    """What a script read on stdin prints, as far as the simulator tells: nothing runs, but
-    its top-level `echo WORDS` lines (`>&2` at the end: to stderr) are printed and a
-    top-level `exit N` ends it with that status. Enough for a caller's first-boot script to
-    show its output and its failure; indented lines (bodies of functions and branches) and
-    every other command are taken as done."""
-    out: list[str] = []
-    err: list[str] = []
-    for line in script.splitlines():
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError:
-            continue
-        if not words or line[:1].isspace():
-            continue
-        if words[0] == "exit":
-            code = words[1] if len(words) > 1 else "0"
-            return Answer("".join(out), "".join(err), int(code) if code.isdigit() else 2)
-        if words[0] == "echo":
-            to_err = words[-1] in (">&2", "1>&2")
-            text = " ".join(words[1:-1] if to_err else words[1:]) + "\n"
-            (err if to_err else out).append(text)
-    return Answer("".join(out), "".join(err))
-
-
 def answer(command: str, user: str, hostname: str) -> Answer:
     try:
         words = shlex.split(command)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import guestfs
 from . import vmconfig as vc
 from .args import CliError, CommandSpec, Opt, parse
 from .context import Ctx, take_failure
@@ -183,6 +184,7 @@ def cmd_snapshot(ctx: Ctx, argv: Sequence[str]) -> int:
         if p.options.get("description"):
             snap["description"] = p.options["description"]
         snapshots[name] = snap
+        guestfs.snapshot(rec, name)
         conf["lock"] = "snapshot"
         txn.save_vm(ctx.node, rec)
         disks = _disks(conf)
@@ -197,6 +199,7 @@ def cmd_snapshot(ctx: Ctx, argv: Sequence[str]) -> int:
             # snapshot_create's cleanup: the half-made snapshot goes, the lock with it
             rec = _unlock(txn, ctx.node, vmid, "snapshot")
             rec["snapshots"].pop(name, None)
+            guestfs.forget(rec, name)
             txn.save_vm(ctx.node, rec)
             ctx.out("snapshot create failed: starting cleanup\n")
             raise CliError(failure.message, failure.exit_code)
@@ -255,6 +258,7 @@ def cmd_rollback(ctx: Ctx, argv: Sequence[str]) -> int:
         _restore_sizes(txn, ctx.node, snap)
         rec["config"] = {k: v for k, v in snap.items() if k not in SNAP_KEYS} | {"parent": name}
         rec["pending"], rec["pending_delete"] = {}, []
+        guestfs.rollback(rec, name)
         resume = bool(snap.get("vmstate")) or bool(p.options.get("start"))
         if resume:
             set_status(rec, "running", ctx.now())
@@ -324,6 +328,7 @@ def cmd_delsnapshot(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(failure.message, failure.exit_code)  # lock and snapstate stay
         rec = _unlock(txn, ctx.node, vmid, "snapshot-delete")
         snap = rec["snapshots"].pop(name)
+        guestfs.forget(rec, name)
         for _, volid in _disks(snap):
             if line := _volume_line(txn, volid, name, "delete"):
                 ctx.out(line + "\n")
