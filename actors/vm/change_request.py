@@ -114,7 +114,10 @@ def _set(where: str, value: Any, settings: VmSettings) -> dict[str, Any]:
         if "memory" in value:
             out["memory"] = parse_set_memory({"memory": value["memory"]}, settings)
         if "disk" in value:
-            out["disk"] = f"{parse_set_disk({'disk': value['disk']})}G"
+            disk = value["disk"]
+            if isinstance(disk, str) and disk != disk.strip():
+                raise BadRequest("disk: must be a whole number followed by G, like 16G")
+            out["disk"] = f"{parse_set_disk({'disk': disk})}G"
     except BadRequest as exc:
         # "cpu: must be …" as set/cpu says it, under this step's name.
         raise BadRequest(f"{where}.{exc}") from None
