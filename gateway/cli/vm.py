@@ -1,5 +1,5 @@
-"""`cairn vm list|show|install|start|stop|shutdown|reboot|destroy|set|task|snapshot`: the VM service
-over HTTP (docs/vm.md has the routes; docs/cli.md this command line).
+"""`cairn vm list|show|install|start|stop|shutdown|reboot|destroy|set|task|snapshot|change`: the VM
+service over HTTP (docs/vm.md has the routes; docs/cli.md this command line).
 
 Installs, starts, reboots and migrations (``set --node``) print their stages as the service
 streams them, a line per record under the stage's name, and end with the task's outcome: exit 0
@@ -9,6 +9,7 @@ connection ended first (the task goes on in cairn: ``cairn vm task ID`` follows 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -398,6 +399,39 @@ def register_snapshot(sub: Any) -> None:
         parser.add_argument("name")
 
 
+# -- safe changes -----------------------------------------------------------------------------
+
+
+def cmd_change(args: Any, t: Target, io: Io) -> int:
+    """The change's body from the argument or a file (- for stdin), as POST /api/vm/<id>/change
+    takes it; the service checks it (its 400 message is printed as it is)."""
+    if (args.body is None) == (args.file is None):
+        raise CliError(USAGE, "give the change as a JSON argument or with --file FILE (not both)")
+    text = args.body if args.body is not None else _read_file(args.file, "the change")
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(USAGE, f"the change is not JSON: {exc.msg} (line {exc.lineno})") from None
+    return tasked(io, run_task(t, io, f"/vm/{args.id}/change", body, "change"))
+
+
+def register_change(sub: Any) -> None:
+    change = add_command(
+        sub,
+        SERVICE,
+        "change",
+        cmd_change,
+        "change a running VM safely: snapshot, steps, checks; rolled back if they fail",
+    )
+    change.add_argument("id", type=_vm_id)
+    change.add_argument(
+        "body", nargs="?", help='the change as JSON: {"steps": [...], "verify": {...}}'
+    )
+    change.add_argument(
+        "--file", metavar="FILE", help="read the change's JSON from FILE (- for stdin)"
+    )
+
+
 # -- the command line -------------------------------------------------------------------------
 
 
@@ -468,3 +502,4 @@ def register(subparsers: Any) -> None:
     task = add_command(sub, SERVICE, "task", cmd_task, "follow a VM's latest task again")
     task.add_argument("id", type=_vm_id)
     register_snapshot(sub)
+    register_change(sub)

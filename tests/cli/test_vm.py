@@ -280,3 +280,26 @@ def test_snapshots_from_the_command_line(cairn: Cairn) -> None:
     deleted = cairn.run("vm", "snapshot", "delete", str(vmid), "pre")
     assert (deleted.code, deleted.out) == (0, f"VM {vmid}: snapshot pre deleted (ok)\n")
     assert cairn.run("vm", "snapshot", "list", str(vmid), "--json").json() == []
+
+
+def test_a_change_from_the_command_line(cairn: Cairn, tmp_path: Any) -> None:
+    vmid = installed(cairn)
+    kept = cairn.run(
+        "vm", "change", str(vmid), '{"steps": [{"run": "echo hi"}], "verify": {"ssh": true}}'
+    )
+    assert kept.code == 0, kept
+    assert "change > step 1: run\n" in kept.out and "[+] change kept; snapshot" in kept.out
+    failing = tmp_path / "change.json"
+    failing.write_text(json.dumps({"steps": [{"run": "exit 4"}], "verify": {"ssh": True}}))
+    back = cairn.run("vm", "change", str(vmid), "--file", str(failing), "--json")
+    assert back.code == 1
+    assert back.json()["error"].startswith(
+        "change failed: [-] change rolled back: step 1 (run) failed: exit status 4 ("
+    )
+    bad = cairn.run("vm", "change", str(vmid), '{"steps": []}')
+    assert (bad.code, bad.err) == (1, "cairn: steps: must have at least one step\n")
+    neither = cairn.run("vm", "change", str(vmid))
+    assert neither.code == 2, neither
+    assert "give the change as a JSON argument or with --file FILE" in neither.err
+    broken = cairn.run("vm", "change", str(vmid), "{steps")
+    assert broken.code == 2 and "the change is not JSON: " in broken.err, broken
