@@ -575,9 +575,9 @@ class VmService:
                 if refusal:
                     return _error(400, refusal)
         if command is Command.CHANGE:
-            said = await self._change_refusal(handle, vmid, args)
-            if said is not None:
-                return said
+            refused = await self._change_refusal(handle, vmid, args)
+            if refused is not None:
+                return refused
         if command in (Command.SNAPSHOT, Command.ROLLBACK, Command.DELETE_SNAPSHOT):
             now: VmInfo = await handle.ask(Query())
             if now.state in (State.RUNNING, State.STOPPED):  # else the actor says why not

@@ -503,10 +503,10 @@ class VmActor(AggregateActor):
 
         async def settle() -> JobResult:
             if command == Command.CHANGE.value:
-                node = self.facts.node if self.facts else self.svc.settings.main_node
+                where = self.facts.node if self.facts else self.svc.settings.main_node
                 report = Reporter(self, task)
                 return await report.around(
-                    change.settle(self.svc, self.vmid, node, self.facts, report, task, reason)
+                    change.settle(self.svc, self.vmid, where, self.facts, report, task, reason)
                 )
             if command == Command.INSTALL.value:
                 hint = self.facts.node if self.facts else None
