@@ -8,6 +8,7 @@ import { Confirm, ErrorNote, StateBadge, TimeAgo, useLoad, useThrottled } from "
 import { may } from "../identity.js";
 import { requestedSizes, TaskStages } from "./task.js";
 import { SerialConsole, useSerialAvailable } from "./serial.js";
+import { ChangeForm } from "./change.js";
 import { guestRows } from "./shape.js";
 
 // `role`: the least role that may (gateway/http/roles.py); what the signed-in role may not do is
@@ -241,6 +242,8 @@ export function VmDetail({ id }) {
               </select></label>
             <button type="submit" class="secondary" disabled=${!stopped || streaming || nodes.length === 0}>Migrate</button>
           </form>
+          ${may("admin") ? html`<${ChangeForm} id=${id} disabled=${state !== "running" || streaming} confirm=${confirm}
+              onRun=${(body) => { setError(null); setNote(null); follow((signal) => api.streamed(id, "change", body, signal)); }} />` : null}
         </section>` : null}
       </div>
       ${serial && state === "running" ? html`<${SerialConsole} id=${id} />` : null}` : detail.loading ? html`<p aria-busy="true">Loading…</p>` : null}
