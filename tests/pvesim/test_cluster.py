@@ -469,3 +469,33 @@ async def test_containers_storage_states_and_header_variant(
     sim.set_pvesm_kib_header(False)
     header = (await sh(sim, "pvesm", "status")).out.splitlines()[0]
     assert header.split() == ["Name", "Type", "Status", "Total", "Used", "Available", "%"]
+
+
+async def test_guest_files_are_kept_by_snapshots(sim: SimCluster, tmp_path: Path) -> None:
+    """Scripts over SSH write a guest's few files; a snapshot keeps them, a rollback brings
+    them back, as a disk snapshot would (docs/simulator.md, "Guests")."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    await install(sim, tmp_path, key)
+    assert (await sh(sim, "qm", "start", "120")).code == 0
+    async with await guest_conn(sim, 120, "alice", key) as conn:
+        r = await conn.run("sudo -n bash -s", input="echo one > /root/a\necho two >> /root/a\n")
+        assert r.exit_status == 0
+        r = await conn.run("sudo -n bash -s", input="cat /root/a\ntest -f /root/b || exit 4\n")
+        assert (r.exit_status, r.stdout) == (4, "one\ntwo\n")
+        # Inside an `if` nothing is carried out; `set -e` stops at the first failure.
+        r = await conn.run(
+            "sudo bash -s", input="if true; then\n  exit 9\nfi\nset -e\nfalse\necho no > /root/c\n"
+        )
+        assert r.exit_status == 1
+    assert sim.guest_files(120) == {"/root/a": "one\ntwo\n"}
+    assert (await sh(sim, "qm", "snapshot", "120", "before")).code == 0
+    async with await guest_conn(sim, 120, "alice", key) as conn:
+        r = await conn.run("sudo bash -s", input="rm -f /root/a && echo new > /root/b\n")
+        assert r.exit_status == 0
+    assert sim.guest_files(120) == {"/root/b": "new\n"}
+    assert (await sh(sim, "qm", "rollback", "120", "before")).code == 0
+    assert sim.guest_files(120) == {"/root/a": "one\ntwo\n"}
+    assert (await sh(sim, "qm", "delsnapshot", "120", "before")).code == 0
+    with sim.store.locked() as txn:
+        rec = txn.vm_on("pve1", 120)
+    assert rec is not None and rec.get("snapshot_files") == {}
