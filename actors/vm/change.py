@@ -121,8 +121,8 @@ async def _step(
         st.begin(step_name(number, step), f"running step {number}'s script as root")
         status, tail = await _script(svc, st, facts, step["run"], step["timeout"])
         if status != 0:
-            st.fail(f"exit status {status}{tail}")
-            raise Failed(f"{where} (run) failed: exit status {status}{tail}")
+            st.fail(_outcome(status, tail))
+            raise Failed(f"{where} (run) failed: {_outcome(status, tail)}")
         st.done(f"step {number} done")
         return
     if "reboot" in step:
@@ -194,9 +194,14 @@ async def _verify(svc: Services, st: Stages, facts: Facts, checks: list[dict[str
         st.begin(VERIFY, f"{which}: running its script as root")
         status, tail = await _script(svc, st, facts, check["run"], check["timeout"])
         if status != 0:
-            st.fail(f"{which} failed: exit status {status}{tail}")
-            raise Failed(f"verify failed: {which}: exit status {status}{tail}")
+            st.fail(f"{which} failed: {_outcome(status, tail)}")
+            raise Failed(f"verify failed: {which}: {_outcome(status, tail)}")
         st.done(f"{which} passed")
+
+
+def _outcome(status: int, tail: str) -> str:
+    """A failed script in words: `exit status 3: <its last line>`, or why it could not run."""
+    return f"exit status {status}{tail}" if status >= 0 else tail.removeprefix(": ")
 
 
 async def _script(

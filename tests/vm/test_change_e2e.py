@@ -139,6 +139,14 @@ async def test_a_failing_step_rolls_the_change_back(sim: SimCluster, start_servi
     assert await snapshots(service, vmid) == []  # removed after the rollback
     assert not any("step-three-ran" in r.stdin for r in sim.guest_runs(vmid))
 
+    # A check that outlasts its time-out fails as one that answered no.
+    slow = {"steps": [{"reboot": True}], "verify": {"run": "sleep 30", "timeout": 1}}
+    sse = await service.post_sse(f"/vm/{vmid}/change", slow)
+    assert sse.last["message"].startswith(
+        "[-] change rolled back: verify failed: check 1 of 1: timed out after 1s ("
+    ), sse.last
+    assert await service.get(f"/vm/{vmid}/status") == (200, "running")
+
 
 async def test_a_storage_without_snapshots_is_refused_up_front(
     sim: SimCluster, start_service: Any
