@@ -17,6 +17,7 @@ from typing import Any
 import asyncssh
 
 from actors.vm.change_request import MAX_TIMEOUT
+from actors.vm.events import Progress
 from actors.vm.guest import GuestError, _options, changed_key
 from actors.vm.jobs import (
     Facts,
@@ -30,6 +31,7 @@ from actors.vm.jobs import (
 from actors.vm.lifecycle import State
 from actors.vm.pve import PveError
 from actors.vm.requests import memory_balloon
+from events.store import Recorded
 
 # The stages of a change (each SSE record's `step`).
 SNAPSHOT = "change > taking snapshot"
@@ -295,12 +297,24 @@ async def rollback(
 
 
 async def settle(
-    svc: Services, vmid: int, node: str, facts: Facts | None, report: Report, task: str, reason: str
+    svc: Services,
+    vmid: int,
+    node: str,
+    facts: Facts | None,
+    report: Report,
+    task: str,
+    reason: str,
+    *,
+    verified: bool = False,
 ) -> JobResult:
     """A change a restart cut off: rolled back to its snapshot, or, with the snapshot gone,
-    the VM left as it is and said to need attention (it may be half-changed)."""
+    the VM left as it is and said to need attention (it may be half-changed). One cut off
+    after its checks passed (`verified`: it had begun keeping) is kept: undoing a change
+    that proved to work would be the surprise."""
     st = Stages(report)
     name = snapshot_name(task)
+    if verified:
+        return await _keep_after_restart(svc, st, vmid, node, name, reason)
     try:
         names = {s.name for s in await svc.pve.snapshots(node, vmid)}
     except PveError as exc:
@@ -319,6 +333,39 @@ async def settle(
     if failed is not None:
         return JobResult(False, state, error=f"{reason}; {failed}")
     return JobResult(False, state, error=f"{reason}; the change was rolled back to snapshot {name}")
+
+
+async def _keep_after_restart(
+    svc: Services, st: Stages, vmid: int, node: str, name: str, reason: str
+) -> JobResult:
+    st.begin(KEEP, "the checks had passed before the restart: keeping the change")
+    left = ""
+    try:
+        if name in {s.name for s in await svc.pve.snapshots(node, vmid)}:
+            _log(st, (await svc.pve.delete_snapshot(node, vmid, name)).log)
+        config = await svc.pve.vm_config(node, vmid)
+    except PveError as exc:
+        left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
+        config = None
+    st.done(f"change kept{left}")
+    changes: dict[str, Any] = {}
+    if config is not None:
+        # What the steps set, read back: the actor's facts follow the VM.
+        for key, field in (("cores", "cpu"), ("memory", "ram")):
+            value = config.options.get(key, "")
+            if value.isdigit():
+                changes[field] = int(value)
+    _, state = await observe(svc, vmid, node)
+    error = f"{reason}; the change had passed its checks and is kept{left}"
+    return JobResult(False, state, error=error, changes=changes)
+
+
+def began_keeping(records: list[Recorded], task: str) -> bool:
+    """Whether the change `task` had passed its checks and begun keeping itself."""
+    return any(
+        isinstance(r.event, Progress) and r.event.task == task and r.event.step == KEEP
+        for r in records
+    )
 
 
 def _log(st: Stages, lines: tuple[str, ...]) -> None:

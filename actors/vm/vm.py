@@ -504,10 +504,13 @@ class VmActor(AggregateActor):
         async def settle() -> JobResult:
             if command == Command.CHANGE.value:
                 where = self.facts.node if self.facts else self.svc.settings.main_node
+                records = await self.ctx.store.read_stream(self.stream)
+                verified = change.began_keeping(records, task)
                 report = Reporter(self, task)
-                return await report.around(
-                    change.settle(self.svc, self.vmid, where, self.facts, report, task, reason)
+                job = change.settle(
+                    self.svc, self.vmid, where, self.facts, report, task, reason, verified=verified
                 )
+                return await report.around(job)
             if command == Command.INSTALL.value:
                 hint = self.facts.node if self.facts else None
                 # Only a VM carrying this install's mark is removed (one created before cairn

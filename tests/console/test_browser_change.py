@@ -12,8 +12,8 @@ from tests.console.browser import Stack
 
 
 def test_a_change_that_rolls_back_is_read_from_its_stream(page: Page, stack: Stack) -> None:
-    status, text = stack.request("POST", "/console/svc/vm/api/vm/install",
-                                 {"os": "debian", "version": "12", "name": "changed"})  # fmt: skip
+    body = {"os": "debian", "version": "12", "name": "changed"}
+    status, text = stack.request("POST", "/console/svc/vm/api/vm/install", body)
     assert status == 200, text
     vm = next(
         v for v in stack.json("/console/svc/vm/api/vm/list")["list"] if v["name"] == "changed"
@@ -27,8 +27,8 @@ def test_a_change_that_rolls_back_is_read_from_its_stream(page: Page, stack: Sta
     page.get_by_role("button", name="Run change").click()
     expect(page.get_by_role("alert")).to_contain_text("The change is not JSON")
 
-    body = {"steps": [{"run": "echo half > /root/marker"}], "verify": {"run": "exit 5"}}
-    change.fill(json.dumps(body))
+    failing = {"steps": [{"run": "echo half > /root/marker"}], "verify": {"run": "exit 5"}}
+    change.fill(json.dumps(failing))
     page.get_by_role("button", name="Run change").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text(f"Change VM {vmid}?")
