@@ -12,6 +12,7 @@ rollback (`settle`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import asyncssh
@@ -343,14 +344,13 @@ async def _keep_after_restart(
     try:
         if name in {s.name for s in await svc.pve.snapshots(node, vmid)}:
             _log(st, (await svc.pve.delete_snapshot(node, vmid, name)).log)
-        config = await svc.pve.vm_config(node, vmid)
     except PveError as exc:
         left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
-        config = None
     st.done(f"change kept{left}")
     changes: dict[str, Any] = {}
-    if config is not None:
+    with contextlib.suppress(PveError):
         # What the steps set, read back: the actor's facts follow the VM.
+        config = await svc.pve.vm_config(node, vmid)
         for key, field in (("cores", "cpu"), ("memory", "ram")):
             value = config.options.get(key, "")
             if value.isdigit():

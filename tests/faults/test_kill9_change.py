@@ -118,3 +118,35 @@ async def test_kill9_mid_change_with_its_snapshot_gone_asks_for_attention(
     last_task = json.loads(text)["last_task"]
     assert last_task["ok"] is False and "needs attention" in last_task["error"], last_task
     assert await again.stop() == 0
+
+
+async def test_kill9_after_the_checks_passed_keeps_the_change(
+    start_cairn: StartCairn, sim: SimCluster
+) -> None:
+    vmid = 233
+    cairn = await prepared(start_cairn, sim, vmid, "cli")
+    body = {"steps": [{"set": {"memory": 4096}}], "verify": {"ssh": True}}
+    async with cairn.session.post(cairn.api + f"/vm/{vmid}/change", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        seen: list[dict[str, Any]] = []
+        while not any(r["step"] == "change > keeping" for r in seen):
+            got = await read_sse(resp, stop_after=1)
+            assert got.records, f"the stream ended before keeping: {seen[-2:]}"
+            seen += got.records
+            if got.records[0]["step"] == "change > verifying":
+                # The snapshot's delete, next, takes long: the kill lands inside it.
+                sim.set_delay_scale(40)
+        os.kill(cairn.proc.pid, signal.SIGKILL)
+        await cairn.proc.wait()
+    sim.set_delay_scale(0.05)
+
+    again = await start_cairn("up", PVE_DRIVER="cli")
+    last = await reattached(again, vmid)
+    assert (last["step"], last["status"]) == ("recovery", "error"), last
+    assert "the change had passed its checks and is kept" in last["message"], last
+    vm = sim.vm(vmid)
+    assert vm is not None and str(vm.config["memory"]) == "4096"  # not undone
+    status, text = await again.request("GET", again.api + f"/vm/{vmid}")
+    assert status == 200, text
+    assert json.loads(text)["memory"] == 4096
+    assert await again.stop() == 0
