@@ -24,7 +24,7 @@ import aiohttp
 import asyncssh
 import attrs
 
-from actors.vm import stages
+from actors.vm import stages, templates
 from actors.vm.firstboot import run_script, shaped, with_packages
 from actors.vm.guest import GuestError, ensure_key, run_init
 from actors.vm.imagecache import ImageError
@@ -477,32 +477,63 @@ async def install(
             st.done(f"OS image URL not reachable ({exc}); using the cached image")
 
         st.begin(stages.DOWNLOAD, "getting the OS image")
-        source, cached = await place.fetch(b, st)
-        st.done("using cached OS image" if cached else "completed OS image download")
+        template: templates.Template | None = None
+        if s.templates:
+            published = await published_digest(svc, image)
+            algorithm, digest = published or (image.algorithm, "unpublished")
+            key = templates.Key(image.os, image.version, algorithm, digest, made_on)
+
+            def build(tid: int, hw: Hardware, ci: Callable[[], Awaitable[CloudInit]]) -> Build:
+                return attrs.evolve(b, vmid=tid, hardware=hw, cloud_init=ci)
+
+            template = await templates.ensure(svc, place, build, b, key, task, st)
+            st.done(f"template {template.vmid} ({key.short()}) ready on {template.node}")
+            source = ""
+        else:
+            source, cached = await place.fetch(b, st)
+            st.done("using cached OS image" if cached else "completed OS image download")
 
         st.begin(stages.SSH_KEY, "checking the service's SSH key")
         created, service_pub = ensure_key(svc.key_path)
         st.done("created SSH key pair" if created else "SSH key is ready")
 
         st.begin(stages.CREATE, f"creating VM {vmid}")
+        full_why = None
         try:
-            await place.create(b, source)
+            if template is not None:
+                full_why = templates.full_reason(template, kind, s.storage, made_on, node)
+                await templates.clone(
+                    svc, template, vmid, name, mark_line(task), full=full_why is not None
+                )
+            else:
+                await place.create(b, source)
         except AlreadyExists as exc:
             raise StageFailed(_taken(exc, vmid)) from None
         except PveError as exc:
             # Refused before anything was made: no VM; any other failure (a task's, a lost
             # answer) may have left one.
             create_unsure = not isinstance(exc, Refused)
-            raise failed("qm create", exc) from None
+            raise failed("qm clone" if template else "qm create", exc) from None
         created_on = made_on
         st.done("VM created successfully")
 
-        st.begin(stages.IMPORT, f"importing {place.imports(b, source)} into {s.storage}")
-        volume = await place.import_disk(b, source)
-        st.done(f"disk image imported as {volume}")
+        if template is not None:
+            tid = template.vmid
+            st.begin(stages.IMPORT, f"cloning the disk of template {tid} into {s.storage}")
+            if full_why is None:
+                st.done(f"linked clone of template {tid}, 0 bytes copied")
+            else:
+                copied = templates.gib(templates.disk_bytes(template.disk))
+                st.done(f"full clone of template {tid}, {copied} copied: {full_why}")
+            st.begin(stages.CONFIGURE, "configuring the clone and cloud-init")
+            await templates.configure(svc, made_on, vmid, hardware, await cloud_init())
+        else:
+            st.begin(stages.IMPORT, f"importing {place.imports(b, source)} into {s.storage}")
+            volume = await place.import_disk(b, source)
+            st.done(f"disk image imported as {volume}")
 
-        st.begin(stages.CONFIGURE, "attaching disk and cloud-init")
-        await place.configure(b, volume)
+            st.begin(stages.CONFIGURE, "attaching disk and cloud-init")
+            await place.configure(b, volume)
         try:
             await pve.resize(made_on, vmid, "scsi0", f"{disk.value}G")
         except PveError as exc:

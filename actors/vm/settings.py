@@ -13,6 +13,10 @@ VMID_MAX = 254
 DEFAULT_PORT = 8100
 DEFAULT_BRIDGE = "vmbr0"
 DEFAULT_PREFIX = 24
+# Templates' ids: a range of their own, far from the VMs' (whose ids are address parts).
+TEMPLATE_ID_START = 9000
+TEMPLATE_ID_END = 9099
+PVE_VMID_MAX = 999999999
 # A Linux bridge or SDN VNet name as Proxmox takes it in `net0: ...,bridge=<name>` (its
 # pve-bridge-id format is [-_.\w\d]+); Linux keeps interface names to 15 characters.
 _BRIDGE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
@@ -83,6 +87,10 @@ class VmSettings:
     # on the others); `api` speaks pveproxy's REST API with a token (docs/vm.md).
     driver: str = "cli"
     api: ApiSettings | None = None
+    # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END).
+    templates: bool = True
+    template_start: int = TEMPLATE_ID_START
+    template_end: int = TEMPLATE_ID_END
 
     @property
     def ip_prefix(self) -> str:
@@ -94,6 +102,10 @@ class VmSettings:
     @property
     def id_range(self) -> range:
         return range(self.ip_start, self.ip_end + 1)
+
+    @property
+    def template_range(self) -> range:
+        return range(self.template_start, self.template_end + 1)
 
 
 def _is_ip(value: str) -> bool:
@@ -132,9 +144,11 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _bool(env: Mapping[str, str], name: str) -> bool:
+def _bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
@@ -312,6 +326,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
     base = env.get("IMAGE_BASE_URL", "").strip().rstrip("/") or None
     simulated = bool(env.get("PVESIM_ROOT", "").strip())
     driver, api = _api_settings(env)
+    t_start, t_end = _template_range(env, start, end)
     return VmSettings(
         gateway=gateway,
         main_node=main,
@@ -343,4 +358,25 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         simulated=simulated,
         driver=driver,
         api=api,
+        templates=_bool(env, "VM_TEMPLATES", True),
+        template_start=t_start,
+        template_end=t_end,
     )
+
+
+def _template_range(env: Mapping[str, str], start: int, end: int) -> tuple[int, int]:
+    """TEMPLATE_ID_START/_END: inside Proxmox's ids, and apart from the VMs' range, so a
+    template never takes an id (and with it an address) an install could be given."""
+    t_start = _int(env, "TEMPLATE_ID_START", VMID_MIN, PVE_VMID_MAX) or TEMPLATE_ID_START
+    t_end = _int(env, "TEMPLATE_ID_END", VMID_MIN, PVE_VMID_MAX) or TEMPLATE_ID_END
+    if t_start > t_end:
+        raise SettingsError(
+            f"TEMPLATE_ID_START ({t_start}) must not exceed TEMPLATE_ID_END ({t_end})"
+        )
+    if t_start <= end and start <= t_end:
+        raise SettingsError(
+            f"TEMPLATE_ID_START..TEMPLATE_ID_END ({t_start}..{t_end}) overlaps the VMs' ids "
+            f"ASSIGN_IP_START..ASSIGN_IP_END ({start}..{end}); give templates a range of "
+            "their own"
+        )
+    return t_start, t_end

@@ -46,7 +46,7 @@ def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dic
     vm = [
         "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
         "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
-        "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Console",
+        "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Clone", "VM.Console",
     ]  # fmt: skip
     # Without a pool, VM.Console only on cairn's ids (cairn pve bootstrap's CairnConsole).
     console = {} if pool else {f"/vms/{i}": ["VM.Console"] for i in range(100, 255)}

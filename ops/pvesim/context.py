@@ -32,6 +32,12 @@ DURATIONS: dict[str, float] = {
     "migrate_per_gib": 9.5,  # dd over 1 GbE, ~110 MB/s
     "query": 0.2,
     "snapshot": 1.0,  # one volume snapshot taken, rolled back or removed
+    # A template conversion renames each disk and marks it read-only (lvrename + lvchange -p r,
+    # or zfs snapshot @__base__ + readonly): metadata only, like a snapshot.
+    "template": 1.0,
+    # A linked clone is one thin snapshot or qcow2 overlay, whatever the disk's size (pve-docs
+    # qm.adoc: "nearly instantaneous"); a full clone copies at import_per_gib per GiB.
+    "linked_clone": 0.5,
     "timeout": 1.0,  # one second of a command's own --timeout (factor: the seconds)
 }
 
@@ -58,6 +64,12 @@ FAILURE_DEFAULTS: dict[str, tuple[str, int]] = {
     "qm shutdown": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
     "qm reboot": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
     "qm destroy": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
+    "qm clone": (
+        "clone failed: command '/usr/bin/qemu-img convert -p -n -f raw -O raw "
+        "/dev/pve/base-{vmid}-disk-0 zeroinit:/dev/pve/vm-{vmid}-disk-0' failed: exit code 1",
+        255,
+    ),
+    "qm template": ("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout", 255),
     "qm migrate": (
         "command 'dd of=/dev/pve/vm-{vmid}-disk-0 conv=sparse bs=64k' failed: exit code 1",
         255,

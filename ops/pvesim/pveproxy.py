@@ -1485,6 +1485,86 @@ def delete_snapshot(proxy: PveProxy, call: Call) -> Any:
     return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
 
 
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/template")
+def post_template(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(call, {"node": "string", "vmid": "integer", "disk": "string"})
+    proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    rec = proxy.vm_rec(node, vmid)
+    # The API's checks under the config lock, before the worker (the CLI makes the same).
+    if lock := rec["config"].get("lock"):
+        raise HttpError(500, f"VM is locked ({lock})")
+    if rec["config"].get("template") and "disk" not in call.params:
+        raise HttpError(500, "you can't convert a template to a template")
+    if rec["status"] == "running":
+        raise HttpError(500, "you can't convert a VM to template if VM is running")
+    argv = ["template", str(vmid)]
+    if "disk" in call.params:
+        argv += ["--disk", call.params["disk"]]
+    task = proxy.new_task(node, "qmtemplate", str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
+@route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/clone")
+def post_clone(proxy: PveProxy, call: Call) -> Any:
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(
+        call,
+        {
+            "node": "string",
+            "vmid": "integer",
+            "newid": "integer",
+            "name": "string",
+            "description": "string",
+            "full": "boolean",
+            "target": "string",
+            "storage": "string",
+            "pool": "string",
+            "format": "string",
+            "snapname": "string",
+            "bwlimit": "integer",
+        },
+        ("newid",),
+    )
+    newid = _vmid(call.params["newid"])
+    # API2/Qemu.pm clone_vm: VM.Clone on the source, VM.Allocate for the new id (on the pool
+    # when one is given), space on the target storage of a full copy.
+    proxy.need(call, f"/vms/{vmid}", "VM.Clone")
+    pool = call.params.get("pool")
+    if pool is not None:
+        with proxy.store.locked() as txn:
+            if pool not in proxy.pools(txn):
+                raise HttpError(403, f"Permission check failed (pool '{pool}' does not exist)")
+        if not proxy.can(call, f"/pool/{pool}", "VM.Allocate"):
+            proxy.need(call, f"/vms/{newid}", "VM.Allocate")
+    else:
+        proxy.need(call, f"/vms/{newid}", "VM.Allocate")
+    if "storage" in call.params:
+        proxy.need(call, f"/storage/{call.params['storage']}", "Datastore.AllocateSpace")
+    proxy.vm_rec(node, vmid)
+    argv = ["clone", str(vmid), str(newid)]
+    for key in ("name", "description", "full", "target", "storage", "format", "snapname"):
+        if key in call.params:
+            argv += [f"--{key}", call.params[key]]
+    try:
+        parse(fake_qm.clones.SPECS["clone"], argv[1:])
+    except CliError as exc:
+        raise cli_to_http(exc) from None
+
+    def work(task: Task) -> str | None:
+        error = proxy.run_qm(task, argv)
+        if error is None and pool is not None:
+            with proxy.store.locked() as txn:
+                api = api_settings(txn.cluster["settings"])
+                api.setdefault("pools", {}).setdefault(pool, []).append(newid)
+                txn.cluster["settings"]["api"] = api
+                txn.save_cluster()
+        return error
+
+    task = proxy.new_task(node, "qmclone", str(vmid), call.tokenid)
+    return proxy.run_task(task, work)
+
+
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/migrate")
 def post_migrate(proxy: PveProxy, call: Call) -> Any:
     node, vmid = call.match[0], _vmid(call.match[1])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cloudinit, snapshots
+from . import clones, cloudinit, snapshots
 from . import vmconfig as vc
 from .args import (
     NET_MODELS,
@@ -435,6 +435,7 @@ def apply_drive(
             ctx.out("".join(lines))
             lines = []
             print_transfer(ctx, size)
+            clones.count_written(txn, node, size)
         stored = {"file": volid, **{k: v for k, v in drive.items() if k != "file"}}
         stored["size"] = format_size(size)
         text = vc.print_drive(stored)
@@ -794,6 +795,7 @@ def cmd_importdisk(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
             drop_volumes(txn, ctx.node, [volid], lambda _s: None)
             raise not_found(ctx.node, vmid)
         conf = rec["config"]
+        clones.count_written(txn, ctx.node, size)
         if target:
             conf[target] = f"{volid},size={format_size(size)}"
             key = target
@@ -1070,6 +1072,8 @@ def cmd_destroy(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(f"can't remove VM {vmid} - protection mode enabled")
         if rec["status"] == "running":
             raise CliError(f"VM {vmid} is running - destroy failed")
+        if refusal := clones.destroy_refusal(txn, ctx.node, rec["config"]):
+            raise CliError(refusal)
     ctx.delay("destroy")
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
@@ -1115,6 +1119,8 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
             v for v in set(vc.referenced_volids(rec["config"])) if v.partition(":")[0] not in shared
         )
         vols = {v: volume_info(txn, ctx.node, v) for v in volids}
+        if refusal := clones.migrate_refusal(txn, ctx.node, volids):
+            raise CliError(refusal)
         storage_types = {n: str(i.get("type")) for n, i in txn.storages.items()}
         pools = {n: str(i.get("pool", "")) for n, i in txn.storages.items()}
         target_ip = nodes[target]["ip"]
@@ -1189,6 +1195,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
                 vol = src.get(storage, {}).pop(volname, None)
                 if vol is not None:
                     dst.setdefault(storage, {})[volname] = vol
+                    clones.count_written(txn, target, int(vol.get("size", 0)))
             txn.save_volumes(ctx.node, src)
             txn.save_volumes(target, dst)
             rec["config"].pop("lock", None)
@@ -1324,6 +1331,7 @@ def usage_short() -> str:
     for name in sorted(_SPEC_BUILDERS):
         lines.append(f"       {SPECS[name].usage}")
     lines += [f"       {snapshots.SPECS[n].usage}" for n in sorted(snapshots.SPECS)]
+    lines += [f"       {clones.SPECS[n].usage}" for n in sorted(clones.SPECS)]
     lines.append("       qm disk import <vmid> <source> <storage> [OPTIONS]")
     lines.append("       qm disk resize <vmid> <disk> <size> [OPTIONS]")
     return "\n".join(lines) + "\n"
@@ -1343,6 +1351,7 @@ HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
     "list": cmd_list,
     "unlock": cmd_unlock,
     **snapshots.HANDLERS,
+    **clones.HANDLERS,
 }
 
 

@@ -89,8 +89,9 @@ def storage_info(
     shared: bool = False,
     total_kib: int = 832888832,
 ) -> dict[str, Any]:
-    """storage.cfg entry of one more storage: `dir`/`nfs` (files), `lvmthin`/`zfspool`."""
-    if type_ not in ("dir", "nfs", "lvmthin", "zfspool"):
+    """storage.cfg entry of one more storage: `dir`/`nfs` (files), `lvmthin`/`zfspool`, or
+    `lvm` (thick LVM: no snapshots, no base volumes, so no linked clones)."""
+    if type_ not in ("dir", "nfs", "lvmthin", "zfspool", "lvm"):
         raise ValueError(f"unknown storage type {type_!r}")
     info: dict[str, Any] = {"type": type_, "content": content, "total_kib": total_kib,
                             "base_used_kib": 0}  # fmt: skip
@@ -98,6 +99,8 @@ def storage_info(
         info["path"] = f"/mnt/pve/{name}" if type_ == "nfs" else f"/srv/{name}"
     elif type_ == "lvmthin":
         info.update(vgname=name, thinpool="data")
+    elif type_ == "lvm":
+        info.update(vgname=name)
     else:
         info.update(pool=f"{name}/data", sparse=1)
     if shared:

@@ -15,7 +15,7 @@ from gateway.cli.pve import check, run_bootstrap
 VM = (
     "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"
     "VM.Config.Cloudinit,VM.Config.Network,VM.Config.HWType,VM.Config.Options,VM.PowerMgmt,"
-    "VM.Migrate,VM.Snapshot"
+    "VM.Migrate,VM.Snapshot,VM.Clone"
 )
 
 

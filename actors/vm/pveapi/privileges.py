@@ -14,7 +14,7 @@ import attrs
 VM_PRIVS = (
     "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
     "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
-    "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Console",
+    "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Clone", "VM.Console",
 )  # fmt: skip
 
 
@@ -138,6 +138,7 @@ def needs(layout: Layout, node: str) -> list[Need]:
         Need("migrate", vm, ("VM.Migrate",)),
         Need("serial console", vm if layout.pool else f"/vms/{layout.vm_ids[0]}", ("VM.Console",)),
         Need("snapshots", vm, ("VM.Snapshot",)),
+        Need("install: clone a template", vm, ("VM.Clone",)),
     ]  # fmt: skip
     if _at_least(layout.release, (8, 2)):
         out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))

@@ -1,0 +1,111 @@
+"""Templates and linked clones end to end (docs/vm.md "Templates and linked clones"), with
+both drivers against the simulated cluster: the first install of an image on a node builds its
+template, every later one clones it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pvesim.cluster import SimCluster
+
+from tests.vm import drivers
+from tests.vm.conftest import Service, Sse
+from tests.vm.test_install_e2e import MESSAGE, STAGES
+
+driver = drivers.driver
+start_service = drivers.start_service
+
+TEMPLATES = {"VM_TEMPLATES": "1"}
+
+
+def messages(sse: Sse, step: str) -> list[str]:
+    return [r["message"] for r in sse.records if r["step"] == step]
+
+
+def imports(commands: list[str]) -> list[str]:
+    """The commands that copied a cloud image into a VM disk (either driver's way)."""
+    return [c for c in commands if "importdisk" in c or "disk import" in c or "import-from" in c]
+
+
+async def test_first_install_builds_the_template_and_the_second_clones_it(
+    start_service: Any,
+) -> None:
+    service: Service = await start_service(**TEMPLATES)
+    first = await service.install()
+    assert first.closed and first.last["status"] == "success", first.records[-3:]
+    assert first.steps == STAGES
+    assert all(MESSAGE.match(r["message"]) for r in first.records)
+    download = messages(first, "OS preparation > downloading OS image")
+    assert any("no template of debian 12" in m and ": building it" in m for m in download)
+    assert download[-1].startswith("[+] template 9000 (debian 12, sha512 ")
+    assert " ready on pve1 (" in download[-1]
+    tpl = service.sim.vm(9000)
+    assert tpl is not None and tpl.config["template"] in (1, "1")
+    assert tpl.config["name"] == "cairn-debian-12"
+    assert tpl.config["scsi0"].startswith("local-lvm:base-9000-disk-0")
+    built = len(service.sim.commands())
+
+    second = await service.install()
+    assert second.closed and second.last["status"] == "success", second.records[-3:]
+    assert second.steps == STAGES
+    assert all(MESSAGE.match(r["message"]) for r in second.records)
+    download = messages(second, "OS preparation > downloading OS image")
+    assert not any("building" in m for m in download), download
+    assert download[-1].startswith("[+] template 9000 (debian 12, sha512 ")
+    copied = messages(second, "VM creation > importing disk image")[-1]
+    assert copied.startswith("[+] linked clone of template 9000, 0 bytes copied ("), copied
+    later = service.sim.commands()[built:]
+    assert any(c.startswith("pve1 qm clone 9000 ") for c in later), later
+    assert imports(later) == []
+    vmid = second.last["vm_id"]
+    vm = service.sim.vm(vmid)
+    assert vm is not None and vm.status == "running"
+    assert vm.config["scsi0"].startswith(f"local-lvm:vm-{vmid}-disk-0")
+    assert vm.config["tags"] == "debian"
+    assert vm.config["ipconfig0"] == f"ip=127.0.0.{vmid}/24,gw=127.0.0.1"
+    assert "template" not in vm.config
+    # A template with linked clones cannot go: Proxmox's own refusal.
+    status, _ = await service.post(f"/vm/{vmid}/destroy")
+    assert service.sim.vm(9000) is not None
+
+
+async def test_concurrent_first_installs_build_one_template(start_service: Any) -> None:
+    service: Service = await start_service(**TEMPLATES)
+    a, b = await asyncio.gather(service.install(), service.install())
+    for sse in (a, b):
+        assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
+    templates = [c for c in service.sim.commands() if " qm template " in f" {c} "]
+    assert len(templates) == 1, templates
+    assert len(imports(service.sim.commands())) == 1
+    building = [
+        sse for sse in (a, b) if any("building it" in r["message"] for r in sse.records)
+    ]
+    assert len(building) == 1
+
+
+async def test_a_storage_without_linked_clones_full_clones_and_says_so(
+    sim: SimCluster, start_service: Any
+) -> None:
+    sim.add_storage("thick", "lvm")
+    sim.grant_api("/storage/thick", ["Datastore.AllocateSpace", "Datastore.Audit"])
+    service: Service = await start_service(ASSIGN_STORAGE="thick", **TEMPLATES)
+    await service.installed()
+    sse = await service.install()
+    assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
+    copied = messages(sse, "VM creation > importing disk image")[-1]
+    assert copied.startswith("[+] full clone of template 9000, "), copied
+    assert "copied: storage thick (lvm) cannot make linked clones (" in copied
+    assert any(" qm clone 9000 " in c and "--full 1" in c for c in sim.commands()) or any(
+        " qm clone 9000 " in c and "full" in c for c in sim.commands()
+    )
+
+
+async def test_templates_off_imports_every_install(start_service: Any) -> None:
+    service: Service = await start_service(VM_TEMPLATES="0")
+    await service.installed()
+    await service.installed()
+    commands = service.sim.commands()
+    assert len(imports(commands)) == 2
+    assert not any(" qm clone " in c or " qm template " in c for c in commands)
+    assert all(vmid < 9000 for vmid in service.sim.vms())
