@@ -7,6 +7,8 @@ Subjects (request/reply, JSON):
 - `cairn.q.vm.list` {}                           -> the list payload
 - `cairn.q.vm.detail` {vmid}                     -> one VM's detail | {error}
 - `cairn.q.vm.snapshots` {vmid}                  -> {snapshots, refusal} | {error}
+- `cairn.q.vm.templates` {}                      -> {templates} | {error}
+- `cairn.cmd.vm.templates.prune` {}              -> {removed, kept} | {error}
 Errors are `{"error": {"status": <http>, "message": ...}}`.
 """
 
@@ -25,12 +27,12 @@ from nats.aio.subscription import Subscription
 
 from actors.platform import Runtime
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
-from actors.vm import change_request, preflight, snapshots
+from actors.vm import change_request, preflight, snapshots, templates
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
 from actors.vm.events import Adopted
 from actors.vm.guestview import guest_view, tags_of
 from actors.vm.imagecache import ImageCache
-from actors.vm.jobs import Services
+from actors.vm.jobs import Services, StageFailed
 from actors.vm.lifecycle import WORKING, Command, State
 from actors.vm.messages import (
     DoCommand,
@@ -62,6 +64,8 @@ SUBJECT_STATUS = "cairn.q.vm.status"
 SUBJECT_LIST = "cairn.q.vm.list"
 SUBJECT_DETAIL = "cairn.q.vm.detail"
 SUBJECT_SNAPSHOTS = "cairn.q.vm.snapshots"
+SUBJECT_TEMPLATES = "cairn.q.vm.templates"
+SUBJECT_PRUNE = "cairn.cmd.vm.templates.prune"
 # The streams this service's actors own: VMs, the VMID/IP allocator, the nodes.
 AGGREGATES = (VmActor.aggregate, AllocatorActor.aggregate, NodeActor.aggregate)
 _MIB = 1024 * 1024
@@ -274,6 +278,8 @@ class VmService:
             await serve_json(nc, SUBJECT_LIST, self._on_list, concurrent=True),
             await serve_json(nc, SUBJECT_DETAIL, self._on_detail, concurrent=True),
             await serve_json(nc, SUBJECT_SNAPSHOTS, self._on_snapshots, concurrent=True),
+            await serve_json(nc, SUBJECT_TEMPLATES, self._on_templates, concurrent=True),
+            await serve_json(nc, SUBJECT_PRUNE, self._on_prune, concurrent=True),
         ]
         # A gateway's command sent at once (another connection) finds them.
         with contextlib.suppress(Exception):  # the bus is away: they reach it when back
@@ -644,6 +650,22 @@ class VmService:
             "snapshots": [snapshots.row(s, taken_by) for s in snaps],
             "refusal": refusal,
         }
+
+    async def _on_templates(self, payload: Any) -> dict[str, Any]:
+        """cairn's templates as Proxmox holds them, each with its linked clones."""
+        assert self.services is not None
+        try:
+            return {"templates": await templates.rows(self.services)}
+        except StageFailed as exc:
+            return _error(502, str(exc))
+
+    async def _on_prune(self, payload: Any) -> dict[str, Any]:
+        """Remove the templates nothing clones any more (templates.prune)."""
+        assert self.services is not None
+        try:
+            return await templates.prune(self.services)
+        except StageFailed as exc:
+            return _error(502, str(exc))
 
     async def _on_status(self, payload: Any) -> dict[str, Any]:
         try:

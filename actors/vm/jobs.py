@@ -83,8 +83,8 @@ class Services:
     key_path: Path
     scripts_dir: Path
     cpu_type: str | None = None
-    # One lock per template being looked for or built (actors/vm/templates.py).
-    template_locks: dict[Any, asyncio.Lock] = attrs.field(factory=dict)
+    # Per template key: its lock and the template last found (actors/vm/templates.py).
+    templates: dict[Any, Any] = attrs.field(factory=dict)
 
     @property
     def nodes(self) -> list[str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -33,13 +34,18 @@ import attrs
 
 from actors.vm.guest import ensure_key
 from actors.vm.jobs import Services, StageFailed, Stages, failed
+from actors.vm.osimages import OsImage
 from actors.vm.ownership import mark_line
 from actors.vm.pve import AlreadyExists, Clone, CloudInit, Hardware, PveError, VmConfig
 from actors.vm.shacrypt import sha512_crypt
 
 TEMPLATE_LINE = "cairn template: "
+# The line a linked clone's description carries: which template its disk depends on.
+CLONE_LINE = "cairn linked clone of template "
+_CLONE = re.compile(r"^cairn linked clone of template (\d+)\s*$")
 _LINE = re.compile(r"^cairn template: (\S+) (\S+) (\w+):([0-9a-f]+|unpublished)\s*$")
 LINKABLE = frozenset({"lvmthin", "zfspool", "rbd", "dir", "nfs", "cifs"})
+_CTIME = re.compile(r"(?:^|,)ctime=(\d+)")
 _SIZE = re.compile(r"(?:^|,)size=(\d+(?:\.\d+)?)([KMGT]?)(?:,|$)")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -73,6 +79,27 @@ class Key:
         return f"{self.os} {self.version}, {self.algorithm} {self.digest[:4]}…"
 
 
+@attrs.define
+class Slot:
+    """One template key's lock (one build at a time) and the template last found for it,
+    so later installs clone without asking Proxmox to list the cluster first."""
+
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    found: Template | None = None
+
+
+def slot(svc: Services, key: Key) -> Slot:
+    got: Slot = svc.templates.setdefault(key, Slot())
+    return got
+
+
+def forget(svc: Services, vmid: int) -> None:
+    """A template that is gone (pruned, or removed by an admin) is looked for again."""
+    for s in svc.templates.values():
+        if s.found is not None and s.found.vmid == vmid:
+            s.found = None
+
+
 @attrs.frozen
 class Template:
     vmid: int
@@ -83,6 +110,7 @@ class Template:
     digest: str
     ready: bool  # `template: 1` (else a build that did not finish)
     disk: str | None  # the boot disk's drive string
+    built: int = 0  # seconds since the epoch Proxmox made it (`meta: ...,ctime=`)
 
 
 def described(config: VmConfig) -> tuple[str, str, str, str] | None:
@@ -111,7 +139,17 @@ async def listing(svc: Services) -> list[Template]:
         if found is None:
             continue  # not cairn's: never touched
         ready = config.get("template") in ("1", "true")
-        out.append(Template(r.vmid, r.node, *found, ready=ready, disk=config.get("scsi0") or None))
+        ctime = _CTIME.search(config.get("meta"))
+        out.append(
+            Template(
+                r.vmid,
+                r.node,
+                *found,
+                ready=ready,
+                disk=config.get("scsi0") or None,
+                built=int(ctime[1]) if ctime else 0,
+            )
+        )
     return out
 
 
@@ -142,16 +180,20 @@ async def ensure(
 ) -> Template:
     """The ready template for `key`, built first if there is none (one build at a time per
     key; a waiter finds the builder's)."""
-    lock = svc.template_locks.setdefault(key, asyncio.Lock())
-    async with lock:
+    here = slot(svc, key)
+    async with here.lock:
+        if here.found is not None:
+            return here.found
         for t in await listing(svc):
             if (t.os, t.version, t.digest, t.node) != (key.os, key.version, key.digest, key.node):
                 continue
             if t.ready:
+                here.found = t
                 return t
             st.note(f"removing template {t.vmid}, left half built")
             await _destroy(svc, t.node, t.vmid)
         st.note(f"no template of {key.short()} on {key.node} yet: building it")
+        await _drop_stale_cache(svc, b.image, key)
         source, _ = await place.fetch(b, st)
         hardware = Hardware(
             name=key.name,
@@ -195,10 +237,35 @@ async def ensure(
             text = exc.text if isinstance(exc, PveError) else str(exc)
             raise StageFailed(f"building template {vmid} failed: {text}") from None
         st.note(f"template {vmid} ({key.short()}) built on {node}")
-        return Template(
-            vmid, node, key.os, key.version, key.algorithm, key.digest, True,
+        here.found = Template(
+            vmid,
+            node,
+            key.os,
+            key.version,
+            key.algorithm,
+            key.digest,
+            True,
             config.get("scsi0") or None,
-        )  # fmt: skip
+        )
+        return here.found
+
+
+async def _drop_stale_cache(svc: Services, image: OsImage, key: Key) -> None:
+    """cairn's cached copy (the CLI driver's source) goes if the distribution has published
+    another image since: the new template must hold the image its checksum names."""
+    path = svc.images.path_for(image)
+    if key.digest == "unpublished" or not path.is_file():
+        return
+
+    def digest() -> str:
+        h = hashlib.new(key.algorithm)
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    if await asyncio.to_thread(digest) != key.digest:
+        path.unlink(missing_ok=True)
 
 
 async def _free_id(svc: Services) -> int:
@@ -234,8 +301,103 @@ def full_reason(t: Template, kind: str, storage: str, made_on: str, node: str) -
 async def clone(
     svc: Services, t: Template, vmid: int, name: str, description: str, *, full: bool
 ) -> None:
+    if not full:  # the template must stay while this VM lives: say so where anyone sees it
+        description += f"\n{CLONE_LINE}{t.vmid}"
     spec = Clone(name=name, full=full, description=description)
-    await svc.pve.clone(t.node, t.vmid, vmid, spec)
+    try:
+        await svc.pve.clone(t.node, t.vmid, vmid, spec)
+    except PveError:
+        forget(svc, t.vmid)  # perhaps gone: the next install looks again
+        raise
+
+
+def cloned_from(config: VmConfig) -> int | None:
+    for line in unquote(config.get("description")).splitlines():
+        if m := _CLONE.match(line.strip()):
+            return int(m[1])
+    return None
+
+
+async def clones(svc: Services) -> dict[int, list[int]]:
+    """template id -> the VMs (of cairn's range) that are linked clones of it."""
+    try:
+        resources = await svc.pve.cluster_vms()
+    except PveError as exc:
+        raise StageFailed(f"cannot list the cluster's VMs: {exc.text}") from None
+    ours = [r for r in resources if r.vmid in svc.settings.id_range]
+
+    async def parent(node: str, vmid: int) -> int | None:
+        try:
+            return cloned_from(await svc.pve.vm_config(node, vmid))
+        except PveError:
+            return None
+
+    parents = await asyncio.gather(*(parent(r.node, r.vmid) for r in ours))
+    out: dict[int, list[int]] = {}
+    for r, tid in zip(ours, parents, strict=True):
+        if tid is not None:
+            out.setdefault(tid, []).append(r.vmid)
+    return out
+
+
+def row(t: Template, linked: list[int], current: bool) -> dict[str, Any]:
+    """One template as `GET /api/vm/templates` shows it."""
+    return {
+        "vmid": t.vmid,
+        "node": t.node,
+        "os": t.os,
+        "version": t.version,
+        "checksum": f"{t.algorithm}:{t.digest}",
+        "state": "ready" if t.ready else "half built",
+        "current": current,
+        "clones": sorted(linked),
+    }
+
+
+def newest(found: list[Template]) -> set[int]:
+    """The template each (os, version, node) installs clone now: the newest, as a refresh
+    builds its new template after the old one (made at the same second: the higher id)."""
+    best: dict[tuple[str, str, str], Template] = {}
+    for t in found:
+        k = (t.os, t.version, t.node)
+        if t.ready and (k not in best or (t.built, t.vmid) > (best[k].built, best[k].vmid)):
+            best[k] = t
+    return {t.vmid for t in best.values()}
+
+
+async def rows(svc: Services) -> list[dict[str, Any]]:
+    found = await listing(svc)
+    linked = await clones(svc)
+    current = newest(found)
+    return [row(t, linked.get(t.vmid, []), t.vmid in current) for t in found]
+
+
+async def prune(svc: Services) -> dict[str, Any]:
+    """Remove the templates no install will clone again (superseded by a newer image, or
+    left half built) and no linked clone depends on; keep the others, saying why."""
+    found = await listing(svc)
+    linked = await clones(svc)
+    current = newest(found)
+    removed: list[int] = []
+    kept: list[dict[str, Any]] = []
+    for t in found:
+        lock = slot(svc, Key(t.os, t.version, t.algorithm, t.digest, t.node)).lock
+        if t.vmid in current:
+            kept.append({"vmid": t.vmid, "reason": "installs clone it"})
+        elif linked.get(t.vmid):
+            ids = ", ".join(str(v) for v in sorted(linked[t.vmid]))
+            kept.append({"vmid": t.vmid, "reason": f"linked clones depend on it: {ids}"})
+        elif lock.locked():
+            kept.append({"vmid": t.vmid, "reason": "being built"})
+        else:
+            try:
+                await svc.pve.destroy(t.node, t.vmid)
+            except PveError as exc:  # Proxmox's own refusal (a clone cairn does not know)
+                kept.append({"vmid": t.vmid, "reason": exc.text})
+                continue
+            forget(svc, t.vmid)
+            removed.append(t.vmid)
+    return {"removed": removed, "kept": kept}
 
 
 async def configure(svc: Services, node: str, vmid: int, hw: Hardware, ci: CloudInit) -> None:

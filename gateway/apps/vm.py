@@ -35,8 +35,10 @@ from actors.vm.host import (
     SUBJECT_DO,
     SUBJECT_INSTALL,
     SUBJECT_LIST,
+    SUBJECT_PRUNE,
     SUBJECT_SNAPSHOTS,
     SUBJECT_STATUS,
+    SUBJECT_TEMPLATES,
     VmService,
 )
 from actors.vm.initscripts import write_scripts
@@ -588,6 +590,21 @@ class VmGateway:
             return await self._streamed(request, vmid, command, args)
         return await self._synchronous(vmid, command, args, self.who(request))
 
+    # -- templates --------------------------------------------------------------------------
+
+    async def templates(self, _: web.Request) -> web.Response:
+        """`GET /api/vm/templates`: cairn's templates on every node, with their clones."""
+        reply = await self.command(SUBJECT_TEMPLATES, {}, unanswered=NO_VM_ANSWER)
+        return web.json_response(reply["templates"])
+
+    async def prune_templates(self, request: web.Request) -> web.Response:
+        """`POST /api/vm/templates/prune`: remove what no install clones and nothing needs."""
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        reply = await self.command(SUBJECT_PRUNE, {}, unanswered=NO_VM_ANSWER)
+        log.info("vm: templates pruned by %s: removed %s", self.who(request), reply["removed"])
+        return web.json_response(reply)
+
     # -- snapshots --------------------------------------------------------------------------
 
     async def snapshots(self, request: web.Request) -> web.Response:
@@ -897,8 +914,10 @@ async def build(runtime: Runtime) -> web.Application:
     api = web.Application(middlewares=[_refusals])
     api.router.add_get("/health", gw.health)
     api.router.add_get("/vm/list", gw.list)
+    api.router.add_get("/vm/templates", gw.templates)
+    api.router.add_post("/vm/templates/prune", gw.prune_templates)
     # Not the words of the routes beside it: GET /vm/install is 405, not "invalid VM id".
-    api.router.add_get("/vm/{id:(?!install$|list$)[^{}/]+}", gw.detail)
+    api.router.add_get("/vm/{id:(?!install$|list$|templates$)[^{}/]+}", gw.detail)
     api.router.add_get("/vm/{id}/status", gw.status)
     api.router.add_get("/vm/{id}/task", gw.reattach)
     api.router.add_post("/vm/install", gw.install)

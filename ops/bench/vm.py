@@ -18,7 +18,14 @@ Targets (issue 3): list <= 20 ms with 150 VMs; event to SSE client <= 2 ms.
    (target: install <= 1.2x), and the disk bytes copied between nodes by an install.
 
     .venv/bin/python -m ops.bench.vm [--installs 5] [--parallel 20] [--lists 200]
+6. Templates (issue 41), with the simulator's cost model (its delays on, scaled by
+   --delay-scale: every figure of the model scales alike, so the ratio holds at 1): per
+   driver, install-to-"VM is ready" on the main node with VM_TEMPLATES=0 (an import per
+   install) and for a later install cloned from the template, medians, the ratio templates /
+   today's (target: <= 0.3x), and the bytes the node's storage wrote per install.
+
     .venv/bin/python -m ops.bench.vm --section drivers [--rounds 3]
+    .venv/bin/python -m ops.bench.vm --section templates [--rounds 3] [--delay-scale 0.05]
 """
 
 from __future__ import annotations
@@ -97,9 +104,10 @@ def mark_polls(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
 
 
 @contextlib.asynccontextmanager
-async def simulator(root: Path) -> AsyncIterator[dict[str, str]]:
+async def simulator(root: Path, delay_scale: float = 0.0) -> AsyncIterator[dict[str, str]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pvesim.cli", "sim", "--root", str(root), "--delay-scale", "0",
+        sys.executable, "-m", "pvesim.cli", "sim", "--root", str(root),
+        "--delay-scale", str(delay_scale),
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     env: dict[str, str] = {}
@@ -136,10 +144,15 @@ async def read_stream(
     return records
 
 
-async def bench(installs: int, parallel: int, lists: int, section: str, rounds: int) -> None:
+async def bench(
+    installs: int, parallel: int, lists: int, section: str, rounds: int, scale: float = 0.05
+) -> None:
     domain_events()
     if section == "drivers":
         await drivers_bench(rounds)
+        return
+    if section == "templates":
+        await templates_bench(rounds, scale)
         return
     external = External()
     # Cluster.on (every operation of the Proxmox port) is awaited in the job's (or the
@@ -453,15 +466,99 @@ async def one_round(
     return out, moved
 
 
+async def templates_bench(rounds: int, scale: float) -> None:
+    """Section 6: today's import per install against a clone of the template, in one run."""
+    ready: dict[tuple[str, str], list[float]] = {}
+    written: dict[tuple[str, str], list[int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with (
+            simulator(root / "pve", scale) as sim_env,
+            serve_mirror() as mirror,
+            EmbeddedNats(root / "nats") as nats,
+        ):
+            state = Path(sim_env["PVESIM_ROOT"]) / "cluster.json"
+            for driver in ("cli", "api"):
+                for path, flag in (("today", "0"), ("template", "1")):
+                    data = root / f"data-{driver}-{path}"
+                    env = {
+                        **os.environ,
+                        **sim_env,
+                        **nats.client_env(),
+                        "PVE_DRIVER": driver,
+                        "CAIRN_DATA": str(data),
+                        "IMAGE_BASE_URL": mirror.base_url,
+                        "VM_SSH_POLL": "0.02",
+                        "VM_POLL_INTERVAL": "30",
+                        "VM_CPU_TYPE": "x86-64-v2-AES",
+                        "VM_TEMPLATES": flag,
+                    }
+                    # The first install warms up: the image download, the SSH key and, with
+                    # templates, the one template build.
+                    for rnd in range(rounds + 1):
+                        before = _written(state)
+                        seconds = await _install_ready(env, data)
+                        if rnd:
+                            ready.setdefault((driver, path), []).append(seconds)
+                            written.setdefault((driver, path), []).append(_written(state) - before)
+    print(
+        f"templates: install to 'VM is ready' on the main node, {rounds} installs each after "
+        f"one warm-up, simulator delays x{scale}; medians"
+    )
+    for driver in ("cli", "api"):
+        today = statistics.median(ready[(driver, "today")])
+        cloned = statistics.median(ready[(driver, "template")])
+        print(
+            f"  {driver}: today {today:7.2f} s   from a template {cloned:7.2f} s   "
+            f"ratio {cloned / today:4.2f}x   (target: <= 0.3x)"
+        )
+        for path in ("today", "template"):
+            mib = statistics.median(written[(driver, path)]) / 2**20
+            print(f"    bytes written on the node per install, {path}: {mib:,.0f} MiB")
+
+
+def _written(state: Path) -> int:
+    """Bytes the simulated nodes' storages wrote for VM disks so far (all nodes)."""
+    data = json.loads(state.read_text())
+    return sum(int(v) for v in data.get("written", {}).values())
+
+
+async def _install_ready(env: dict[str, str], data: Path) -> float:
+    """Seconds from the install request to its `VM is ready` record."""
+    async with open_runtime(env, data) as runtime:
+        app = await build(runtime)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
+        try:
+            async with aiohttp.ClientSession() as http:
+                start = time.perf_counter()
+                body = {"os": "debian", "version": "12"}
+                async with http.post(f"{api}/vm/install", json=body) as resp:
+                    records = await read_stream(resp)
+                done = next(
+                    (r for r in records if r["message"].startswith("[+] VM is ready")), None
+                )
+                if done is None:
+                    raise RuntimeError(f"install failed: {records[-1]}")
+                return time.perf_counter() - start
+        finally:
+            await runner.cleanup()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--installs", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=20)
     parser.add_argument("--lists", type=int, default=200)
-    parser.add_argument("--section", choices=("all", "drivers"), default="all")
-    parser.add_argument("--rounds", type=int, default=3, help="drivers section: rounds each")
+    parser.add_argument("--section", choices=("all", "drivers", "templates"), default="all")
+    parser.add_argument("--rounds", type=int, default=3, help="drivers, templates: rounds each")
+    parser.add_argument("--delay-scale", type=float, default=0.05, help="templates section")
     args = parser.parse_args()
-    asyncio.run(bench(args.installs, args.parallel, args.lists, args.section, args.rounds))
+    section, rounds, scale = args.section, args.rounds, args.delay_scale
+    asyncio.run(bench(args.installs, args.parallel, args.lists, section, rounds, scale))
 
 
 if __name__ == "__main__":

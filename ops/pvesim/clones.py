@@ -243,12 +243,14 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(f"VM is locked ({lock})")
         found = txn.find_vm(newid)
         if found:
-            raise CliError(f"unable to create VM {newid}: VM {newid} already exists on node "
-                           f"'{found[0]}'")  # fmt: skip
+            raise CliError(
+                f"unable to create VM {newid}: VM {newid} already exists on node '{found[0]}'"
+            )
         ct = txn.containers.get(str(newid))
         if ct is not None:
-            raise CliError(f"unable to create VM {newid}: CT {newid} already exists on node "
-                           f"'{ct['node']}'")  # fmt: skip
+            raise CliError(
+                f"unable to create VM {newid}: CT {newid} already exists on node '{ct['node']}'"
+            )
         shared = txn.shared_storages()
         plan: list[tuple[str, str, str, bool]] = []  # (key, source volid, storage, full)
         for key in vc.drives(conf):
@@ -269,18 +271,26 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
                 raise CliError(f"Linked clone feature is not supported for drive '{key}'")
             plan.append((key, file, storage, False))
         newconf: dict[str, Any] = {
-            k: v for k, v in conf.items()
+            k: v
+            for k, v in conf.items()
             if k not in ("template", "lock", "parent", "meta") and not vc.UNUSED_RE.match(k)
-        }  # fmt: skip
+        }
         if not template:
             conf["lock"] = "clone"  # a VM (not a template) is held while it is copied
             txn.save_vm(ctx.node, rec)
         now = ctx.now()
         newrec: dict[str, Any] = {
-            "vmid": newid, "config": {"lock": "clone"}, "pending": {}, "pending_delete": [],
-            "status": "stopped", "prev_status": "unknown", "pid": 0, "started_at": None,
-            "created_at": now, "status_changed_at": now,
-        }  # fmt: skip
+            "vmid": newid,
+            "config": {"lock": "clone"},
+            "pending": {},
+            "pending_delete": [],
+            "status": "stopped",
+            "prev_status": "unknown",
+            "pid": 0,
+            "started_at": None,
+            "created_at": now,
+            "status_changed_at": now,
+        }
         newrec["worker_pid"] = os.getpid()
         task = getattr(ctx, "task", None)
         if task is not None:
@@ -350,8 +360,11 @@ def _copy_disks(
                 new = vc.cloudinit_volname(stype, newid)
                 volumes = txn.volumes(target)
                 volumes.setdefault(storage, {})[new] = {
-                    "size": 4 * 1024 * 1024, "vmid": newid, "image": None, "format": "raw"
-                }  # fmt: skip
+                    "size": 4 * 1024 * 1024,
+                    "vmid": newid,
+                    "image": None,
+                    "format": "raw",
+                }
                 txn.save_volumes(target, volumes)
             made[key] = vc.print_drive({**drive, "file": f"{storage}:{new}"})
             continue
@@ -362,10 +375,13 @@ def _copy_disks(
             pool = volumes.setdefault(storage, {})
             new = _clone_volname(stype, volname, newid, pool, full)
             pool[new] = {
-                "size": size, "vmid": newid, "image": src.get("image"),
-                "format": "qcow2" if not full and vc.is_file_storage(stype) else src.get(
-                    "format", "raw"),
-            }  # fmt: skip
+                "size": size,
+                "vmid": newid,
+                "image": src.get("image"),
+                "format": "qcow2"
+                if not full and vc.is_file_storage(stype)
+                else src.get("format", "raw"),
+            }
             if not full:
                 pool[new]["base"] = volname
             txn.save_volumes(target, volumes)
