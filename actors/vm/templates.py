@@ -293,8 +293,10 @@ def full_reason(t: Template, kind: str, storage: str, made_on: str, node: str) -
     """Why this install's clone must be a full one, or None for a linked clone."""
     if not linkable(kind, t.disk):
         return f"storage {storage} ({kind}) cannot make linked clones"
-    if made_on != node:
-        return f"a linked clone on local storage cannot be migrated to {node}"
+    if made_on != node and kind != "lvmthin":
+        # Its volume names its base (zfs `base-.../vm-...`, a directory's overlay file):
+        # Proxmox will not migrate it off the base's node. lvm-thin's migrates (as a copy).
+        return f"a linked clone on {kind} storage cannot be migrated to {node}"
     return None
 
 

@@ -432,6 +432,49 @@ def register_change(sub: Any) -> None:
     )
 
 
+# -- templates --------------------------------------------------------------------------------
+
+
+TEMPLATE_COLUMNS = ("VMID", "NODE", "OS", "VERSION", "CHECKSUM", "STATE", "CLONES")
+
+
+def template_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no templates"
+    shown = [
+        (
+            r.get("vmid"),
+            r.get("node"),
+            r.get("os"),
+            r.get("version"),
+            str(r.get("checksum") or "")[:19],
+            f"{r.get('state')}{', current' if r.get('current') else ''}",
+            ", ".join(str(v) for v in r.get("clones") or []) or None,
+        )
+        for r in rows
+    ]
+    return table(TEMPLATE_COLUMNS, shown)
+
+
+def cmd_templates(args: Any, t: Target, io: Io) -> int:
+    if args.prune:
+        result = call(t, "POST", "/vm/templates/prune").json()
+        if io.json:
+            io.document(result)
+            return 0
+        removed = ", ".join(str(v) for v in result.get("removed") or []) or "none"
+        io.say(f"removed: {removed}")
+        for kept in result.get("kept") or []:
+            io.say(f"kept {kept.get('vmid')}: {clean(str(kept.get('reason')))}")
+        return 0
+    rows = call(t, "GET", "/vm/templates").json()
+    if io.json:
+        io.document(rows)
+    else:
+        io.say(template_table(rows))
+    return 0
+
+
 # -- the command line -------------------------------------------------------------------------
 
 
@@ -503,3 +546,11 @@ def register(subparsers: Any) -> None:
     task.add_argument("id", type=_vm_id)
     register_snapshot(sub)
     register_change(sub)
+    templates = add_command(
+        sub, SERVICE, "templates", cmd_templates, "the templates installs clone, per node"
+    )
+    templates.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove the templates nothing clones any more and no clone depends on",
+    )

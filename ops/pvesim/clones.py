@@ -122,13 +122,16 @@ def destroy_refusal(txn: Txn, node: str, conf: Mapping[str, Any]) -> str | None:
 
 
 def migrate_refusal(txn: Txn, node: str, volids: Sequence[str]) -> str | None:
-    """QemuMigrate: a local linked clone cannot leave the node its base is on."""
+    """QemuMigrate: a local volume whose name says it is a clone of a base (zfspool's
+    `base-9000-disk-0/vm-120-disk-0`, a directory's `9000/base-...raw/120/vm-...qcow2`)
+    cannot leave the node its base is on. lvm-thin's clone is a plain `vm-120-disk-0` to
+    parse_volname: it migrates, as a full copy of its data."""
     volumes = txn.volumes(node)
     for volid in volids:
         storage, _, volname = volid.partition(":")
         base = volumes.get(storage, {}).get(volname, {}).get("base")
-        if base:
-            return f"can't migrate '{volid}' as it's a clone of '{base}'"
+        if base and "base-" in volname:
+            return f"can't migrate '{volid}' as it's a clone of '{base.split('/')[-1]}'"
     return None
 
 

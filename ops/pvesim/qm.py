@@ -1194,6 +1194,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
                 storage, _, volname = volid.partition(":")
                 vol = src.get(storage, {}).pop(volname, None)
                 if vol is not None:
+                    vol.pop("base", None)  # a copy of all its data: no base on the target
                     dst.setdefault(storage, {})[volname] = vol
                     clones.count_written(txn, target, int(vol.get("size", 0)))
             txn.save_volumes(ctx.node, src)

@@ -303,3 +303,20 @@ def test_a_change_from_the_command_line(cairn: Cairn, tmp_path: Any) -> None:
     assert "give the change as a JSON argument or with --file FILE" in neither.err
     broken = cairn.run("vm", "change", str(vmid), "{steps")
     assert broken.code == 2 and "the change is not JSON: " in broken.err, broken
+
+
+def test_templates_from_the_command_line(cairn: Cairn) -> None:
+    vmid = installed(cairn)  # cairn's default: the install cloned the image's template
+    listed = cairn.run("vm", "templates")
+    assert listed.code == 0, listed
+    header, *rows = listed.out.splitlines()
+    assert header.split() == ["VMID", "NODE", "OS", "VERSION", "CHECKSUM", "STATE", "CLONES"]
+    assert any(r.split()[:5] == ["9000", "pve1", "debian", "12", r.split()[4]] for r in rows)
+    assert any(r.startswith("9000 ") and "sha512:" in r and "ready, current" in r for r in rows)
+    doc = cairn.run("vm", "templates", "--json").json()
+    mine = next(t for t in doc if t["vmid"] == 9000)
+    assert vmid in mine["clones"] and mine["checksum"].startswith("sha512:")
+    pruned = cairn.run("vm", "templates", "--prune")
+    assert pruned.code == 0, pruned
+    assert pruned.out.splitlines()[0] == "removed: none"
+    assert "kept 9000: installs clone it" in pruned.out.splitlines()

@@ -54,10 +54,12 @@ def test_template_makes_base_volumes_and_a_linked_clone_copies_nothing(
     assert r.err.strip() == (
         "base volume 'local-lvm:base-200-disk-0' is still in use by linked cloned"
     )
-    # Nor can the linked clone leave the node its base is on.
+    # lvm-thin's linked clone migrates, as a full copy of its data (its name names no base).
+    before = written(store, "pve2")
     r = run(store, "qm", "migrate", "120", "pve2")
-    assert "can't migrate 'local-lvm:vm-120-disk-0' as it's a clone of 'base-200-disk-0'" in (r.err)
-    assert run(store, "qm", "destroy", "120").code == 0
+    assert r.code == 0, r.err
+    assert written(store, "pve2") - before == 2 * 1024**3 + 4 * 1024**2  # + cloud-init
+    assert run(store, "qm", "destroy", "120", node="pve2").code == 0
     assert run(store, "qm", "destroy", "200").code == 0
 
 
@@ -97,3 +99,18 @@ def test_clone_refusals(store: Store, tmp_path: Path) -> None:
     assert r.err.strip() == "can't clone VM to node 'pve2' (VM uses local storage)"
     r = run(store, "qm", "clone", "120", "121", "--full", "0", "--storage", "local-lvm")
     assert r.err.strip() == "parameter 'storage' not allowed for linked clones"
+
+
+def test_a_zfs_linked_clone_stays_on_its_base_node(store: Store, tmp_path: Path) -> None:
+    store.add_storage("tank", storage_info("tank", "zfspool"))
+    installed_vm(store, tmp_path, 200, storage="tank")
+    assert run(store, "qm", "template", "200").code == 0
+    r = run(store, "qm", "clone", "200", "120")
+    assert r.code == 0, r.err
+    assert config(store, 120)["scsi0"].startswith("tank:base-200-disk-0/vm-120-disk-0")
+    r = run(store, "qm", "migrate", "120", "pve2")
+    assert r.code != 0
+    assert (
+        "can't migrate 'tank:base-200-disk-0/vm-120-disk-0' as it's a clone of "
+        "'base-200-disk-0'" in r.out + r.err
+    )
