@@ -11,7 +11,7 @@ from tests.vm.helpers import BASE_ENV, settings
 
 
 def test_defaults_keep_templates_on_and_apart_from_the_vms() -> None:
-    s = settings()
+    s = load_settings({k: v for k, v in BASE_ENV.items() if k != "VM_TEMPLATES"})
     assert s.templates is True
     assert (s.template_start, s.template_end) == (9000, 9099)
     assert not set(s.template_range) & set(s.id_range)
