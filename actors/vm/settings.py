@@ -88,7 +88,8 @@ class VmSettings:
     driver: str = "cli"
     api: ApiSettings | None = None
     # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END).
-    templates: bool = True
+    # Off by default until a kill -9 during a template build or a clone is settled at start.
+    templates: bool = False
     template_start: int = TEMPLATE_ID_START
     template_end: int = TEMPLATE_ID_END
 
@@ -358,7 +359,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         simulated=simulated,
         driver=driver,
         api=api,
-        templates=_bool(env, "VM_TEMPLATES", True),
+        templates=_bool(env, "VM_TEMPLATES"),
         template_start=t_start,
         template_end=t_end,
     )

@@ -17,7 +17,13 @@ async def test_a_viewer_may_list_templates_but_only_an_admin_prunes(
 ) -> None:
     path = runtime.data_dir / "tokens.json"
     token = {role: create(path, role.label, role) for role in Role}
-    base = await serve("vm", flags=frozenset({"sim"}), PVESIM_DELAY_SCALE="0", VM_SSH_POLL="0.05")
+    base = await serve(
+        "vm",
+        flags=frozenset({"sim"}),
+        PVESIM_DELAY_SCALE="0",
+        VM_SSH_POLL="0.05",
+        VM_TEMPLATES="1",
+    )
     api = f"{base}/api/vm"
     status, text = await call(
         "POST", f"{api}/install", token[Role.ADMIN], {"os": "debian", "version": "12", "id": 130}

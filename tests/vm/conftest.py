@@ -154,9 +154,6 @@ def service_env(
         "VM_SSH_WAIT": "10",
         "VM_POLL_INTERVAL": "30",
         "VM_CPU_TYPE": "x86-64-v2-AES",
-        # Today's import-per-install path, which these tests were written for; the template
-        # path (the product's default) has its own tests (test_templates_e2e.py).
-        "VM_TEMPLATES": "0",
         **extra,
     }
 

@@ -16,8 +16,6 @@ BASE_ENV = {
     "NODE_pve1": "192.168.0.11",
     "NODE_pve2": "192.168.0.12",
     "ASSIGN_STORAGE": "local-lvm",
-    # The import-per-install path these tests were written for; templates have their own.
-    "VM_TEMPLATES": "0",
 }
 
 

@@ -5,11 +5,15 @@ template, every later one clones it."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 from pvesim.cluster import SimCluster
 
+from gateway.cli import common as cli_common
+from gateway.cli import vm as cli_vm
 from tests.vm import drivers
 from tests.vm.conftest import Service, Sse
 from tests.vm.mirror import IMAGE_BYTES, mirror_files
@@ -107,8 +111,18 @@ async def test_templates_off_imports_every_install(start_service: Any) -> None:
     assert all(vmid < 9000 for vmid in service.sim.vms())
 
 
+async def cli(service: Service, tmp_path: Path, *argv: str) -> str:
+    """`cairn <argv>` in-process against this service (in a thread: it blocks on HTTP)."""
+    out, err = io.StringIO(), io.StringIO()
+    port = service.url.rsplit(":", 1)[1]
+    env = {"VM_PORT": port, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    code = await asyncio.to_thread(cli_common.main, cli_vm.register, list(argv), env, out, err)
+    assert code == 0, err.getvalue()
+    return out.getvalue()
+
+
 async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_need(
-    start_service: Any, driver: str
+    start_service: Any, driver: str, tmp_path: Path
 ) -> None:
     drivers.cli_only(
         driver,
@@ -138,6 +152,22 @@ async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_nee
     assert rows[9001] == {**rows[9001], "node": "pve1", "os": "debian", "version": "12",
                           "state": "ready"}  # fmt: skip
 
+    # The same through `cairn vm templates`.
+    shown = await cli(service, tmp_path, "vm", "templates")
+    header, *lines = shown.splitlines()
+    assert header.split() == ["VMID", "NODE", "OS", "VERSION", "CHECKSUM", "STATE", "CLONES"]
+    assert lines[0].split() == [
+        "9000",
+        "pve1",
+        "debian",
+        "12",
+        rows[9000]["checksum"][:19],
+        "ready",
+        f"{first},",
+        str(second),
+    ]
+    assert lines[1].split()[5:] == ["ready,", "current", str(new_clone)]
+
     status, text = await service.post("/vm/templates/prune")
     assert status == 200, text
     assert json.loads(text) == {
@@ -151,9 +181,8 @@ async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_nee
     for vmid in (first, second):
         assert await service.post(f"/vm/{vmid}/shutdown") == (200, "ok")
         assert await service.post(f"/vm/{vmid}/destroy") == (200, "ok")
-    status, text = await service.post("/vm/templates/prune")
-    assert status == 200, text
-    assert json.loads(text)["removed"] == [9000]
+    pruned = await cli(service, tmp_path, "vm", "templates", "--prune")
+    assert pruned.splitlines() == ["removed: 9000", "kept 9001: installs clone it"]
     assert service.sim.vm(9000) is None
     # The clone of the newer template runs on, untouched.
     vm = service.sim.vm(new_clone)
