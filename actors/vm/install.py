@@ -526,7 +526,9 @@ async def install(
                 copied = templates.gib(templates.disk_bytes(template.disk))
                 st.done(f"full clone of template {tid}, {copied} copied: {full_why}")
             st.begin(stages.CONFIGURE, "configuring the clone and cloud-init")
-            await templates.configure(svc, made_on, vmid, hardware, await cloud_init())
+            linked_to = tid if full_why is None else None
+            ci = await cloud_init()
+            await templates.configure(svc, made_on, vmid, hardware, ci, linked_to=linked_to)
         else:
             st.begin(stages.IMPORT, f"importing {place.imports(b, source)} into {s.storage}")
             volume = await place.import_disk(b, source)

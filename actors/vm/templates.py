@@ -402,12 +402,15 @@ async def prune(svc: Services) -> dict[str, Any]:
     return {"removed": removed, "kept": kept}
 
 
-async def configure(svc: Services, node: str, vmid: int, hw: Hardware, ci: CloudInit) -> None:
-    """The clone's own hardware and cloud-init, over what it inherited from the template."""
-    options = {"cores": str(hw.cores), "cpu": hw.cpu_type, "memory": str(hw.memory)}
-    options |= {"tags": hw.os_tag, "net0": hw.net0()}
-    if hw.balloon is not None:
-        options["balloon"] = str(hw.balloon)
+async def configure(
+    svc: Services, node: str, vmid: int, hw: Hardware, ci: CloudInit, *, linked_to: int | None
+) -> None:
+    """The clone's own hardware and cloud-init, over what it inherited from the template: the
+    same options a create would be given (so what the caller shaped, its network, DNS, extra
+    disks, tags and notes, reaches a clone too), but the name, which the clone already has."""
+    options = {k: v for k, v in hw.options().items() if k != "name"}
+    if linked_to is not None:  # the line clone() wrote, kept under the caller's notes
+        options["description"] += f"\n{CLONE_LINE}{linked_to}"
     try:
         await svc.pve.set_config(node, vmid, options | ci.options(), sshkeys=ci.sshkeys)
     except PveError as exc:

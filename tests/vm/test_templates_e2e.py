@@ -73,6 +73,28 @@ async def test_first_install_builds_the_template_and_the_second_clones_it(
     assert "template" not in vm.config
 
 
+async def test_a_clone_is_shaped_as_the_caller_asked(sim: SimCluster, start_service: Any) -> None:
+    sim.add_bridge("vmbr1", mtu=9000)
+    sim.grant_api("/sdn/zones/localnetwork/vmbr1", ["SDN.Use"])  # the token's, for a new bridge
+    service: Service = await start_service(**TEMPLATES)
+    await service.installed()  # builds the template
+    sse = await service.install(
+        id=140, bridge="vmbr1", vlan=20, mtu=9000, nameserver="10.0.0.53",
+        tags=["web"], description="nginx front", disks=[{"size": "32G", "storage": "local-lvm"}],
+    )  # fmt: skip
+    assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
+    copied = messages(sse, "VM creation > importing disk image")[-1]
+    assert copied.startswith("[+] linked clone of template 9000"), copied
+    vm = sim.vm(140)
+    assert vm is not None and vm.status == "running"
+    assert str(vm.config["net0"]).endswith(",bridge=vmbr1,tag=20,mtu=9000")
+    assert str(vm.config["scsi1"]).startswith("local-lvm:vm-140-disk-")
+    assert str(vm.config["scsi1"]).endswith(",size=32G")
+    assert vm.config["nameserver"] == "10.0.0.53"
+    assert vm.config["tags"] == "debian;web"
+    assert str(vm.config["description"]).startswith("nginx front\ncreated by cairn, install task ")
+
+
 async def test_concurrent_first_installs_build_one_template(start_service: Any) -> None:
     service: Service = await start_service(**TEMPLATES)
     a, b = await asyncio.gather(service.install(), service.install())
