@@ -19,6 +19,9 @@ Routes = set[tuple[str, str]]
 
 
 CONSOLE_ASSETS = ("/console/static", "/console/vendor/")
+# Modules the console page imports, written by the server from Python's tables
+# (gateway/console/tables.py): files of the page, not an API.
+CONSOLE_TABLES = "/console/tables/"
 
 
 def served_routes(app: web.Application) -> Routes:
@@ -35,6 +38,8 @@ def served_routes(app: web.Application) -> Routes:
         if static and str(info["prefix"]).startswith(CONSOLE_ASSETS):
             continue  # the console page's own scripts and styles: files, not an API
         path = f"{str(info['prefix']).rstrip('/')}/{{file}}" if static else route_path(info)
+        if path.startswith(CONSOLE_TABLES):
+            continue
         routes.add((route.method.lower(), path))
     return routes
 
