@@ -313,9 +313,7 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
         if opts.get("name"):
             newconf["name"] = opts["name"]
         if "description" in opts:
-            from .qm import stored_description  # qm imports this module: import at use
-
-            newconf["description"] = stored_description(str(opts["description"]))
+            newconf["description"] = vc.stored_description(str(opts["description"]))
         for key in [k for k in newconf if vc.NET_RE.match(k)]:
             newconf[key] = _new_mac(str(newconf[key]))  # clone_vm gives every NIC a new MAC
         newconf["smbios1"] = f"uuid={uuid.uuid4()}"
@@ -331,9 +329,8 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def _new_mac(value: str) -> str:
-    from .qm import random_mac
 
-    return re.sub(r"=([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}", "=" + random_mac(), value, count=1)
+    return re.sub(r"=([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}", "=" + vc.random_mac(), value, count=1)
 
 
 def _release_source(txn: Txn, node: str, vmid: int, template: bool) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import random
 import re
 import struct
 import time
@@ -52,6 +51,7 @@ from .formats import (
     uri_escape,
 )
 from .state import Txn, set_status
+from .vmconfig import random_mac, stored_description
 
 VMID = Opt("int", minimum=100, maximum=999999999)
 INT = Opt("int")
@@ -59,7 +59,6 @@ BOOL = Opt("bool")
 STR = Opt("str")
 
 QEMU_VERSION = "9.2.0"
-MAC_OUI = "BC:24:11"
 # Options applied at once on a running VM; everything else waits in [PENDING] (QS fast_plug
 # options, hotplug network/disk/usb, and the cloud-init keys that only matter at next start).
 HOT_OPTIONS = {
@@ -298,10 +297,6 @@ def hash_password(password: str) -> str:
     salt = base64.b64encode(os.urandom(12), b"./").decode()[:16]
     digest = base64.b64encode(hashlib.sha256((salt + password).encode()).digest(), b"./").decode()
     return f"$5${salt}${digest.rstrip('=')}"
-
-
-def random_mac() -> str:
-    return MAC_OUI + "".join(f":{random.randint(0, 255):02X}" for _ in range(3))
 
 
 def storage_checked(txn: Txn, storage: str) -> dict[str, Any]:
@@ -565,15 +560,6 @@ def _stored_value(key: str, value: Any) -> Any:
             return str(value)
         return hash_password(str(value))
     return value
-
-
-def stored_description(text: str) -> str:
-    """The description as it reads back: kept as `#` comment lines of the config file, each
-    line gets its newline back (QS write_vm_config / parse_vm_config)."""
-    lines = text.split("\n")
-    while lines and lines[-1] == "":
-        lines.pop()
-    return "".join(line + "\n" for line in lines)
 
 
 def add_gui_vm(

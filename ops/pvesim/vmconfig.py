@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -207,3 +208,20 @@ def size_option(size: int) -> str:
 
 def gib(size: int) -> float:
     return size / GIB
+
+
+# Proxmox's own OUI, the prefix of the MACs it makes up for new NICs.
+MAC_OUI = "BC:24:11"
+
+
+def random_mac() -> str:
+    return MAC_OUI + "".join(f":{random.randint(0, 255):02X}" for _ in range(3))
+
+
+def stored_description(text: str) -> str:
+    """The description as it reads back: kept as `#` comment lines of the config file, each
+    line gets its newline back (as Proxmox writes and parses a VM's config)."""
+    lines = text.split("\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "".join(line + "\n" for line in lines)
