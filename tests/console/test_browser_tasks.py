@@ -116,7 +116,9 @@ def test_a_vm_page_during_its_install_shows_what_is_known(page: Page, stack: Sta
     )
     expect(details.locator("div", has_text="vCPUs")).to_contain_text("3")
     expect(details.locator("div", has_text="Memory")).to_contain_text("3 GiB")
-    expect(details.locator("div", has_text="Disk")).to_contain_text("24 GiB")
+    # "Disk", not the "Disks" row that lists the VM's volumes.
+    disk = details.locator("div").filter(has=page.get_by_text("Disk", exact=True))
+    expect(disk).to_contain_text("24 GiB")
     assert "0 B" not in details.inner_text()
     assert "no: cairn never" not in details.inner_text()
     # Destroy is disabled, and says why.
