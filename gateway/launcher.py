@@ -3,7 +3,7 @@
 The daily commands that only talk HTTP to running services (``cairn vm``, ``cairn fn``,
 ``cairn images``) are parsed and run here without importing the server side (aiohttp,
 SQLAlchemy, the actors, the store), which costs most of a second per call and matters to a
-script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gateway.cli.main`.
+script that calls ``cairn vm list`` in a loop. Everything else goes to :mod:`gateway.main`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     group = command_groups(client=True).get(args[0]) if args else None
     if group is None:
-        from gateway.cli.main import main as full_main
+        from gateway.main import main as full_main
 
         return full_main(args)
     from actors.config import load_env

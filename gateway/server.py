@@ -2,7 +2,7 @@
 
 Each service is one record: its app (the HTTP side, built per process), its events (so a
 replay knows every type), its journal lines and its command-line group. Everything that
-lists services reads this module: ``cairn up`` and ``cairn serve`` (gateway/cli/main.py), the
+lists services reads this module: ``cairn up`` and ``cairn serve`` (gateway/main.py), the
 launcher's fast path for the HTTP clients (gateway/launcher.py), the event catalogue
 (events/catalog.py) and the operator's journal (actors/journal.py), which are handed the
 domains' parts from here instead of importing them, so events/ and the actors' shared modules

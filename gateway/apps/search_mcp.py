@@ -9,7 +9,8 @@ Two transports, one tool layer, both from the official `mcp` SDK:
   Stateless with JSON answers: the tools are read-only and never call back to the client, so
   the daemon keeps no per-client session and no long-lived stream.
 - stdio (`cairn search mcp`): a thin client of the running service, found through the
-  `endpoint` file, so there is one owner of the databases and the answers are the HTTP ones.
+  `endpoint` file, so there is one owner of the databases and the answers are the HTTP ones
+  (gateway/cli/search_mcp.py).
 
 Results are the HTTP response bodies (`{"loaded", "registered"}`; `{"hybrid"}`, or
 `{"keyword"?, "semantic"?}`, grouped by source), as JSON text and as structured content.
@@ -28,7 +29,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
-import aiohttp
 import attrs
 import mcp_types as types
 from aiohttp import web
@@ -38,7 +38,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from multidict import CIMultiDict
 
 from gateway.apps.search_query import BadRequest, Options, SearchService
-from gateway.cli.search_client import ServiceError, get_json
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +112,8 @@ SEARCH_RAG = types.Tool(
 TOOLS = (LIST_RAG, SEARCH_RAG)
 
 
-# A tool call that failed with a message meant for the caller.
-ToolFailure = ServiceError
+class ToolFailure(Exception):
+    """A tool call that failed with a message meant for the caller."""
 
 
 class Backend(Protocol):
@@ -273,52 +272,6 @@ class ServiceBackend:
         except Exception as exc:
             log.exception("mcp: search failed")
             raise ToolFailure(str(exc) or type(exc).__name__) from None
-
-
-class HttpBackend:
-    """The tools over the running service's HTTP API (the stdio server).
-
-    The `endpoint` file is read for each call, so a service restarted on another port is
-    followed; only a loopback address is ever contacted.
-    """
-
-    def __init__(
-        self,
-        env: Mapping[str, str],
-        session: aiohttp.ClientSession,
-        token_file: str | None = None,
-    ) -> None:
-        self._env = env
-        self._session = session
-        self._token_file = token_file  # `cairn search mcp --token-file`
-
-    async def listing(self) -> dict[str, Any]:
-        return await self._get("/api/list", {})
-
-    async def search(self, args: SearchArguments) -> dict[str, Any]:
-        params = {"db": args.db, "q": args.q, "limit": str(args.limit), "target": args.target}
-        if args.options.rank is not None:
-            params["rank"] = args.options.rank
-        if args.highlight:
-            params["highlight"] = "1"
-        return await self._get("/api/search", params)
-
-    async def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        return await get_json(self._session, self._env, path, params, self._token_file)
-
-
-# -- stdio ----------------------------------------------------------------------------------------
-
-
-async def run_stdio(env: Mapping[str, str], token_file: str | None = None) -> None:
-    """Serve the tools on stdin/stdout until the client closes stdin."""
-    from mcp.server.stdio import stdio_server
-
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        server = make_server(HttpBackend(env, session, token_file))
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 # -- Streamable HTTP inside aiohttp ---------------------------------------------------------------

@@ -297,8 +297,8 @@ def cmd_query(args: Any, env: Mapping[str, str]) -> int:
 
 def cmd_mcp(args: Any, env: Mapping[str, str]) -> int:
     # Imported here: the SDK is only needed by this subcommand.
-    from gateway.apps.search_mcp import run_stdio
     from gateway.cli.search_client import ServiceError, token
+    from gateway.cli.search_mcp import run_stdio
 
     if args.token_file is not None:
         try:

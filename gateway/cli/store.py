@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,12 @@ from sqlalchemy.engine import make_url
 from actors.config import data_dir, env_str
 from events.integrity import quick_check
 from events.store import EventStore, default_store_url
-from gateway.server import domain_events
 
 
-async def check(env: Mapping[str, str]) -> tuple[int, list[dict[str, Any]]]:
-    domain_events()
+async def check(
+    env: Mapping[str, str], load_events: Callable[[], object]
+) -> tuple[int, list[dict[str, Any]]]:
+    load_events()  # a row decodes only once its event type is registered
     url = env_str(env, "CAIRN_EVENT_STORE") or default_store_url(data_dir(env))
     store = await EventStore.open(url)
     try:
@@ -63,7 +65,7 @@ def file_damage(env: Mapping[str, str]) -> str | None:
     return None if verdict.ok else verdict.message()
 
 
-def cmd_check(args: Any, env: Mapping[str, str]) -> int:
+def cmd_check(args: Any, env: Mapping[str, str], load_events: Callable[[], object]) -> int:
     damage = file_damage(env)
     if damage is not None:
         # Rows cannot be read one by one past damaged pages: the file itself is the problem.
@@ -72,7 +74,7 @@ def cmd_check(args: Any, env: Mapping[str, str]) -> int:
         else:
             print(damage)
         return 1
-    count, rows = asyncio.run(check(env))
+    count, rows = asyncio.run(check(env, load_events))
     if args.json:
         print(json.dumps({"rows": count, "damaged": rows}))
     else:
@@ -134,12 +136,14 @@ def cmd_backup(args: Any, env: Mapping[str, str]) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, load_events: Callable[[], object]) -> None:
+    """``load_events`` registers every served domain's event types (the composition root
+    knows them; this module stays below it)."""
     store = subparsers.add_parser("store", help="the event store: check, backup")
     sub = store.add_subparsers(dest="store_command", required=True)
     checking = sub.add_parser("check", help="list stored events that cannot be read back")
     checking.add_argument("--json", action="store_true")
-    checking.set_defaults(handler=cmd_check)
+    checking.set_defaults(handler=functools.partial(cmd_check, load_events=load_events))
     saving = sub.add_parser("backup", help="copy the SQLite event store while cairn runs")
     saving.add_argument("file", help="where the copy goes (replaced whole, never half-written)")
     saving.set_defaults(handler=cmd_backup)

@@ -136,7 +136,7 @@ def image_service(data: Path) -> Iterator[int]:
     env |= {"CAIRN_DATA": str(data), "PORT": str(port), "PYTHONPATH": str(ROOT)}
     log = open(data.parent / "service.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", "serve", "images"],
+        [sys.executable, "-m", "gateway.main", "serve", "images"],
         cwd=data.parent,
         env=env,
         stdout=log,

@@ -40,7 +40,7 @@ from actors.search.ingest.keyword_pipeline import PREPARER, WRITER
 from actors.search.registry import Registry, state_root
 from events.nats_server import free_port
 from gateway.apps import search
-from gateway.cli.main import settle_heap
+from gateway.main import settle_heap
 from gateway.server import journal
 
 from .stats import ms_line

@@ -7,7 +7,7 @@ import sys
 
 from aiohttp import web
 
-from gateway.cli.main import route_lines
+from gateway.main import route_lines
 
 
 async def _ok(_: web.Request) -> web.Response:
@@ -32,12 +32,12 @@ def test_each_route_pinned_to_a_word_is_printed_with_that_word() -> None:
 
 def test_version_and_plain_help() -> None:
     version = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "gateway.main", "--version"], capture_output=True, text=True
     )
     assert version.returncode == 0
     assert version.stdout.strip().startswith("cairn 0.")
     helptext = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "gateway.main", "--help"], capture_output=True, text=True
     ).stdout
     assert "cairn up" in helptext
     assert "``" not in helptext  # no reStructuredText markup in what a user reads

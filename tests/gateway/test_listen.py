@@ -10,7 +10,7 @@ import pytest
 
 from actors.config import ConfigError
 from gateway import server as root
-from gateway.cli.main import listen_address, release
+from gateway.main import listen_address, release
 from tests.ports import free_port
 
 

@@ -136,7 +136,7 @@ def test_only_asyncssh_dsa_deprecation_is_silenced() -> None:
             ("asyncssh.crypto.dsa", dsa, CryptographyDeprecationWarning),  # silenced
             ("gateway.apps.vm", dsa, CryptographyDeprecationWarning),
             ("asyncssh.connection", "something else is deprecated", DeprecationWarning),
-            ("gateway.cli.main", "cairn's own", DeprecationWarning),
+            ("gateway.main", "cairn's own", DeprecationWarning),
         ):
             warnings.warn_explicit(message, category, "x.py", 1, module=module)
     assert [str(w.message) for w in seen] == [dsa, "something else is deprecated", "cairn's own"]

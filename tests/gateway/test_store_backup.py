@@ -13,7 +13,7 @@ from events.store import EventStore, default_store_url
 
 def cairn(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "gateway.main", *args], capture_output=True, text=True, env=env
     )
 
 

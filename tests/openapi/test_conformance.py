@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from openapi_spec_validator import validate
 
-from gateway.cli.main import route_path
+from gateway.main import route_path
 from gateway.openapi import document
 from tests.openapi.conftest import PREFIX, SERVICES, Running
 

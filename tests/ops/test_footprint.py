@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from gateway.cli.main import trim_heap
+from gateway.main import trim_heap
 
 
 def rss_mb() -> float:

@@ -9,8 +9,8 @@ import pytest
 from pvesim.cluster import SimCluster
 
 from actors.vm.pveapi.privileges import Layout, bootstrap, roles
-from gateway.cli.main import main
 from gateway.cli.pve import check, run_bootstrap
+from gateway.main import main
 
 VM = (
     "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"

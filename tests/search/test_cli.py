@@ -19,7 +19,7 @@ def cairn(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "SEARCH_INBOX": str(tmp_path / "inbox"),
     }
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args],
+        [sys.executable, "-m", "gateway.main", *args],
         env=env,
         capture_output=True,
         text=True,

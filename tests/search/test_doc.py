@@ -27,7 +27,7 @@ def test_every_setting_search_reads_is_explained_in_the_doc() -> None:
         for source in SOURCES
         for path in sorted(ROOT.glob(source))
         for name in pattern.findall(path.read_text())
-    } | {"CAIRN_DATA", "SEARCH_PORT", "PORT"}  # read through actors.config / gateway/cli/main.py
+    } | {"CAIRN_DATA", "SEARCH_PORT", "PORT"}  # read through actors.config / gateway/main.py
     assert len(settings) > 10, "the pattern went stale"
     text = DOC.read_text()
     assert sorted(name for name in settings if f"`{name}`" not in text) == []

@@ -23,7 +23,7 @@ from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
 from gateway.apps.search_mcp import ToolFailure, parse_search_arguments, serve_asgi
-from gateway.cli.search_client import read_endpoint
+from gateway.cli.search_client import ServiceError, read_endpoint
 from tests.search.conftest import SearchHarness
 
 NOTES = {
@@ -272,7 +272,7 @@ async def test_a_get_without_a_session_is_answered_at_once(harness: SearchHarnes
 def stdio_params(h: SearchHarness, tmp_path: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "gateway.cli.main", "search", "mcp"],
+        args=["-m", "gateway.main", "search", "mcp"],
         env={
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "XDG_CONFIG_HOME": h.env["XDG_CONFIG_HOME"],
@@ -367,7 +367,7 @@ def test_endpoint_must_be_loopback(tmp_path: Path, content: str, ok: bool) -> No
     if ok:
         assert read_endpoint(env) == content.strip()
     else:
-        with pytest.raises(ToolFailure, match="does not hold a loopback http address"):
+        with pytest.raises(ServiceError, match="does not hold a loopback http address"):
             read_endpoint(env)
 
 

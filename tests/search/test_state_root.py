@@ -207,7 +207,7 @@ def test_the_state_an_earlier_version_kept_in_the_config_dir_is_moved_once(
 
     def listed() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "gateway.cli.main", "search", "list"],
+            [sys.executable, "-m", "gateway.main", "search", "list"],
             env=env,
             capture_output=True,
             text=True,

@@ -18,7 +18,7 @@ from events.stamp import STORE_FORMAT, check_and_stamp
 from events.store import EventStore, default_store_url
 from tests.events.sample_events import Incremented
 
-CAIRN = [sys.executable, "-m", "gateway.cli.main"]
+CAIRN = [sys.executable, "-m", "gateway.main"]
 NEWER = STORE_FORMAT + 1
 
 

@@ -23,7 +23,7 @@ def _released() -> list[str]:
 def test_cairn_version_prints_the_one_version() -> None:
     assert SEMVER.fullmatch(VERSION), VERSION
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "gateway.main", "--version"], capture_output=True, text=True
     )
     assert (done.returncode, done.stdout) == (0, f"cairn {VERSION}\n")
     # The installed package's metadata is read from the same place (ops/setup reinstalls

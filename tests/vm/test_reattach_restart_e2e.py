@@ -92,7 +92,7 @@ async def test_sigkill_during_an_install_then_restart(
     env = {**os.environ, **service_env(tmp_path, nats_server, sim, mirror)}
     env["PORT"] = str(free_port("127.0.0.1"))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli.main", "serve", "vm",
+        sys.executable, "-m", "gateway.main", "serve", "vm",
         env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -105,7 +105,7 @@ def test_the_token_bootstrap_grants_the_bridge_vm_bridge_names(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With the API driver (PVE >= 8.0) a token needs SDN.Use on the VMs' bridge."""
-    from gateway.cli.main import main
+    from gateway.main import main
 
     monkeypatch.setenv("VM_BRIDGE", "vnet1")
     assert main(["pve", "bootstrap", "--release", "9.1"]) == 0

@@ -420,7 +420,7 @@ def _build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("service", nargs="+", choices=root.KNOWN[1:])
     serve_p.add_argument("--sim", action="store_true", help="vm: drive a simulated cluster")
     sub.add_parser("sim", help="the simulated Proxmox cluster alone (cairn sim --help)")
-    store_cli.register(sub)
+    store_cli.register(sub, root.domain_events)
     events_cli.register(sub)
     cluster_cli.register(sub)
     tokens_cli.register(sub)
