@@ -40,7 +40,7 @@ from actors.search.indexer import KEYWORD_BATCH
 from actors.search.ingest import keyword_pipeline, keyword_stage
 from actors.search.ingest.chunker import chunk_text
 from actors.search.ingest.keyword_stage import IndexReport
-from actors.search.ingest.priority import EMBED_NICE
+from actors.search.priority import EMBED_NICE
 from actors.search.registry import Registry
 from gateway.apps.search import build_app
 from gateway.apps.search_query import SearchService

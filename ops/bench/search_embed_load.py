@@ -47,7 +47,7 @@ import attrs
 from actors.search.embed.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.ingest.chunker import chunk_text
-from actors.search.ingest.priority import EMBED_NICE
+from actors.search.priority import EMBED_NICE
 
 from .stats import ms_line
 

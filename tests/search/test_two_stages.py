@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from actors.search import priority
 from actors.search.embed.embedding import LocalProvider
 from actors.search.engine import EMBED_BATCH
 from actors.search.events import DocumentIndexed
-from actors.search.ingest import keyword_pipeline, priority
+from actors.search.ingest import keyword_pipeline
 from actors.search.registry import state_root
 from gateway.cli import search as search_cli
 from tests.search.conftest import SearchHarness

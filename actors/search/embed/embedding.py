@@ -40,7 +40,7 @@ import numpy as np
 
 from actors.config import ConfigError
 from actors.search.embed import minilm, minilm_openvino
-from actors.search.ingest.priority import EMBED_NICE, lower_this_thread
+from actors.search.priority import EMBED_NICE, lower_this_thread
 
 log = logging.getLogger(__name__)
 

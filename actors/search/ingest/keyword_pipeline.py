@@ -50,7 +50,7 @@ import attrs
 from actors.search.index.store import Database, Reader
 from actors.search.ingest import keyword_stage
 from actors.search.ingest.keyword_stage import IndexReport
-from actors.search.ingest.priority import WRITER_NICE, lower_this_thread
+from actors.search.priority import WRITER_NICE, lower_this_thread
 
 log = logging.getLogger(__name__)
 
