@@ -15,13 +15,14 @@ import json
 import logging
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_float
@@ -342,11 +343,19 @@ NO_VM_ANSWER = (
 )
 
 
+# A way to send a command and wait for its reply (events.bus.command, events.resend's).
+Sender = Callable[[Client, str, dict[str, Any], float], Awaitable[Any]]
+
+
 class VmGateway:
     def __init__(self, runtime: Runtime, settings: VmSettings) -> None:
         self.runtime = runtime
         self.settings = settings
         self.filter = ClientFilter.from_settings(settings)
+        # How a command that carries a task id travels, chosen once: in cluster mode a holder
+        # that dies with it unanswered gets it sent again, to the next one (the holder runs
+        # one task id once); a single host answers it or is gone.
+        self._send_task: Sender = command_resent if runtime.cluster is not None else command
 
     async def command(
         self,
@@ -360,14 +369,8 @@ class VmGateway:
         the text response. No VM host, or none answering (`unanswered` says so, if given), is
         503: the service is unavailable."""
         try:
-            if self.runtime.cluster is not None and subject in (SUBJECT_INSTALL, SUBJECT_DO):
-                # A holder that dies with the command unanswered: sent again, to the next one
-                # (events/resend.py; the holder runs one task id once).
-                reply: dict[str, Any] = await command_resent(
-                    self.runtime.gateway_nc, subject, payload, timeout
-                )
-            else:
-                reply = await command(self.runtime.gateway_nc, subject, payload, timeout)
+            send = self._send_task if subject in (SUBJECT_INSTALL, SUBJECT_DO) else command
+            reply: dict[str, Any] = await send(self.runtime.gateway_nc, subject, payload, timeout)
         except NoResponders as exc:
             if self.runtime.cluster is not None:
                 # Between a lease holder's death and a survivor's takeover.
