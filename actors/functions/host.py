@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Protocol
+
+from nats.aio.client import Client
 
 from actors.functions.codestore import Code, CodeStore, LocalCode
 from actors.functions.commands import serve_registry
@@ -19,18 +21,31 @@ from actors.functions.registry import FunctionRegistry
 from actors.functions.runner_host import RunnerHost
 from actors.functions.settings import FunctionsSettings
 from actors.functions.sharedcode import SharedCode
+from actors.hosting import HostParts
 from actors.leased import Leased, Stop
-from actors.platform import ClusterMode, Runtime
+from actors.platform import ClusterMode
 from events.bus import unsubscribe_all
 from events.leases import Lease
 
 LEASE = "functions"
 
 
+class FunctionsParts(HostParts, Protocol):
+    """What the functions service's host side uses beyond every domain's parts."""
+
+    @property
+    def runner_nc(self) -> Client:
+        """The runner role's connection: runs are taken in its queue group."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterMode | None: ...
+
+
 class FunctionsHost:
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: FunctionsParts,
         registry: Leased | Stop,
         runner: RunnerHost | None,
         healer: asyncio.Task[None] | None = None,
@@ -43,7 +58,7 @@ class FunctionsHost:
 
     @classmethod
     async def start(
-        cls, runtime: Runtime, settings: FunctionsSettings, *, cluster: Leased | None = None
+        cls, runtime: FunctionsParts, settings: FunctionsSettings, *, cluster: Leased | None = None
     ) -> FunctionsHost:
         """``cluster``: not None in cluster mode, made by :func:`leased_registry`."""
         registry: Leased | Stop
@@ -77,7 +92,7 @@ class FunctionsHost:
         return {"lease": self.registry.facts()} if isinstance(self.registry, Leased) else {}
 
 
-def leased_registry(runtime: Runtime, cluster: ClusterMode) -> Leased:
+def leased_registry(runtime: FunctionsParts, cluster: ClusterMode) -> Leased:
     """The registry as cluster mode runs it: on the holder of the ``functions`` lease."""
     code = SharedCode(runtime.nc, _files(runtime), replicas=cluster.leases.replicas)
 
@@ -88,11 +103,11 @@ def leased_registry(runtime: Runtime, cluster: ClusterMode) -> Leased:
     return Leased(runtime.nc, LEASE, cluster.holder, cluster.leases, start)
 
 
-def _files(runtime: Runtime) -> CodeStore:
+def _files(runtime: FunctionsParts) -> CodeStore:
     return CodeStore(runtime.data_dir / "functions" / "code")
 
 
-async def _serve(runtime: Runtime, code: Code) -> Stop:
+async def _serve(runtime: FunctionsParts, code: Code) -> Stop:
     limit = FunctionsSettings.from_env(runtime.env).code_max_size
     _, subs = await serve_registry(runtime.nc, runtime.actors, code, limit)
 

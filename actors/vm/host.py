@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 from nats.aio.subscription import Subscription
 
-from actors.platform import Runtime
+from actors.hosting import HostParts
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import change_request, preflight, snapshots, templates
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
@@ -208,7 +208,7 @@ def _differs(info: VmInfo, res: VmResource) -> bool:
 class VmService:
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: HostParts,
         settings: VmSettings,
         *,
         poll_interval: float,

@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from actors.hosting import HostParts
 from actors.leased import Leased, Stop
-from actors.platform import ClusterMode, Runtime
+from actors.platform import ClusterMode
 from actors.vm.host import VmService
 from actors.vm.settings import VmSettings
 from events.leases import Lease
@@ -32,7 +33,7 @@ class VmTenure:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: HostParts,
         settings: VmSettings,
         cluster: ClusterMode,
         *,
