@@ -743,8 +743,7 @@ def cmd_importdisk(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
     fmt = p.options.get("format")
     target = p.options.get("target-disk")
     with ctx.store.locked() as txn:
-        rec = existing_vm(txn, ctx.node, vmid)
-        check_lock(rec)
+        check_lock(existing_vm(txn, ctx.node, vmid))
         if not source.is_file():
             raise CliError(f"{source}: non-existent or non-regular file")
         storage_checked(txn, storage)
