@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 from .args import CliError
 from .state import Store, Txn
 
-# Realistic durations in seconds at delay_scale 1 (ref §4), one entry per kind of work.
+# Realistic durations in seconds at delay_scale 1 (as a small real cluster takes), one entry
+# per kind of work.
 DURATIONS: dict[str, float] = {
     "startup": 0.5,  # Perl start-up of any qm/pvesh/pvesm call
     "create": 2.0,

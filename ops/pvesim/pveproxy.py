@@ -1,15 +1,15 @@
-"""The simulated pveproxy: Proxmox VE's REST API over HTTPS on loopback (api.md).
+"""The simulated pveproxy: Proxmox VE's REST API over HTTPS on loopback.
 
 It serves the endpoints cairn's API driver uses on the same state as the fake `qm`, `pvesh`
 and `pvesm`, so one simulated cluster can be driven both ways. Every asynchronous call is a
 task with a UPID, a per-node log and an exit status; the VM work inside a task is the fake
 `qm` itself, run in-process as the node the path names. What PVE checks before it forks a
 worker (permissions, parameters, a missing or locked VM, a duplicate VMID) fails the HTTP
-request; what it checks inside the worker fails the task (api.md §3.1).
+request; what it checks inside the worker fails the task (a 200 with a UPID that fails).
 
 Authentication is by API token only (`Authorization: PVEAPIToken=USER@REALM!NAME=SECRET`);
 401s come at once (no 3 s delay) with an empty body. `settings.api.version` picks the PVE
-release imitated (7.4, 8.2, 8.4, 9.1) with the differences of api.md §7.
+release imitated (7.4, 8.2, 8.4, 9.1), each with the behaviour that release changed.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _URLENCODED = re.compile(r"^[-%a-zA-Z0-9_.!~*'()]*$")
 _IMPORT_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(ova|qcow2|raw|vmdk)$")
 _ISO_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(iso|img)$")
 
-# QS $check_vm_modify_config_perm: option -> privilege group (api.md §6.1).
+# QS $check_vm_modify_config_perm: option -> privilege group.
 _CPU = {"cores", "cpu", "sockets", "numa", "vcpus", "cpulimit", "cpuunits", "affinity"}
 _MEMORY = {"memory", "balloon", "shares"}
 _HWTYPE = {"scsihw", "vga", "machine", "smbios1", "bios", "kvm", "hotplug", "keyboard"}
@@ -337,7 +337,7 @@ class PveProxy:
         body: dict[str, Any] = {"data": None}
         if exc.errors:
             body["errors"] = {k: v + "\n" for k, v in exc.errors.items()}
-        if self.version() >= "8.4":  # pve-http-server 5.2.0 (api.md §2.3)
+        if self.version() >= "8.4":  # pve-http-server 5.2.0 changed this answer
             body["message"] = exc.message.strip() + "\n"
         return web.Response(
             status=exc.status,
@@ -473,7 +473,7 @@ class PveProxy:
     def check_params(
         self, call: Call, allowed: Mapping[str, str], required: tuple[str, ...] = ()
     ) -> None:
-        """PVE's schema check: unknown names, booleans 0/1, integers (api.md §1.1)."""
+        """PVE's schema check: unknown names, booleans 0/1, integers, each a 400."""
         errors: dict[str, str] = {}
         for name in required:
             if name not in call.params:
@@ -1061,7 +1061,7 @@ def _vm_params(version: str, create: bool) -> dict[str, str]:
 
 
 def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> None:
-    """QS $check_vm_modify_config_perm and the storage/bridge checks (api.md §6.1)."""
+    """QS $check_vm_modify_config_perm and the storage/bridge checks."""
     path = f"/vms/{vmid}"
     version = proxy.version()
     for key, value in call.params.items():
@@ -1102,7 +1102,7 @@ def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> 
 
 def _resolve_imports(proxy: PveProxy, call: Call, node: str) -> dict[str, str]:
     """`import-from=<storage>:import/<file>` -> the file the fake `qm` reads (pveproxy resolves
-    a volume id itself; an absolute path is root's only, api.md §1.2)."""
+    a volume id itself; an absolute path is root's only)."""
     out = dict(call.params)
     version = proxy.version()
     for key, value in call.params.items():

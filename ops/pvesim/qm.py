@@ -1,6 +1,7 @@
 """The fake `qm`: one function per subcommand, each working on the locked on-disk state.
 
-Behaviour, messages and exit codes follow ../shared/pve-reference/README.md §1-§3.
+Behaviour, messages and exit codes are those of the real `qm`, so a driver tested here meets
+the same words and statuses on a node.
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ def apply_pending(rec: dict[str, Any]) -> None:
 
 
 def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What cloud-init and the firmware see at this start (ref §6.2: ISO built at qm start)."""
+    """What cloud-init and the firmware see at this start (the ISO is built at qm start)."""
     conf = rec["config"]
     volumes = txn.volumes(node)
     bootable_dev = None
@@ -261,7 +262,7 @@ def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]
         "ip": vc.static_ip(conf) if has_ci else None,
         "user": vc.cloud_user(conf, os.path.basename(image) if image else None) if has_ci else None,
         "keys": vc.decode_sshkeys(conf) if has_ci else [],
-        # What cloud-init sets as that user's password: the user-data's `password:` (ref §6.2).
+        # What cloud-init sets as that user's password: the user-data's `password:` .
         "password_hash": cloudinit.login(cloudinit.userdata(conf, rec["vmid"]))[1]
         if has_ci
         else None,
@@ -804,7 +805,7 @@ def cmd_resize(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
         raise param_error({"size": "value does not match the regex pattern"}, usage)
     ctx.delay("resize")
     # Everything below runs in the task worker, whose failure `qm resize` does not turn into an
-    # exit status (ref §1.1): errors go to stderr and the exit code stays 0.
+    # exit status: errors go to stderr and the exit code stays 0.
     try:
         with ctx.store.locked() as txn:
             rec = existing_vm(txn, ctx.node, vmid)
