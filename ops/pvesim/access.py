@@ -1,4 +1,4 @@
-"""API tokens, ACLs and privileges of the simulated pveproxy (api.md §1.2, §1.3, §6).
+"""API tokens, ACLs and privileges of the simulated pveproxy, checked as PVE checks them.
 
 Kept in `cluster.json` under `settings.api`: the PVE version the cluster claims, the tokens
 (`user@realm!name` -> secret, privsep, ACL entries `{path: [privileges]}` that propagate to
@@ -28,7 +28,7 @@ _BASE_PRIVS = {
 
 
 def known_privileges(version: str) -> set[str]:
-    """AC AccessControl.pm $privgroups by release (api.md §6.2)."""
+    """AC AccessControl.pm $privgroups by release: a role naming an unknown one fails."""
     privs = set(_BASE_PRIVS)
     if version >= "8.0":
         privs |= {"SDN.Use", "SDN.Audit", "SDN.Allocate"}
@@ -41,7 +41,7 @@ def known_privileges(version: str) -> set[str]:
     return privs
 
 
-# What an admin grants after `cairn pve bootstrap` (api.md §6.2), on the simulator's storages.
+# What an admin grants after `cairn pve bootstrap`, on the simulator's storages.
 def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dict[str, list[str]]:
     vm = [
         "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",

@@ -174,6 +174,12 @@ def parse(spec: CommandSpec, argv: Sequence[str]) -> Parsed:
 _DNS_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?"
 
 
+def parse_vm(spec: CommandSpec, argv: Sequence[str]) -> tuple[Parsed, int]:
+    """Parse a command whose first argument is the VM it acts on (most of qm's)."""
+    p = parse(spec, argv)
+    return p, int(p.args["vmid"])
+
+
 def check_dns_name(value: str) -> str | None:
     if re.fullmatch(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*", value):
         return None

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .args import CliError
 from .state import Store, Txn
 
-# Realistic durations in seconds at delay_scale 1 (ref §4), one entry per kind of work.
+# Realistic durations in seconds at delay_scale 1 (as a small real cluster takes), one entry
+# per kind of work.
 DURATIONS: dict[str, float] = {
     "startup": 0.5,  # Perl start-up of any qm/pvesh/pvesm call
     "create": 2.0,
@@ -127,6 +129,16 @@ def take_failure(
         code = f.get("exit_code")
         return Failure(text, default_code if code is None else int(code))
     return None
+
+
+def raise_injected(
+    txn: Txn, command: str, node: str, vmid: int | None, fields: dict[str, Any] | None = None
+) -> None:
+    """Fail the command the way an injected failure says, if one matches; most commands fail
+    at this one point with its text and exit status, so the check is written once."""
+    failure = take_failure(txn, command, node, vmid, fields)
+    if failure:
+        raise CliError(failure.message, failure.exit_code)
 
 
 def _default_notify(root: Path, message: str) -> bool:

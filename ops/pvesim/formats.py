@@ -1,7 +1,7 @@
 """Output formats of the real `qm`, `pvesh` and `pvesm` (pure functions).
 
-Every function here reproduces a format quoted in ../shared/pve-reference/README.md; the tests
-compare them with those samples byte for byte.
+Every function here reproduces a format the real commands print, byte for byte, so a parser
+tested against the simulator reads a real node's output alike (the tests hold the samples).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""The simulated pveproxy: Proxmox VE's REST API over HTTPS on loopback (api.md).
+"""The simulated pveproxy: Proxmox VE's REST API over HTTPS on loopback.
 
 It serves the endpoints cairn's API driver uses on the same state as the fake `qm`, `pvesh`
 and `pvesm`, so one simulated cluster can be driven both ways. Every asynchronous call is a
 task with a UPID, a per-node log and an exit status; the VM work inside a task is the fake
 `qm` itself, run in-process as the node the path names. What PVE checks before it forks a
 worker (permissions, parameters, a missing or locked VM, a duplicate VMID) fails the HTTP
-request; what it checks inside the worker fails the task (api.md §3.1).
+request; what it checks inside the worker fails the task (a 200 with a UPID that fails).
 
 Authentication is by API token only (`Authorization: PVEAPIToken=USER@REALM!NAME=SECRET`);
 401s come at once (no 3 s delay) with an empty body. `settings.api.version` picks the PVE
-release imitated (7.4, 8.2, 8.4, 9.1) with the differences of api.md §7.
+release imitated (7.4, 8.2, 8.4, 9.1), each with the behaviour that release changed.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _URLENCODED = re.compile(r"^[-%a-zA-Z0-9_.!~*'()]*$")
 _IMPORT_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(ova|qcow2|raw|vmdk)$")
 _ISO_NAME = re.compile(r"^[a-zA-Z0-9\-.+=_]+\.(iso|img)$")
 
-# QS $check_vm_modify_config_perm: option -> privilege group (api.md §6.1).
+# QS $check_vm_modify_config_perm: option -> privilege group.
 _CPU = {"cores", "cpu", "sockets", "numa", "vcpus", "cpulimit", "cpuunits", "affinity"}
 _MEMORY = {"memory", "balloon", "shares"}
 _HWTYPE = {"scsihw", "vga", "machine", "smbios1", "bios", "kvm", "hotplug", "keyboard"}
@@ -337,7 +337,7 @@ class PveProxy:
         body: dict[str, Any] = {"data": None}
         if exc.errors:
             body["errors"] = {k: v + "\n" for k, v in exc.errors.items()}
-        if self.version() >= "8.4":  # pve-http-server 5.2.0 (api.md §2.3)
+        if self.version() >= "8.4":  # pve-http-server 5.2.0 changed this answer
             body["message"] = exc.message.strip() + "\n"
         return web.Response(
             status=exc.status,
@@ -473,7 +473,7 @@ class PveProxy:
     def check_params(
         self, call: Call, allowed: Mapping[str, str], required: tuple[str, ...] = ()
     ) -> None:
-        """PVE's schema check: unknown names, booleans 0/1, integers (api.md §1.1)."""
+        """PVE's schema check: unknown names, booleans 0/1, integers, each a 400."""
         errors: dict[str, str] = {}
         for name in required:
             if name not in call.params:
@@ -643,6 +643,77 @@ def _vmid(text: str) -> int:
     return int(text)
 
 
+def _node_route(
+    proxy: PveProxy, call: Call, params: Mapping[str, str], required: tuple[str, ...] = ()
+) -> str:
+    """The node of a /nodes/{node}/... call, its parameters checked (`node` among them)."""
+    proxy.check_params(call, {"node": "string", **params}, required)
+    return call.match[0]
+
+
+def _vm_route(
+    proxy: PveProxy, call: Call, params: Mapping[str, str], required: tuple[str, ...] = ()
+) -> tuple[str, int]:
+    """The node and VM of a /nodes/{node}/qemu/{vmid}/... call, its parameters checked: every
+    such route takes `node` and `vmid` besides its own."""
+    node, vmid = call.match[0], _vmid(call.match[1])
+    proxy.check_params(call, {"node": "string", "vmid": "integer", **params}, required)
+    return node, vmid
+
+
+def _only_root(name: str) -> HttpError:
+    """An option PVE reserves for root@pam, which an API token never is."""
+    return HttpError(
+        400, "Parameter verification failed.", {name: "Only root may use this option."}
+    )
+
+
+def _refuse_skiplock(call: Call) -> None:
+    if call.params.get("skiplock") == "1":
+        raise _only_root("skiplock")
+
+
+def _need_allocate(proxy: PveProxy, call: Call, pool: str | None, vmid: int) -> None:
+    """VM.Allocate for a new VM id: on its pool when one is named (which must exist), else on
+    the id itself; create and clone check it alike."""
+    if pool is not None:
+        with proxy.store.locked() as txn:
+            if pool not in proxy.pools(txn):
+                raise HttpError(403, f"Permission check failed (pool '{pool}' does not exist)")
+        if not proxy.can(call, f"/pool/{pool}", "VM.Allocate"):
+            proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    else:
+        proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+
+
+def _checked_argv(
+    params: Mapping[str, str], drop: set[str], command: str, vmid: int
+) -> tuple[list[str], str]:
+    """The `qm` arguments of an API call, refused with the API's 400 before any task starts
+    when the command line would not parse."""
+    argv, stdin = _as_argv(params, drop)
+    try:
+        parse(fake_qm.SPECS[command], [str(vmid), *argv])
+    except CliError as exc:
+        raise cli_to_http(exc) from None
+    return argv, stdin
+
+
+def _join_pool(proxy: PveProxy, pool: str, vmid: int) -> None:
+    """A VM made into a pool (create or clone) is listed there once its task succeeded."""
+    with proxy.store.locked() as txn:
+        api = api_settings(txn.cluster["settings"])
+        api.setdefault("pools", {}).setdefault(pool, []).append(vmid)
+        txn.cluster["settings"]["api"] = api
+        txn.save_cluster()
+
+
+def _qm_task(proxy: PveProxy, call: Call, node: str, kind: str, vmid: int, argv: list[str]) -> str:
+    """Start a task whose worker is one `qm` command."""
+    task = proxy.new_task(node, kind, str(vmid), call.tokenid)
+    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+
+
 def _pvesh_get(proxy: PveProxy, node: str, path: str, options: dict[str, Any]) -> Any:
     ctx = Ctx(proxy.store, node, lambda _t: None, lambda _t: None, lambda: "")
     return pvesh.get(ctx, path, options)
@@ -684,16 +755,14 @@ def get_nodes(proxy: PveProxy, call: Call) -> Any:
 
 @route("GET", rf"/nodes/{_NODE}/status")
 def get_node_status(proxy: PveProxy, call: Call) -> Any:
-    node = call.match[0]
-    proxy.check_params(call, {"node": "string"})
+    node = _node_route(proxy, call, {})
     proxy.need(call, f"/nodes/{node}", "Sys.Audit")
     return _pvesh_get(proxy, _main(proxy), f"/nodes/{node}/status", {})
 
 
 @route("GET", rf"/nodes/{_NODE}/network")
 def get_node_network(proxy: PveProxy, call: Call) -> Any:
-    node = call.match[0]
-    proxy.check_params(call, {"node": "string", "type": "string"})
+    node = _node_route(proxy, call, {"type": "string"})
     kind = call.params.get("type")
     if kind is not None and kind not in res.NETWORK_TYPES:
         raise HttpError(
@@ -772,11 +841,10 @@ def _storage_entry(
 
 @route("GET", rf"/nodes/{_NODE}/storage")
 def get_storages(proxy: PveProxy, call: Call) -> Any:
-    node = call.match[0]
-    proxy.check_params(
+    node = _node_route(
+        proxy,
         call,
         {
-            "node": "string",
             "content": "string",
             "enabled": "boolean",
             "storage": "string",
@@ -971,8 +1039,7 @@ def _digest(path: Path, algo: str) -> str:
 
 @route("GET", rf"/nodes/{_NODE}/qemu")
 def get_qemu_list(proxy: PveProxy, call: Call) -> Any:
-    node = call.match[0]
-    proxy.check_params(call, {"node": "string", "full": "boolean"})
+    node = _node_route(proxy, call, {"full": "boolean"})
     return [
         e
         for e in _pvesh_get(proxy, node, f"/nodes/{node}/qemu", {})
@@ -994,7 +1061,7 @@ def _vm_params(version: str, create: bool) -> dict[str, str]:
 
 
 def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> None:
-    """QS $check_vm_modify_config_perm and the storage/bridge checks (api.md §6.1)."""
+    """QS $check_vm_modify_config_perm and the storage/bridge checks."""
     path = f"/vms/{vmid}"
     version = proxy.version()
     for key, value in call.params.items():
@@ -1035,7 +1102,7 @@ def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> 
 
 def _resolve_imports(proxy: PveProxy, call: Call, node: str) -> dict[str, str]:
     """`import-from=<storage>:import/<file>` -> the file the fake `qm` reads (pveproxy resolves
-    a volume id itself; an absolute path is root's only, api.md §1.2)."""
+    a volume id itself; an absolute path is root's only)."""
     out = dict(call.params)
     version = proxy.version()
     for key, value in call.params.items():
@@ -1111,14 +1178,7 @@ def post_create(proxy: PveProxy, call: Call) -> Any:
     proxy.check_params(call, _vm_params(version, True), ("vmid",))
     vmid = _vmid(call.params["vmid"])
     pool = call.params.get("pool")
-    if pool is not None:
-        with proxy.store.locked() as txn:
-            if pool not in proxy.pools(txn):
-                raise HttpError(403, f"Permission check failed (pool '{pool}' does not exist)")
-        if not proxy.can(call, f"/pool/{pool}", "VM.Allocate"):
-            proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
-    else:
-        proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
+    _need_allocate(proxy, call, pool, vmid)
     pooled = pool is not None and proxy.can(call, f"/pool/{pool}", "VM.Allocate")
     if not pooled:
         _config_privileges(proxy, call, vmid, True)
@@ -1133,20 +1193,12 @@ def post_create(proxy: PveProxy, call: Call) -> Any:
     with proxy.store.locked() as txn:
         if node not in txn.nodes:
             raise HttpError(500, f"no such cluster node '{node}'")
-    argv, stdin = _as_argv(params, {"node", "vmid", "pool"})
-    try:
-        parse(fake_qm.SPECS["create"], [str(vmid), *argv])
-    except CliError as exc:
-        raise cli_to_http(exc) from None
+    argv, stdin = _checked_argv(params, {"node", "vmid", "pool"}, "create", vmid)
 
     def work(task: Task) -> str | None:
         error = proxy.run_qm(task, ["create", str(vmid), *argv], stdin)
         if error is None and pool is not None:
-            with proxy.store.locked() as txn:
-                api = api_settings(txn.cluster["settings"])
-                api.setdefault("pools", {}).setdefault(pool, []).append(vmid)
-                txn.cluster["settings"]["api"] = api
-                txn.save_cluster()
+            _join_pool(proxy, pool, vmid)
         return error
 
     task = proxy.new_task(node, "qmcreate", str(vmid), call.tokenid)
@@ -1189,10 +1241,7 @@ def _config_value(key: str, value: Any, version: str) -> Any:
 
 @route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/config")
 def get_config(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
-        call, {"node": "string", "vmid": "integer", "current": "boolean", "snapshot": "string"}
-    )
+    node, vmid = _vm_route(proxy, call, {"current": "boolean", "snapshot": "string"})
     proxy.need(call, f"/vms/{vmid}", "VM.Audit")
     proxy.store.log_command(node, ["qm", "config", str(vmid)])  # the CLI's log, both drivers
     rec = proxy.vm_rec(node, vmid)
@@ -1209,10 +1258,7 @@ def get_config(proxy: PveProxy, call: Call) -> Any:
 def get_cloudinit_dump(proxy: PveProxy, call: Call) -> Any:
     """The cloud-init data PVE generates for the VM (QS cloudinit_generated_config_dump, which
     needs VM.Audit): the user-data holds the hashed cipassword as it is."""
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
-        call, {"node": "string", "vmid": "integer", "type": "string"}, required=("type",)
-    )
+    node, vmid = _vm_route(proxy, call, {"type": "string"}, ("type",))
     kind = call.params["type"]
     if kind not in cloudinit.TYPES:
         raise HttpError(
@@ -1230,10 +1276,7 @@ def _update(proxy: PveProxy, call: Call, sync: bool) -> Any:
     if sync:
         allowed.pop("background_delay", None)
     proxy.check_params(call, allowed)
-    if call.params.get("skiplock") == "1":
-        raise HttpError(
-            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
-        )
+    _refuse_skiplock(call)
     if not any(
         k.startswith("VM.Config.") for k in privileges(call.token, f"/vms/{vmid}", _pools(proxy))
     ):
@@ -1244,11 +1287,7 @@ def _update(proxy: PveProxy, call: Call, sync: bool) -> Any:
     rec = proxy.vm_rec(node, vmid)
     if rec["config"].get("lock"):
         raise HttpError(500, f"VM is locked ({rec['config']['lock']})")
-    argv, stdin = _as_argv(params, {"node", "vmid", "background_delay"})
-    try:
-        parse(fake_qm.SPECS["set"], [str(vmid), *argv])
-    except CliError as exc:
-        raise cli_to_http(exc) from None
+    argv, stdin = _checked_argv(params, {"node", "vmid", "background_delay"}, "set", vmid)
     if sync:
         proxy.run_qm_sync(node, ["set", str(vmid), *argv], stdin)
         return None
@@ -1273,23 +1312,13 @@ def put_config(proxy: PveProxy, call: Call) -> Any:
 
 @route("PUT", rf"/nodes/{_NODE}/qemu/{_VMID}/resize")
 def put_resize(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
+    node, vmid = _vm_route(
+        proxy,
         call,
-        {
-            "node": "string",
-            "vmid": "integer",
-            "disk": "string",
-            "size": "string",
-            "digest": "string",
-            "skiplock": "boolean",
-        },
+        {"disk": "string", "size": "string", "digest": "string", "skiplock": "boolean"},
         ("disk", "size"),
     )
-    if call.params.get("skiplock") == "1":
-        raise HttpError(
-            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
-        )
+    _refuse_skiplock(call)
     if not re.fullmatch(r"\+?\d+(\.\d+)?[KMGT]?", call.params["size"]):
         raise HttpError(
             400,
@@ -1305,14 +1334,12 @@ def put_resize(proxy: PveProxy, call: Call) -> Any:
     if proxy.version() < "8.0":  # synchronous before qemu-server 8.0.2
         proxy.run_qm_sync(node, argv)
         return None
-    task = proxy.new_task(node, "resize", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "resize", vmid, argv)
 
 
 @route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/status/current")
 def get_status(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(call, {"node": "string", "vmid": "integer"})
+    node, vmid = _vm_route(proxy, call, {})
     proxy.need(call, f"/vms/{vmid}", "VM.Audit")
     proxy.store.log_command(node, ["qm", "status", str(vmid)])
     rec = proxy.vm_rec(node, vmid)
@@ -1349,10 +1376,7 @@ def post_power(proxy: PveProxy, call: Call) -> Any:
     if action == "stop" and proxy.version() < "8.2":
         allowed.pop("overrule-shutdown")
     proxy.check_params(call, allowed)
-    if call.params.get("skiplock") == "1":
-        raise HttpError(
-            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
-        )
+    _refuse_skiplock(call)
     proxy.need(call, f"/vms/{vmid}", "VM.PowerMgmt")
     rec = proxy.vm_rec(node, vmid)
     if action == "reboot" and rec["status"] != "running":
@@ -1361,27 +1385,17 @@ def post_power(proxy: PveProxy, call: Call) -> Any:
     for key in ("timeout", "forceStop"):
         if key in call.params:
             argv += [f"--{key}", call.params[key]]
-    task = proxy.new_task(node, f"qm{action}", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, f"qm{action}", vmid, argv)
 
 
 @route("DELETE", rf"/nodes/{_NODE}/qemu/{_VMID}")
 def delete_vm(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
+    node, vmid = _vm_route(
+        proxy,
         call,
-        {
-            "node": "string",
-            "vmid": "integer",
-            "purge": "boolean",
-            "destroy-unreferenced-disks": "boolean",
-            "skiplock": "boolean",
-        },
+        {"purge": "boolean", "destroy-unreferenced-disks": "boolean", "skiplock": "boolean"},
     )
-    if call.params.get("skiplock") == "1":
-        raise HttpError(
-            400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
-        )
+    _refuse_skiplock(call)
     proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
     rec = proxy.vm_rec(node, vmid)
     if rec["status"] == "running":
@@ -1417,24 +1431,17 @@ def _snapname(value: str) -> str:
 
 @route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot")
 def get_snapshots(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(call, {"node": "string", "vmid": "integer"})
+    node, vmid = _vm_route(proxy, call, {})
     proxy.need(call, f"/vms/{vmid}", "VM.Audit")
     return snapshots.listing(proxy.vm_rec(node, vmid))
 
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot")
 def post_snapshot(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
+    node, vmid = _vm_route(
+        proxy,
         call,
-        {
-            "node": "string",
-            "vmid": "integer",
-            "snapname": "string",
-            "vmstate": "boolean",
-            "description": "string",
-        },
+        {"snapname": "string", "vmstate": "boolean", "description": "string"},
         ("snapname",),
     )
     name = _snapname(call.params["snapname"])
@@ -1446,16 +1453,12 @@ def post_snapshot(proxy: PveProxy, call: Call) -> Any:
     for key in ("description", "vmstate"):
         if key in call.params:
             argv += [f"--{key}", call.params[key]]
-    task = proxy.new_task(node, "qmsnapshot", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "qmsnapshot", vmid, argv)
 
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot/([^/]+)/rollback")
 def post_rollback(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
-        call, {"node": "string", "vmid": "integer", "snapname": "string", "start": "boolean"}
-    )
+    node, vmid = _vm_route(proxy, call, {"snapname": "string", "start": "boolean"})
     name = _snapname(call.match[2])
     proxy.need(call, f"/vms/{vmid}", "VM.Snapshot", "VM.Snapshot.Rollback", any_of=True)
     if call.params.get("start") == "1":
@@ -1467,28 +1470,22 @@ def post_rollback(proxy: PveProxy, call: Call) -> Any:
         name,
         *(["--start", "1"] if call.params.get("start") == "1" else []),
     ]
-    task = proxy.new_task(node, "qmrollback", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "qmrollback", vmid, argv)
 
 
 @route("DELETE", rf"/nodes/{_NODE}/qemu/{_VMID}/snapshot/([^/]+)")
 def delete_snapshot(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
-        call, {"node": "string", "vmid": "integer", "snapname": "string", "force": "boolean"}
-    )
+    node, vmid = _vm_route(proxy, call, {"snapname": "string", "force": "boolean"})
     name = _snapname(call.match[2])
     proxy.need(call, f"/vms/{vmid}", "VM.Snapshot")
     proxy.vm_rec(node, vmid)
     argv = ["delsnapshot", str(vmid), name]
-    task = proxy.new_task(node, "qmdelsnapshot", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "qmdelsnapshot", vmid, argv)
 
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/template")
 def post_template(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(call, {"node": "string", "vmid": "integer", "disk": "string"})
+    node, vmid = _vm_route(proxy, call, {"disk": "string"})
     proxy.need(call, f"/vms/{vmid}", "VM.Allocate")
     rec = proxy.vm_rec(node, vmid)
     # The API's checks under the config lock, before the worker (the CLI makes the same).
@@ -1501,18 +1498,15 @@ def post_template(proxy: PveProxy, call: Call) -> Any:
     argv = ["template", str(vmid)]
     if "disk" in call.params:
         argv += ["--disk", call.params["disk"]]
-    task = proxy.new_task(node, "qmtemplate", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "qmtemplate", vmid, argv)
 
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/clone")
 def post_clone(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
+    node, vmid = _vm_route(
+        proxy,
         call,
         {
-            "node": "string",
-            "vmid": "integer",
             "newid": "integer",
             "name": "string",
             "description": "string",
@@ -1531,14 +1525,7 @@ def post_clone(proxy: PveProxy, call: Call) -> Any:
     # when one is given), space on the target storage of a full copy.
     proxy.need(call, f"/vms/{vmid}", "VM.Clone")
     pool = call.params.get("pool")
-    if pool is not None:
-        with proxy.store.locked() as txn:
-            if pool not in proxy.pools(txn):
-                raise HttpError(403, f"Permission check failed (pool '{pool}' does not exist)")
-        if not proxy.can(call, f"/pool/{pool}", "VM.Allocate"):
-            proxy.need(call, f"/vms/{newid}", "VM.Allocate")
-    else:
-        proxy.need(call, f"/vms/{newid}", "VM.Allocate")
+    _need_allocate(proxy, call, pool, newid)
     if "storage" in call.params:
         proxy.need(call, f"/storage/{call.params['storage']}", "Datastore.AllocateSpace")
     proxy.vm_rec(node, vmid)
@@ -1554,11 +1541,7 @@ def post_clone(proxy: PveProxy, call: Call) -> Any:
     def work(task: Task) -> str | None:
         error = proxy.run_qm(task, argv)
         if error is None and pool is not None:
-            with proxy.store.locked() as txn:
-                api = api_settings(txn.cluster["settings"])
-                api.setdefault("pools", {}).setdefault(pool, []).append(newid)
-                txn.cluster["settings"]["api"] = api
-                txn.save_cluster()
+            _join_pool(proxy, pool, newid)
         return error
 
     task = proxy.new_task(node, "qmclone", str(vmid), call.tokenid)
@@ -1567,12 +1550,10 @@ def post_clone(proxy: PveProxy, call: Call) -> Any:
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/migrate")
 def post_migrate(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
+    node, vmid = _vm_route(
+        proxy,
         call,
         {
-            "node": "string",
-            "vmid": "integer",
             "target": "string",
             "online": "boolean",
             "with-local-disks": "boolean",
@@ -1586,9 +1567,7 @@ def post_migrate(proxy: PveProxy, call: Call) -> Any:
     )
     for root_only in ("force", "migration_type", "migration_network"):
         if root_only in call.params:
-            raise HttpError(
-                400, "Parameter verification failed.", {root_only: "Only root may use this option."}
-            )
+            raise _only_root(root_only)
     proxy.need(call, f"/vms/{vmid}", "VM.Migrate")
     target = call.params["target"]
     if target == node:
@@ -1605,8 +1584,7 @@ def post_migrate(proxy: PveProxy, call: Call) -> Any:
     for key in ("online", "with-local-disks"):
         if call.params.get(key) == "1":
             argv.append(f"--{key}")
-    task = proxy.new_task(node, "qmigrate", str(vmid), call.tokenid)
-    return proxy.run_task(task, lambda t: proxy.run_qm(t, argv))
+    return _qm_task(proxy, call, node, "qmigrate", vmid, argv)
 
 
 def _task_for(proxy: PveProxy, call: Call) -> Task:
@@ -1628,11 +1606,10 @@ def _task_for(proxy: PveProxy, call: Call) -> Task:
 
 @route("GET", rf"/nodes/{_NODE}/tasks")
 def get_tasks(proxy: PveProxy, call: Call) -> Any:
-    node = call.match[0]
-    proxy.check_params(
+    node = _node_route(
+        proxy,
         call,
         {
-            "node": "string",
             "source": "string",
             "vmid": "integer",
             "typefilter": "string",
@@ -1685,8 +1662,7 @@ def get_task_log(proxy: PveProxy, call: Call) -> Any:
 
 @route("POST", rf"/nodes/{_NODE}/qemu/{_VMID}/termproxy")
 def post_termproxy(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(call, {"node": "string", "vmid": "integer", "serial": "string"})
+    node, vmid = _vm_route(proxy, call, {"serial": "string"})
     serial = call.params.get("serial")
     serials = ("serial0", "serial1", "serial2", "serial3")
     if serial is not None and serial not in serials:
@@ -1721,11 +1697,8 @@ def post_termproxy(proxy: PveProxy, call: Call) -> Any:
 
 @route("GET", rf"/nodes/{_NODE}/qemu/{_VMID}/vncwebsocket")
 def get_vncwebsocket(proxy: PveProxy, call: Call) -> Any:
-    node, vmid = call.match[0], _vmid(call.match[1])
-    proxy.check_params(
-        call,
-        {"node": "string", "vmid": "integer", "port": "integer", "vncticket": "string"},
-        required=("port", "vncticket"),
+    node, vmid = _vm_route(
+        proxy, call, {"port": "integer", "vncticket": "string"}, ("port", "vncticket")
     )
     port = int(call.params["port"])
     if port < term.PORT_MIN:

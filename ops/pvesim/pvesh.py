@@ -9,7 +9,7 @@ from typing import Any
 from . import resources as res
 from . import snapshots, workers
 from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
-from .context import Ctx, take_failure
+from .context import Ctx, raise_injected
 from .formats import format_json, format_json_pretty, format_text_table
 from .state import Txn
 
@@ -57,9 +57,7 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
     now = ctx.now()
     scale = ctx.store.delay_scale()
     with ctx.store.locked() as txn:
-        failure = take_failure(txn, "pvesh get", ctx.node, None)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "pvesh get", ctx.node, None)
         nodes = txn.nodes
         vms = _vms_by_node(txn)
         if path == "/cluster/resources":

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from . import resources as res
 from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
-from .context import Ctx, take_failure
+from .context import Ctx, raise_injected
 from .formats import format_pvesm_status
 
 USAGE = "pvesm status  [OPTIONS]"
@@ -29,9 +29,7 @@ def status(ctx: Ctx, argv: Sequence[str]) -> int:
     content = parsed.options.get("content")
     ctx.delay("query")
     with ctx.store.locked() as txn:
-        failure = take_failure(txn, "pvesm status", ctx.node, None)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "pvesm status", ctx.node, None)
         storages = txn.storages
         volumes = txn.volumes(ctx.node)
         kib_header = txn.setting("pvesm_kib_header") is True  # PVE 8 unless asked

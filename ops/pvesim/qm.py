@@ -1,6 +1,7 @@
 """The fake `qm`: one function per subcommand, each working on the locked on-disk state.
 
-Behaviour, messages and exit codes follow ../shared/pve-reference/README.md §1-§3.
+Behaviour, messages and exit codes are those of the real `qm`, so a driver tested here meets
+the same words and statuses on a node.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from .args import (
     make_net_check,
     param_error,
     parse,
+    parse_vm,
 )
-from .context import Ctx, take_failure, take_injection
+from .context import Ctx, raise_injected, take_failure, take_injection
 from .formats import (
     GIB,
     format_dd_copied,
@@ -199,6 +201,14 @@ def not_found(node: str, vmid: int, code: int = 2) -> CliError:
     )
 
 
+def existing_vm(txn: Txn, node: str, vmid: int, code: int = 2) -> dict[str, Any]:
+    """The VM's record; most commands fail alike, with `not_found`, when it is gone."""
+    rec = txn.vm_on(node, vmid)
+    if rec is None:
+        raise not_found(node, vmid, code)
+    return rec
+
+
 def no_config_on_node(node: str, vmid: int) -> str:
     return f"unable to find configuration file for VM {vmid} on node '{node}'"
 
@@ -226,7 +236,7 @@ def apply_pending(rec: dict[str, Any]) -> None:
 
 
 def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What cloud-init and the firmware see at this start (ref §6.2: ISO built at qm start)."""
+    """What cloud-init and the firmware see at this start (the ISO is built at qm start)."""
     conf = rec["config"]
     volumes = txn.volumes(node)
     bootable_dev = None
@@ -252,7 +262,7 @@ def boot_snapshot(txn: Txn, node: str, rec: Mapping[str, Any]) -> dict[str, Any]
         "ip": vc.static_ip(conf) if has_ci else None,
         "user": vc.cloud_user(conf, os.path.basename(image) if image else None) if has_ci else None,
         "keys": vc.decode_sshkeys(conf) if has_ci else [],
-        # What cloud-init sets as that user's password: the user-data's `password:` (ref §6.2).
+        # What cloud-init sets as that user's password: the user-data's `password:` .
         "password_hash": cloudinit.login(cloudinit.userdata(conf, rec["vmid"]))[1]
         if has_ci
         else None,
@@ -454,8 +464,7 @@ def apply_drive(
 
 
 def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["create"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["create"], argv)
     opts = dict(p.options)
     if "sshkeys" in opts:
         opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
@@ -491,9 +500,7 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
     ctx.delay("create")
     with ctx.store.locked() as txn:
         try:
-            failure = take_failure(txn, "qm create", ctx.node, vmid)
-            if failure:
-                raise CliError(failure.message, failure.exit_code)
+            raise_injected(txn, "qm create", ctx.node, vmid)
             conf = rec["config"]
             out_lines: list[str] = []
             for key, value in opts.items():
@@ -629,8 +636,7 @@ def read_checked_sshkeys(ctx: Ctx, path: str) -> str:
 
 
 def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["set"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["set"], argv)
     opts = dict(p.options)
     skiplock = bool(opts.pop("skiplock", 0))
     opts.pop("digest", None)
@@ -650,13 +656,9 @@ def cmd_set(ctx: Ctx, argv: Sequence[str]) -> int:
             raise param_error({"delete": f"unknown option '{key}'"}, SPECS["set"].usage)
     ctx.delay("set")
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
+        rec = existing_vm(txn, ctx.node, vmid)
         check_lock(rec, skiplock)
-        failure = take_failure(txn, "qm set", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "qm set", ctx.node, vmid)
         running = rec["status"] == "running"
         conf = rec["config"]
         view = merged(rec)
@@ -742,10 +744,7 @@ def cmd_importdisk(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
     fmt = p.options.get("format")
     target = p.options.get("target-disk")
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
-        check_lock(rec)
+        check_lock(existing_vm(txn, ctx.node, vmid))
         if not source.is_file():
             raise CliError(f"{source}: non-existent or non-regular file")
         storage_checked(txn, storage)
@@ -806,12 +805,10 @@ def cmd_resize(ctx: Ctx, argv: Sequence[str], usage: str) -> int:
         raise param_error({"size": "value does not match the regex pattern"}, usage)
     ctx.delay("resize")
     # Everything below runs in the task worker, whose failure `qm resize` does not turn into an
-    # exit status (ref §1.1): errors go to stderr and the exit code stays 0.
+    # exit status: errors go to stderr and the exit code stays 0.
     try:
         with ctx.store.locked() as txn:
-            rec = txn.vm_on(ctx.node, vmid)
-            if rec is None:
-                raise not_found(ctx.node, vmid)
+            rec = existing_vm(txn, ctx.node, vmid)
             check_lock(rec, bool(p.options.get("skiplock")))
             conf = rec["config"]
             if disk not in conf:
@@ -868,12 +865,9 @@ def _gib2(size: int) -> str:
 
 
 def cmd_start(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["start"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["start"], argv)
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid, 255)
+        rec = existing_vm(txn, ctx.node, vmid, 255)
         check_lock(rec, bool(p.options.get("skiplock")))
         if rec["config"].get("template"):
             raise CliError("you can't start a vm if it's a template")
@@ -884,14 +878,10 @@ def cmd_start(ctx: Ctx, argv: Sequence[str]) -> int:
         ctx.out("generating cloud-init ISO\n")
     ctx.delay("start")
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid, 255)
+        rec = existing_vm(txn, ctx.node, vmid, 255)
         if rec["status"] == "running":
             raise CliError(f"VM {vmid} already running")
-        failure = take_failure(txn, "qm start", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "qm start", ctx.node, vmid)
         # vm_start applies pending changes (and saves them) before it builds the command line,
         # so they stay applied when a check below fails.
         apply_pending(rec)
@@ -963,9 +953,7 @@ def _power_off(ctx: Ctx, vmid: int, command: str) -> int:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None or rec["status"] != "running":
             return 0
-        failure = take_failure(txn, f"qm {command}", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, f"qm {command}", ctx.node, vmid)
         set_status(rec, "stopped", ctx.now())
         txn.save_vm(ctx.node, rec)
     ctx.notify(f"stop {vmid}")
@@ -973,8 +961,7 @@ def _power_off(ctx: Ctx, vmid: int, command: str) -> int:
 
 
 def cmd_stop(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["stop"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["stop"], argv)
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None:
@@ -986,8 +973,7 @@ def cmd_stop(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["shutdown"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["shutdown"], argv)
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None:
@@ -1003,8 +989,7 @@ def cmd_shutdown(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["reboot"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["reboot"], argv)
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None:
@@ -1019,9 +1004,7 @@ def cmd_reboot(ctx: Ctx, argv: Sequence[str]) -> int:
         rec = txn.vm_on(ctx.node, vmid)
         if rec is None or rec["status"] != "running":
             raise CliError(f"VM {vmid} not running")
-        failure = take_failure(txn, "qm reboot", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "qm reboot", ctx.node, vmid)
         set_status(rec, "stopped", ctx.now())
         rec["reboot_requested"] = True
         txn.save_vm(ctx.node, rec)
@@ -1046,13 +1029,10 @@ def restart_after_reboot(store: Any, node: str, vmid: int, now: float) -> bool:
 
 
 def cmd_destroy(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["destroy"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["destroy"], argv)
     skiplock = bool(p.options.get("skiplock"))
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
+        rec = existing_vm(txn, ctx.node, vmid)
         check_lock(rec, skiplock)
         if rec["config"].get("protection"):
             raise CliError(f"can't remove VM {vmid} - protection mode enabled")
@@ -1062,12 +1042,8 @@ def cmd_destroy(ctx: Ctx, argv: Sequence[str]) -> int:
             raise CliError(refusal)
     ctx.delay("destroy")
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid, 255)
-        failure = take_failure(txn, "qm destroy", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        rec = existing_vm(txn, ctx.node, vmid, 255)
+        raise_injected(txn, "qm destroy", ctx.node, vmid)
         volids = vc.referenced_volids(merged(rec)) + vc.referenced_volids(rec["config"])
         if p.options.get("destroy-unreferenced-disks"):
             for storage, pool in txn.volumes(ctx.node).items():
@@ -1081,8 +1057,7 @@ def cmd_destroy(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["migrate"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["migrate"], argv)
     target: str = p.args["target"]
     online = bool(p.options.get("online"))
     if target == ctx.node:
@@ -1091,9 +1066,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
         nodes = txn.nodes
         if target not in nodes:
             raise CliError(f"no such cluster node '{target}'")
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
+        rec = existing_vm(txn, ctx.node, vmid)
         check_lock(rec)
         target_online = nodes[target].get("online", True)
         running = rec["status"] == "running"
@@ -1151,9 +1124,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
             size = int((vols.get(volid) or {}).get("size", 0))
             ctx.delay("migrate_per_gib", size / GIB)
             with ctx.store.locked() as txn:
-                failure = take_failure(txn, "qm migrate", ctx.node, vmid)
-            if failure:
-                raise CliError(failure.message, failure.exit_code)
+                raise_injected(txn, "qm migrate", ctx.node, vmid)
             storage, _, volname = volid.partition(":")
             if storage_types.get(storage) == "zfspool":
                 # `zfs send -Rpv` of a __migration__ snapshot, its -v lines in the task log.
@@ -1171,9 +1142,7 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
             log(f"successfully imported '{volid}'")
             log(f"volume '{volid}' is '{volid}' on the target")
         with ctx.store.locked() as txn:
-            rec = txn.vm_on(ctx.node, vmid)
-            if rec is None:
-                raise not_found(ctx.node, vmid, 255)
+            rec = existing_vm(txn, ctx.node, vmid, 255)
             src = txn.volumes(ctx.node)
             dst = txn.volumes(target)
             for volid in volids:
@@ -1207,15 +1176,10 @@ def cmd_migrate(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def cmd_status(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["status"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["status"], argv)
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
-        failure = take_failure(txn, "qm status", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        rec = existing_vm(txn, ctx.node, vmid)
+        raise_injected(txn, "qm status", ctx.node, vmid)
         host_cpus = int(txn.nodes[ctx.node]["maxcpu"])
     if p.options.get("verbose"):
         ctx.out(format_key_values(vm_status_fields(rec, host_cpus, ctx.now())))
@@ -1247,15 +1211,10 @@ def vm_status_fields(rec: Mapping[str, Any], host_cpus: int, now: float) -> dict
 
 
 def cmd_config(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["config"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["config"], argv)
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
-        failure = take_failure(txn, "qm config", ctx.node, vmid)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        rec = existing_vm(txn, ctx.node, vmid)
+        raise_injected(txn, "qm config", ctx.node, vmid)
     conf = rec["config"] if p.options.get("current") else merged(rec)
     ctx.out(format_qm_config(conf))
     return 0
@@ -1265,9 +1224,7 @@ def cmd_list(ctx: Ctx, argv: Sequence[str]) -> int:
     parse(SPECS["list"], argv)
     rows = []
     with ctx.store.locked() as txn:
-        failure = take_failure(txn, "qm list", ctx.node, None)
-        if failure:
-            raise CliError(failure.message, failure.exit_code)
+        raise_injected(txn, "qm list", ctx.node, None)
         folder = txn.root / "nodes" / ctx.node / "qemu-server"
         recs = (
             [txn.vm_on(ctx.node, int(f.stem)) for f in folder.glob("*.json")]
@@ -1289,12 +1246,9 @@ def cmd_list(ctx: Ctx, argv: Sequence[str]) -> int:
 
 def cmd_unlock(ctx: Ctx, argv: Sequence[str]) -> int:
     """`qm unlock`: what an operator runs after a create or migration died half-way."""
-    p = parse(SPECS["unlock"], argv)
-    vmid: int = p.args["vmid"]
+    _, vmid = parse_vm(SPECS["unlock"], argv)
     with ctx.store.locked() as txn:
-        rec = txn.vm_on(ctx.node, vmid)
-        if rec is None:
-            raise not_found(ctx.node, vmid)
+        rec = existing_vm(txn, ctx.node, vmid)
         rec["config"].pop("lock", None)
         txn.save_vm(ctx.node, rec)
     return 0
@@ -1303,8 +1257,7 @@ def cmd_unlock(ctx: Ctx, argv: Sequence[str]) -> int:
 def cmd_cloudinit_dump(ctx: Ctx, argv: Sequence[str]) -> int:
     """The generated cloud-init data of a VM on this node, from its current config (QS
     API2/Qemu.pm cloudinit_generated_config_dump; the CLI prints it and a newline)."""
-    p = parse(SPECS["cloudinit dump"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["cloudinit dump"], argv)
     with ctx.store.locked() as txn:
         rec = txn.vm_on(ctx.node, vmid)
     if rec is None:

@@ -1,7 +1,7 @@
 """The API objects `pvesh get` returns, built from the state (pure functions).
 
-Field sets follow MG API2Tools.pm extract_vm_stats / extract_node_stats and API2/Nodes.pm (ref
-§2.10, §2.11). pvestatd publishes VM figures every 10 s, so `/cluster/resources` lags: a VM
+Field sets follow MG API2Tools.pm extract_vm_stats / extract_node_stats and API2/Nodes.pm.
+pvestatd publishes VM figures every 10 s, so `/cluster/resources` lags: a VM
 younger than the lag is `status: "unknown"` with no name or max* fields, and a power change shows
 up only once the lag has passed.
 """

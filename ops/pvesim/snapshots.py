@@ -17,7 +17,7 @@ from typing import Any
 
 from . import guestfs
 from . import vmconfig as vc
-from .args import CliError, CommandSpec, Opt, parse
+from .args import CliError, CommandSpec, Opt, parse_vm
 from .context import Ctx, take_failure
 from .state import Txn, set_status
 
@@ -153,8 +153,7 @@ def _volume_line(txn: Txn, volid: str, snapname: str, action: str) -> str:
 
 
 def cmd_snapshot(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["snapshot"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["snapshot"], argv)
     name: str = p.args["snapname"]
     if error := reserved_name_error(name):
         raise CliError(error)
@@ -217,8 +216,7 @@ def cmd_snapshot(ctx: Ctx, argv: Sequence[str]) -> int:
 
 
 def cmd_rollback(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["rollback"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["rollback"], argv)
     name: str = p.args["snapname"]
     with ctx.store.locked() as txn:
         rec = _load(txn, ctx.node, vmid)
@@ -307,8 +305,7 @@ def _restore_sizes(txn: Txn, node: str, snap: Mapping[str, Any]) -> None:
 
 
 def cmd_delsnapshot(ctx: Ctx, argv: Sequence[str]) -> int:
-    p = parse(SPECS["delsnapshot"], argv)
-    vmid: int = p.args["vmid"]
+    p, vmid = parse_vm(SPECS["delsnapshot"], argv)
     name: str = p.args["snapname"]
     with ctx.store.locked() as txn:
         rec = _load(txn, ctx.node, vmid)
@@ -346,8 +343,7 @@ def cmd_delsnapshot(ctx: Ctx, argv: Sequence[str]) -> int:
 
 def cmd_listsnapshot(ctx: Ctx, argv: Sequence[str]) -> int:
     """GuestHelpers print_snapshot_tree: roots and children by snaptime, `current` last."""
-    p = parse(SPECS["listsnapshot"], argv)
-    vmid: int = p.args["vmid"]
+    _, vmid = parse_vm(SPECS["listsnapshot"], argv)
     with ctx.store.locked() as txn:
         rec = _load(txn, ctx.node, vmid)
     entries = {e["name"]: e for e in listing(rec)}

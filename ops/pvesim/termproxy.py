@@ -1,7 +1,7 @@
 """The termproxy of the simulated pveproxy: a VM's serial console behind a websocket.
 
 What real PVE does (qemu-server `API2/Qemu.pm` `termproxy`/`vncwebsocket`, proxmox-termproxy,
-pve-xtermjs; read at the commits of api.md §0):
+pve-xtermjs):
 - `POST /nodes/{node}/qemu/{vmid}/termproxy [serial=serial0..3]` needs `VM.Console` on
   `/vms/{vmid}`, loads the VM's config (a missing VM is the usual 500), makes a VNC ticket for
   (user, `/vms/{vmid}`), picks a free port 5900-5999, forks a `vncproxy` task running

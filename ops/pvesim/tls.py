@@ -1,7 +1,7 @@
 """pveproxy's certificate for the simulated cluster: self-signed, made once per state root.
 
 The SAN is what PVE puts in a node certificate (`IP:127.0.0.1, IP:::1, DNS:localhost`, the
-node's name and address; api.md §1.5); the fingerprint is SHA-256 over the DER certificate,
+node's name and address); the fingerprint is SHA-256 over the DER certificate,
 `AB:CD:...`, as `pvenode cert info` prints it.
 """
 
