@@ -73,10 +73,10 @@ async def test_time_out_in_stream_mode_is_an_error_event(runtime: Runtime) -> No
     code = "print('spinning')\nwhile True:\n    pass"
     async with start_service(runtime, RUN_TIMEOUT="1") as service:
         got = await stream(service, "/run-now", {"language": "python", "code": code})
-    assert got == [
-        {"event": "log", "data": "spinning", "type": "text"},
-        {"event": "error", "data": "timed out after 1 s", "type": "text"},
-    ]
+    assert got[-1] == {"event": "error", "data": "timed out after 1 s", "type": "text"}
+    # The second counts from the sandbox's start: on a loaded machine the interpreter may not
+    # reach its first line in time, and then the stream holds the error alone.
+    assert got[:-1] in ([], [{"event": "log", "data": "spinning", "type": "text"}])
 
 
 async def test_a_log_arrives_while_the_script_still_runs(service: Service) -> None:

@@ -33,6 +33,7 @@ from events.consumers import ConsumerBroker
 from events.jetstream import STREAM, StreamSettings, ensure_stream
 from events.nats_server import EmbeddedNats
 from events.permissions import CODE_BUCKET, LEASE_BUCKET, RUNNERS_QUEUE, Role
+from tests.conftest import wait_for
 from tests.nats_cluster import NatsCluster
 
 CODE = "def main(input):\n    return 42\n"
@@ -68,17 +69,31 @@ class Bus:
         self.clients.append(nc)
         return nc
 
+    async def led(self, stream: str) -> None:
+        """Until ``stream`` has a leader: a replicated stream just made answers no publish
+        before its members elect one (a client sees "no responders")."""
+
+        async def elected() -> bool:
+            info = await self.host.jetstream().stream_info(stream)
+            return info.cluster is None or bool(info.cluster.leader)
+
+        await wait_for(elected, timeout=30, what=f"a leader of {stream}")
+
     async def start(self) -> Bus:
         self.host = await self.client(Role.HOST)
         js = self.host.jetstream()
         await ensure_stream(js, StreamSettings(replicas=self.replicas))
+        await self.led(STREAM)
         for n in range(5):
             await js.publish(f"cairn.evt.vm.{100 + n}", json.dumps({"n": n}).encode())
         await js.add_consumer(STREAM, ConsumerConfig(durable_name=KEPT, num_replicas=1))
         kv = await js.create_key_value(KeyValueConfig(LEASE_BUCKET, replicas=self.replicas))
+        await self.led(f"KV_{LEASE_BUCKET}")
         await kv.put("vm", b'{"holder": "host-a"}')
         await kv.put("functions", b'{"holder": "host-b"}')
         code = SharedCode(self.host, CodeStore(self.tmp_path / "code"), self.replicas)
+        await code._objects()
+        await self.led(f"OBJ_{CODE_BUCKET}")
         self.sha = await code.put(CODE)
         self.chunks = (await (await js.object_store(CODE_BUCKET)).get_info(self.sha)).nuid
 
