@@ -30,7 +30,7 @@ from actors.vm.jobs import (
     wait_guest,
 )
 from actors.vm.lifecycle import State
-from actors.vm.pve import PveError
+from actors.vm.pve import PveError, Snapshot
 from actors.vm.requests import memory_balloon
 from events.store import Recorded
 
@@ -55,6 +55,15 @@ def snapshot_name(task: str) -> str:
     return f"cairn-change-{task[:16]}"
 
 
+# Said in the snapshot's description when the caller asked to keep it: the one place the wish
+# outlives a kill -9, so the change settled at the next start keeps the snapshot too.
+KEPT_MARK = "(keep_snapshot)"
+
+
+def snapshot_description(task: str, keep: bool) -> str:
+    return f"cairn: before change {task}" + (f" {KEPT_MARK}" if keep else "")
+
+
 class Failed(Exception):
     """A step or a check failed: why, in the words the stream ends with."""
 
@@ -77,7 +86,7 @@ async def run(
         st.note("a grown disk is not undone by a rollback in full; accepted")
     try:
         taken = await pve.snapshot(
-            node, vmid, name, description=f"cairn: before change {task}", vmstate=False
+            node, vmid, name, description=snapshot_description(task, keep), vmstate=False
         )
     except PveError as exc:
         st.fail(f"snapshot failed: {exc.text}; nothing was changed")
@@ -314,14 +323,20 @@ async def settle(
     that proved to work would be the surprise."""
     st = Stages(report)
     name = snapshot_name(task)
-    if verified:
-        return await _keep_after_restart(svc, st, vmid, node, name, reason)
     try:
-        names = {s.name for s in await svc.pve.snapshots(node, vmid)}
+        found = {s.name: s for s in await svc.pve.snapshots(node, vmid)}
     except PveError as exc:
-        names = set()
-        reason = f"{reason}; its snapshots could not be listed ({exc.text})"
-    if name not in names:
+        found = {}
+        listed = f"its snapshots could not be listed ({exc.text})"
+    else:
+        listed = ""
+    taken = found.get(name)
+    keep = taken is not None and taken.description.rstrip().endswith(KEPT_MARK)
+    if verified:
+        return await _keep_after_restart(svc, st, vmid, node, name, reason, taken, keep, listed)
+    if listed:
+        reason = f"{reason}; {listed}"
+    if taken is None:
         _, state = await observe(svc, vmid, node)
         return JobResult(
             False,
@@ -329,23 +344,38 @@ async def settle(
             error=f"{reason}; the change's snapshot {name} is gone, so it cannot be rolled "
             f"back: VM {vmid} needs attention (it may be half-changed)",
         )
-    failed = await rollback(svc, st, vmid, node, facts, name, keep=False)
+    failed = await rollback(svc, st, vmid, node, facts, name, keep=keep)
     _, state = await observe(svc, vmid, node)
     if failed is not None:
         return JobResult(False, state, error=f"{reason}; {failed}")
-    return JobResult(False, state, error=f"{reason}; the change was rolled back to snapshot {name}")
+    kept = f" (snapshot {name} kept, as asked)" if keep else ""
+    return JobResult(
+        False, state, error=f"{reason}; the change was rolled back to snapshot {name}{kept}"
+    )
 
 
 async def _keep_after_restart(
-    svc: Services, st: Stages, vmid: int, node: str, name: str, reason: str
+    svc: Services,
+    st: Stages,
+    vmid: int,
+    node: str,
+    name: str,
+    reason: str,
+    taken: Snapshot | None,
+    keep: bool,
+    listed: str,
 ) -> JobResult:
     st.begin(KEEP, "the checks had passed before the restart: keeping the change")
     left = ""
-    try:
-        if name in {s.name for s in await svc.pve.snapshots(node, vmid)}:
+    if listed:
+        left = f"; snapshot {name} may be left over ({listed}): delete it by hand"
+    elif keep:
+        left = f"; snapshot {name} kept, as asked"
+    elif taken is not None:
+        try:
             _log(st, (await svc.pve.delete_snapshot(node, vmid, name)).log)
-    except PveError as exc:
-        left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
+        except PveError as exc:
+            left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
     st.done(f"change kept{left}")
     changes: dict[str, Any] = {}
     with contextlib.suppress(PveError):
