@@ -29,6 +29,7 @@ from actors.hosting import HostParts
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
 from actors.vm import change_request, preflight, snapshots, templates
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
+from actors.vm.drives import resize_refusal
 from actors.vm.events import Adopted
 from actors.vm.guestview import guest_view, tags_of
 from actors.vm.imagecache import ImageCache
@@ -576,6 +577,18 @@ class VmService:
                 node = was.facts.node if was.facts else self.settings.main_node
                 try:
                     refusal = await preflight.network_refusal(self.services, node, vmid, args)
+                except PveError as exc:
+                    return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+                if refusal:
+                    return _error(400, refusal)
+        if command is Command.SET_DISK and "drive" in args:
+            assert self.services is not None
+            held: VmInfo = await handle.ask(Query())
+            if held.state is State.STOPPED:  # else the actor says why not
+                node = held.facts.node if held.facts else self.settings.main_node
+                try:
+                    grow = int(args["grow_gb"])
+                    refusal = await resize_refusal(self.services, node, vmid, args["drive"], grow)
                 except PveError as exc:
                     return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
                 if refusal:

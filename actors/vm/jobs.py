@@ -384,13 +384,18 @@ async def power(
             return JobResult(True, State.STOPPED, changes={"ram": ram})
         if command == "set/disk":
             grow = args["grow_gb"]
-            st.begin(stages.SET_DISK, f"growing the disk by {grow}G")
+            # Omitted: the boot disk, in the words the spec's stage has always used.
+            drive = args.get("drive")
+            which = f"disk {drive}" if drive else "the disk"
+            st.begin(stages.SET_DISK, f"growing {which} by {grow}G")
             try:
                 # Proxmox's own lines (lvextend's, qemu-img's ...) go into the task's records.
-                await pve.resize(node, vmid, "scsi0", f"+{grow}G", on_line=st.note)
+                await pve.resize(node, vmid, drive or "scsi0", f"+{grow}G", on_line=st.note)
             except PveError as exc:
                 raise StageFailed(f"disk resize failed: {exc.text}") from None
-            st.done("disk grown")
+            st.done(f"{which} grown".removeprefix("the "))
+            if drive not in (None, "scsi0"):
+                return JobResult(True, State.STOPPED)  # the VM's `disk` is its boot disk's size
             current = facts.disk_gb if facts else 0
             return JobResult(True, State.STOPPED, changes={"disk_gb": current + grow})
         if command == "set/node":

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import change, install, jobs, reshape, snapshots, stages
+from actors.vm import change, drives, install, jobs, reshape, snapshots, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -370,7 +370,7 @@ class VmActor(AggregateActor):
         node = self.facts.node if self.facts else self.svc.settings.main_node
         if cmd.command is Command.SET_NODE and cmd.args.get("node") == node:
             raise Rejected(400, f"node: VM {self.vmid} is already on node {node!r}")
-        if cmd.command is Command.SET_DISK:
+        if cmd.command is Command.SET_DISK and cmd.args.get("drive", drives.BOOT) == drives.BOOT:
             limit = self.svc.settings.max_disk
             current = self.facts.disk_gb if self.facts else 0
             if limit is not None and current + cmd.args["grow_gb"] > limit:
