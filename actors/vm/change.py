@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncssh
 
+from actors.vm import function_check
 from actors.vm.change_request import MAX_TIMEOUT
 from actors.vm.events import Progress
 from actors.vm.guest import GuestError, _options, changed_key
@@ -99,7 +100,7 @@ async def run(
     try:
         for number, step in enumerate(args["steps"], 1):
             await _step(svc, st, vmid, node, facts, number, step, changes)
-        await _verify(svc, st, facts, args["verify"])
+        await _verify(svc, st, facts, args["verify"], f"the change of VM {vmid} (task {task})")
     except Failed as failure:
         return await _roll_back(svc, st, vmid, node, facts, name, keep, str(failure))
 
@@ -191,9 +192,22 @@ async def _step(
     st.done(f"step {number} done: {said}; SSH is ready")
 
 
-async def _verify(svc: Services, st: Stages, facts: Facts, checks: list[dict[str, Any]]) -> None:
+async def _verify(
+    svc: Services, st: Stages, facts: Facts, checks: list[dict[str, Any]], by: str
+) -> None:
     for number, check in enumerate(checks, 1):
         which = f"check {number} of {len(checks)}"
+        if "function" in check:
+            path = check["function"]
+            st.begin(VERIFY, f"{which}: running the stored function {path}")
+            why = await function_check.check(
+                svc.functions, path, check["input"], check["timeout"], by
+            )
+            if why is not None:
+                st.fail(f"{which} failed: {why}")
+                raise Failed(f"verify failed: {which}: {why}")
+            st.done(f"{which} passed: function {path} says ok")
+            continue
         if "ssh" in check:
             st.begin(VERIFY, f"{which}: SSH answers with the host key pinned at install")
             try:

@@ -22,6 +22,7 @@ import attrs
 
 from actors.vm import stages
 from actors.vm.cputype import cpu_model_for_flags, lowest_cpu_model
+from actors.vm.function_check import FunctionRuns
 from actors.vm.guest import GuestError, verify, wait_ready
 from actors.vm.imagecache import ImageCache
 from actors.vm.lifecycle import State
@@ -85,6 +86,8 @@ class Services:
     cpu_type: str | None = None
     # Per template key: its lock and the template last found (actors/vm/templates.py).
     templates: dict[Any, Any] = attrs.field(factory=dict)
+    # The functions service, for a safe change's function checks (None: not wired).
+    functions: FunctionRuns | None = None
 
     @property
     def nodes(self) -> list[str]:

@@ -26,6 +26,9 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_float
+from actors.functions.runs import RunClient
+from actors.functions.settings import FunctionsSettings
+from actors.functions.stored import StoredFunctions
 from actors.platform import Runtime
 from actors.vm import stages
 from actors.vm.change_request import parse_change
@@ -879,14 +882,24 @@ async def build(runtime: Runtime) -> web.Application:
     settings = settings_from(runtime)
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
     scripts = write_scripts(runtime.data_dir / "vm" / "sh")
+    # A change's function checks run as the HTTP gateway's runs do, on the gateway role's
+    # connection: its account holds nothing a forged reply subject could reach.
+    runs = RunClient(runtime.gateway_nc, FunctionsSettings.from_env(runtime.env))
+    await runs.start()
+    functions = StoredFunctions(runtime.gateway_nc, runs)
     actors: VmService | VmTenure
     if runtime.cluster is not None:
         actors = VmTenure(
-            runtime, settings, runtime.cluster, poll_interval=poll, scripts_dir=scripts
+            runtime,
+            settings,
+            runtime.cluster,
+            poll_interval=poll,
+            scripts_dir=scripts,
+            functions=functions,
         )
         await actors.start()
     else:
-        actors = VmService(runtime, settings, poll_interval=poll)
+        actors = VmService(runtime, settings, poll_interval=poll, functions=functions)
         await actors.start(scripts)
     gw = VmGateway(runtime, settings)
 
@@ -939,6 +952,7 @@ async def build(runtime: Runtime) -> web.Application:
 
     async def cleanup(_: web.Application) -> None:
         await actors.stop()
+        await runs.stop()
         sim = _SIMS.pop(id(runtime), None)
         if sim is not None:
             await sim.aclose()
