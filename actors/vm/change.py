@@ -23,6 +23,7 @@ from actors.vm.events import Progress
 from actors.vm.guest import GuestError, _options, changed_key
 from actors.vm.jobs import (
     Facts,
+    Job,
     JobResult,
     Report,
     Services,
@@ -69,16 +70,10 @@ class Failed(Exception):
     """A step or a check failed: why, in the words the stream ends with."""
 
 
-async def run(
-    svc: Services,
-    vmid: int,
-    node: str,
-    facts: Facts,
-    report: Report,
-    args: dict[str, Any],
-    task: str,
-) -> JobResult:
-    st = Stages(report)
+async def run(job: Job, facts: Facts, task: str) -> JobResult:
+    """The change `job.args` of the VM cairn installed (`facts`), under task `task`."""
+    svc, vmid, node, args = job.svc, job.vmid, job.node, job.args
+    st = Stages(job.report)
     pve = svc.pve
     name = snapshot_name(task)
     keep = bool(args.get("keep_snapshot"))

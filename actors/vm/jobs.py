@@ -107,6 +107,20 @@ class Services:
         return self.cpu_type
 
 
+@attrs.frozen
+class Job:
+    """What a VM task's job is given: the service, the VM, the node it is on, what cairn knows
+    of it (None for a VM cairn did not install), where its records go, and the command's
+    arguments."""
+
+    svc: Services
+    vmid: int
+    node: str
+    facts: Facts | None
+    report: Report
+    args: dict[str, Any]
+
+
 class StageFailed(Exception):
     pass
 
