@@ -884,7 +884,10 @@ async def build(runtime: Runtime) -> web.Application:
     scripts = write_scripts(runtime.data_dir / "vm" / "sh")
     # A change's function checks run as the HTTP gateway's runs do, on the gateway role's
     # connection: its account holds nothing a forged reply subject could reach.
-    runs = RunClient(runtime.gateway_nc, FunctionsSettings.from_env(runtime.env))
+    # Only the runs' time limits and queue matter here: not this host's sandbox user, which a
+    # VM service without a functions runner need not have.
+    asked = FunctionsSettings.from_env({**runtime.env, "FUNCTIONS_RUNNER": "0"})
+    runs = RunClient(runtime.gateway_nc, asked)
     await runs.start()
     functions = StoredFunctions(runtime.gateway_nc, runs)
     actors: VmService | VmTenure
