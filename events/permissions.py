@@ -50,7 +50,7 @@ import attrs
 EVENTS = "cairn.evt.>"
 LEASE_BUCKET = "CAIRN_LEASES"
 CODE_BUCKET = "CAIRN_CODE"
-# Where a function run's messages go back to (``gateway/apps/functions.py``, ``RunClient``).
+# Where a function run's messages go back to (``actors/functions/runs.py``, ``RunClient``).
 RUN_REPLIES = "cairn.functions.reply"
 RUN = "cairn.functions.run"
 CANCEL = "cairn.functions.cancel"

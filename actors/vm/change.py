@@ -17,11 +17,13 @@ from typing import Any
 
 import asyncssh
 
+from actors.vm import function_check
 from actors.vm.change_request import MAX_TIMEOUT
 from actors.vm.events import Progress
 from actors.vm.guest import GuestError, _options, changed_key
 from actors.vm.jobs import (
     Facts,
+    Job,
     JobResult,
     Report,
     Services,
@@ -30,7 +32,7 @@ from actors.vm.jobs import (
     wait_guest,
 )
 from actors.vm.lifecycle import State
-from actors.vm.pve import PveError
+from actors.vm.pve import PveError, Snapshot
 from actors.vm.requests import memory_balloon
 from events.store import Recorded
 
@@ -55,20 +57,23 @@ def snapshot_name(task: str) -> str:
     return f"cairn-change-{task[:16]}"
 
 
+# Said in the snapshot's description when the caller asked to keep it: the one place the wish
+# outlives a kill -9, so the change settled at the next start keeps the snapshot too.
+KEPT_MARK = "(keep_snapshot)"
+
+
+def snapshot_description(task: str, keep: bool) -> str:
+    return f"cairn: before change {task}" + (f" {KEPT_MARK}" if keep else "")
+
+
 class Failed(Exception):
     """A step or a check failed: why, in the words the stream ends with."""
 
 
-async def run(
-    svc: Services,
-    vmid: int,
-    node: str,
-    facts: Facts,
-    report: Report,
-    args: dict[str, Any],
-    task: str,
-) -> JobResult:
-    st = Stages(report)
+async def run(job: Job, facts: Facts, task: str) -> JobResult:
+    """The change `job.args` of the VM cairn installed (`facts`), under task `task`."""
+    svc, vmid, node, args = job.svc, job.vmid, job.node, job.args
+    st = Stages(job.report)
     pve = svc.pve
     name = snapshot_name(task)
     keep = bool(args.get("keep_snapshot"))
@@ -77,7 +82,7 @@ async def run(
         st.note("a grown disk is not undone by a rollback in full; accepted")
     try:
         taken = await pve.snapshot(
-            node, vmid, name, description=f"cairn: before change {task}", vmstate=False
+            node, vmid, name, description=snapshot_description(task, keep), vmstate=False
         )
     except PveError as exc:
         st.fail(f"snapshot failed: {exc.text}; nothing was changed")
@@ -90,7 +95,7 @@ async def run(
     try:
         for number, step in enumerate(args["steps"], 1):
             await _step(svc, st, vmid, node, facts, number, step, changes)
-        await _verify(svc, st, facts, args["verify"])
+        await _verify(svc, st, facts, args["verify"], f"the change of VM {vmid} (task {task})")
     except Failed as failure:
         return await _roll_back(svc, st, vmid, node, facts, name, keep, str(failure))
 
@@ -182,9 +187,22 @@ async def _step(
     st.done(f"step {number} done: {said}; SSH is ready")
 
 
-async def _verify(svc: Services, st: Stages, facts: Facts, checks: list[dict[str, Any]]) -> None:
+async def _verify(
+    svc: Services, st: Stages, facts: Facts, checks: list[dict[str, Any]], by: str
+) -> None:
     for number, check in enumerate(checks, 1):
         which = f"check {number} of {len(checks)}"
+        if "function" in check:
+            path = check["function"]
+            st.begin(VERIFY, f"{which}: running the stored function {path}")
+            why = await function_check.check(
+                svc.functions, path, check["input"], check["timeout"], by
+            )
+            if why is not None:
+                st.fail(f"{which} failed: {why}")
+                raise Failed(f"verify failed: {which}: {why}")
+            st.done(f"{which} passed: function {path} says ok")
+            continue
         if "ssh" in check:
             st.begin(VERIFY, f"{which}: SSH answers with the host key pinned at install")
             try:
@@ -314,14 +332,20 @@ async def settle(
     that proved to work would be the surprise."""
     st = Stages(report)
     name = snapshot_name(task)
-    if verified:
-        return await _keep_after_restart(svc, st, vmid, node, name, reason)
     try:
-        names = {s.name for s in await svc.pve.snapshots(node, vmid)}
+        found = {s.name: s for s in await svc.pve.snapshots(node, vmid)}
     except PveError as exc:
-        names = set()
-        reason = f"{reason}; its snapshots could not be listed ({exc.text})"
-    if name not in names:
+        found = {}
+        listed = f"its snapshots could not be listed ({exc.text})"
+    else:
+        listed = ""
+    taken = found.get(name)
+    keep = taken is not None and taken.description.rstrip().endswith(KEPT_MARK)
+    if verified:
+        return await _keep_after_restart(svc, st, vmid, node, name, reason, taken, keep, listed)
+    if listed:
+        reason = f"{reason}; {listed}"
+    if taken is None:
         _, state = await observe(svc, vmid, node)
         return JobResult(
             False,
@@ -329,23 +353,38 @@ async def settle(
             error=f"{reason}; the change's snapshot {name} is gone, so it cannot be rolled "
             f"back: VM {vmid} needs attention (it may be half-changed)",
         )
-    failed = await rollback(svc, st, vmid, node, facts, name, keep=False)
+    failed = await rollback(svc, st, vmid, node, facts, name, keep=keep)
     _, state = await observe(svc, vmid, node)
     if failed is not None:
         return JobResult(False, state, error=f"{reason}; {failed}")
-    return JobResult(False, state, error=f"{reason}; the change was rolled back to snapshot {name}")
+    kept = f" (snapshot {name} kept, as asked)" if keep else ""
+    return JobResult(
+        False, state, error=f"{reason}; the change was rolled back to snapshot {name}{kept}"
+    )
 
 
 async def _keep_after_restart(
-    svc: Services, st: Stages, vmid: int, node: str, name: str, reason: str
+    svc: Services,
+    st: Stages,
+    vmid: int,
+    node: str,
+    name: str,
+    reason: str,
+    taken: Snapshot | None,
+    keep: bool,
+    listed: str,
 ) -> JobResult:
     st.begin(KEEP, "the checks had passed before the restart: keeping the change")
     left = ""
-    try:
-        if name in {s.name for s in await svc.pve.snapshots(node, vmid)}:
+    if listed:
+        left = f"; snapshot {name} may be left over ({listed}): delete it by hand"
+    elif keep:
+        left = f"; snapshot {name} kept, as asked"
+    elif taken is not None:
+        try:
             _log(st, (await svc.pve.delete_snapshot(node, vmid, name)).log)
-    except PveError as exc:
-        left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
+        except PveError as exc:
+            left = f"; snapshot {name} may be left over ({exc.text}): delete it by hand"
     st.done(f"change kept{left}")
     changes: dict[str, Any] = {}
     with contextlib.suppress(PveError):

@@ -3,7 +3,8 @@
     {"steps": [{"set": {"cpu": 4, "memory": 8192, "disk": "8G"}},
                {"run": "apt-get -y upgrade", "timeout": 600},
                {"reboot": true}],
-     "verify": {"run": "systemctl is-active nginx", "timeout": 60},
+     "verify": [{"run": "systemctl is-active nginx", "timeout": 60},
+                {"function": "checks/http", "input": {"url": "http://10.0.0.5/"}}],
      "keep_snapshot": false,
      "accept": ["disk-grow"]}
 
@@ -14,6 +15,8 @@ NATS (actors/vm/messages.py). Every refusal names the field, as the other VM bod
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from actors.vm.requests import BadRequest, parse_set_cpu, parse_set_disk, parse_set_memory
@@ -31,7 +34,12 @@ FIELDS = ("steps", "verify", "keep_snapshot", "accept")
 ACCEPTABLE = ("disk-grow",)
 SET_FIELDS = ("cpu", "memory", "disk")
 _STEP_KINDS = '{"set": {...}}, {"run": "<shell>"} or {"reboot": true}'
-_CHECK_KINDS = '{"ssh": true} or {"run": "<shell>"}'
+_CHECK_KINDS = '{"ssh": true}, {"run": "<shell>"} or {"function": "<stored function path>"}'
+# A function check's input, as the JSON text the run is given: one NATS message carries the
+# change, and the functions service's own inputs are of this order.
+MAX_INPUT = 65536
+MAX_PATH = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def parse_change(body: Any, settings: VmSettings) -> dict[str, Any]:
@@ -156,12 +164,14 @@ def _check(where: str, check: Any) -> dict[str, Any]:
     if not isinstance(check, dict):
         raise BadRequest(f"{where}: must be one of {_CHECK_KINDS}")
     if "function" in check:
-        # The VM host cannot reach the functions' runners over NATS (only gateways may ask
-        # them), so this check waits for that path; said plainly rather than ignored.
-        raise BadRequest(
-            f"{where}.function: a stored function as a check is not available yet; "
-            f"use {_CHECK_KINDS}"
-        )
+        extra = sorted(set(check) - {"function", "input", "timeout"})
+        if extra:
+            raise BadRequest(f"{where}.{extra[0]}: unknown field in a 'function' check")
+        return {
+            "function": _function_path(f"{where}.function", check["function"]),
+            "input": _input(f"{where}.input", check.get("input", {})),
+            "timeout": _timeout(f"{where}.timeout", check.get("timeout", DEFAULT_TIMEOUT)),
+        }
     if "ssh" in check:
         if set(check) != {"ssh"} or check["ssh"] is not True:
             raise BadRequest(f'{where}: {{"ssh": true}} takes nothing else')
@@ -175,6 +185,41 @@ def _check(where: str, check: Any) -> dict[str, Any]:
             "timeout": _timeout(f"{where}.timeout", check.get("timeout", DEFAULT_TIMEOUT)),
         }
     raise BadRequest(f"{where}: must be one of {_CHECK_KINDS}")
+
+
+def _function_path(where: str, value: Any) -> str:
+    """A stored function's path as the functions service names it (no leading `/`); whether
+    one is stored there is asked of it before the change starts."""
+    path = value.lstrip("/") if isinstance(value, str) else ""
+    if not path or len(path) > MAX_PATH or ".." in path or _CONTROL.search(path):
+        raise BadRequest(f'{where}: must be the path of a stored function, like "checks/http"')
+    return path
+
+
+def _input(where: str, value: Any) -> str:
+    """The function's input as JSON text: a string holding JSON, or the value itself (as a
+    run's `input` is taken by the functions service)."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            raise BadRequest(
+                f"{where}: a string must hold JSON (or give the value itself)"
+            ) from None
+        text = value
+    else:
+        try:
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise BadRequest(f"{where}: must be JSON") from None
+    if len(text.encode()) > MAX_INPUT:
+        raise BadRequest(f"{where}: at most {MAX_INPUT} bytes as JSON")
+    return text
+
+
+def functions_of(args: dict[str, Any]) -> list[str]:
+    """The stored functions the change's checks run, in order."""
+    return [c["function"] for c in args["verify"] if "function" in c]
 
 
 def sets(args: dict[str, Any]) -> dict[str, Any]:

@@ -27,9 +27,11 @@ from nats.aio.subscription import Subscription
 
 from actors.hosting import HostParts
 from actors.runtime import ActorHandle, ActorUnavailable, Rejected
-from actors.vm import change_request, preflight, snapshots, templates
+from actors.vm import change_request, function_check, preflight, snapshots, templates
 from actors.vm.allocator import AllocatorActor, Holdings, Release, Reserve
+from actors.vm.drives import resize_refusal
 from actors.vm.events import Adopted
+from actors.vm.function_check import FunctionRuns
 from actors.vm.guestview import guest_view, tags_of
 from actors.vm.imagecache import ImageCache
 from actors.vm.jobs import Services, StageFailed
@@ -213,9 +215,12 @@ class VmService:
         *,
         poll_interval: float,
         fence: Callable[[], str | None] | None = None,
+        functions: FunctionRuns | None = None,
     ) -> None:
         self.runtime = runtime
         self.fence = fence
+        # How a change's function checks reach the functions service (the composition root's).
+        self.functions = functions
         self.settings = settings
         self.poll_interval = poll_interval
         self.inventory = Inventory()
@@ -258,6 +263,7 @@ class VmService:
             key_path=self.data / "ssh" / "id_ed25519",
             scripts_dir=scripts_dir,
             cpu_type=env.get("VM_CPU_TYPE") or None,
+            functions=self.functions,
         )
         self.allocator = await host.spawn(AllocatorActor, "cluster", settings=self.settings)
         self.runtime.store.add_listener(self._on_append)
@@ -580,6 +586,18 @@ class VmService:
                     return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
                 if refusal:
                     return _error(400, refusal)
+        if command is Command.SET_DISK and "drive" in args:
+            assert self.services is not None
+            held: VmInfo = await handle.ask(Query())
+            if held.state is State.STOPPED:  # else the actor says why not
+                node = held.facts.node if held.facts else self.settings.main_node
+                try:
+                    grow = int(args["grow_gb"])
+                    refusal = await resize_refusal(self.services, node, vmid, args["drive"], grow)
+                except PveError as exc:
+                    return _error(502, f"Proxmox did not answer about VM {vmid}: {exc.text}")
+                if refusal:
+                    return _error(400, refusal)
         if command is Command.CHANGE:
             refused = await self._change_refusal(handle, vmid, args)
             if refused is not None:
@@ -614,6 +632,8 @@ class VmService:
         if cpu is not None and (refusal := self._too_many_vcpus(int(cpu), node)):
             return _error(400, f"cpu: {refusal}")
         assert self.services is not None
+        if said := await function_check.refusal(self.services.functions, args["verify"]):
+            return _error(*said)
         try:
             _, cannot = await snapshots.listing(self.services, vmid, node)
         except PveError as exc:

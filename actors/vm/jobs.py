@@ -22,6 +22,7 @@ import attrs
 
 from actors.vm import stages
 from actors.vm.cputype import cpu_model_for_flags, lowest_cpu_model
+from actors.vm.function_check import FunctionRuns
 from actors.vm.guest import GuestError, verify, wait_ready
 from actors.vm.imagecache import ImageCache
 from actors.vm.lifecycle import State
@@ -85,6 +86,8 @@ class Services:
     cpu_type: str | None = None
     # Per template key: its lock and the template last found (actors/vm/templates.py).
     templates: dict[Any, Any] = attrs.field(factory=dict)
+    # The functions service, for a safe change's function checks (None: not wired).
+    functions: FunctionRuns | None = None
 
     @property
     def nodes(self) -> list[str]:
@@ -102,6 +105,20 @@ class Services:
                 models.append(cpu_model_for_flags(status.cpu_flags))
             self.cpu_type = lowest_cpu_model(models)
         return self.cpu_type
+
+
+@attrs.frozen
+class Job:
+    """What a VM task's job is given: the service, the VM, the node it is on, what cairn knows
+    of it (None for a VM cairn did not install), where its records go, and the command's
+    arguments."""
+
+    svc: Services
+    vmid: int
+    node: str
+    facts: Facts | None
+    report: Report
+    args: dict[str, Any]
 
 
 class StageFailed(Exception):
@@ -384,13 +401,18 @@ async def power(
             return JobResult(True, State.STOPPED, changes={"ram": ram})
         if command == "set/disk":
             grow = args["grow_gb"]
-            st.begin(stages.SET_DISK, f"growing the disk by {grow}G")
+            # Omitted: the boot disk, in the words the spec's stage has always used.
+            drive = args.get("drive")
+            which = f"disk {drive}" if drive else "the disk"
+            st.begin(stages.SET_DISK, f"growing {which} by {grow}G")
             try:
                 # Proxmox's own lines (lvextend's, qemu-img's ...) go into the task's records.
-                await pve.resize(node, vmid, "scsi0", f"+{grow}G", on_line=st.note)
+                await pve.resize(node, vmid, drive or "scsi0", f"+{grow}G", on_line=st.note)
             except PveError as exc:
                 raise StageFailed(f"disk resize failed: {exc.text}") from None
-            st.done("disk grown")
+            st.done(f"{which} grown".removeprefix("the "))
+            if drive not in (None, "scsi0"):
+                return JobResult(True, State.STOPPED)  # the VM's `disk` is its boot disk's size
             current = facts.disk_gb if facts else 0
             return JobResult(True, State.STOPPED, changes={"disk_gb": current + grow})
         if command == "set/node":

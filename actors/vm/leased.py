@@ -20,6 +20,7 @@ from typing import Any
 from actors.hosting import HostParts
 from actors.leased import Leased, Stop
 from actors.platform import ClusterMode
+from actors.vm.function_check import FunctionRuns
 from actors.vm.host import VmService
 from actors.vm.settings import VmSettings
 from events.leases import Lease
@@ -39,11 +40,13 @@ class VmTenure:
         *,
         poll_interval: float,
         scripts_dir: Path,
+        functions: FunctionRuns | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.poll_interval = poll_interval
         self.scripts_dir = scripts_dir
+        self.functions = functions
         self.service: VmService | None = None
         self.leased = Leased(runtime.nc, LEASE, cluster.holder, cluster.leases, self._start)
 
@@ -52,7 +55,11 @@ class VmTenure:
 
     async def _start(self, lease: Lease) -> Stop:
         service = VmService(
-            self.runtime, self.settings, poll_interval=self.poll_interval, fence=lease.fence
+            self.runtime,
+            self.settings,
+            poll_interval=self.poll_interval,
+            fence=lease.fence,
+            functions=self.functions,
         )
         self.service = service
 

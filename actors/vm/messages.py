@@ -20,6 +20,7 @@ import attrs
 
 from actors.audit import BadBy, parse_by
 from actors.vm.change_request import parse_change
+from actors.vm.drives import parse_drive
 from actors.vm.lifecycle import Command
 from actors.vm.requests import (
     BadRequest,
@@ -149,7 +150,8 @@ def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[
         grow = args.get("grow_gb")
         if type(grow) is not int:
             raise BadRequest("disk: must be a whole number followed by G, like 16G")
-        return {"grow_gb": parse_set_disk({"disk": f"{grow}G"})}
+        drive = {"drive": parse_drive(args["drive"])} if "drive" in args else {}
+        return {"grow_gb": parse_set_disk({"disk": f"{grow}G"}), **drive}
     if command is Command.SET_NODE:
         return {"node": parse_set_node({"node": args.get("node")}, settings)}
     if command in (Command.SET_TAGS, Command.SET_DESCRIPTION, Command.SET_NETWORK):

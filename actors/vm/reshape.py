@@ -4,14 +4,10 @@ VM still carries cairn's mark; notes are rewritten above that mark, which stays.
 
 from __future__ import annotations
 
-from typing import Any
-
 from actors.vm.jobs import (
-    Facts,
+    Job,
     JobResult,
     NotOurs,
-    Report,
-    Services,
     StageFailed,
     Stages,
     failed,
@@ -29,19 +25,10 @@ SET_DESCRIPTION = "set > description"
 SET_NETWORK = "set > network"
 
 
-async def run(
-    svc: Services,
-    command: Command,
-    vmid: int,
-    node: str,
-    facts: Facts | None,
-    report: Report,
-    args: dict[str, Any],
-    claim: Claim | None,
-    state: State,
-) -> JobResult:
+async def run(job: Job, command: Command, claim: Claim | None, state: State) -> JobResult:
     """One change; the VM is left in `state` (the one it had) whichever way it ends."""
-    st = Stages(report)
+    svc, vmid, node, facts, args = job.svc, job.vmid, job.node, job.facts, job.args
+    st = Stages(job.report)
     pve = svc.pve
     step = {Command.SET_TAGS: SET_TAGS, Command.SET_DESCRIPTION: SET_DESCRIPTION}
     try:

@@ -17,9 +17,8 @@ import attrs
 from actors.vm import stages
 from actors.vm.events import SnapshotTaken, TaskStarted
 from actors.vm.jobs import (
-    Facts,
+    Job,
     JobResult,
-    Report,
     Services,
     StageFailed,
     Stages,
@@ -66,18 +65,11 @@ async def precheck(
     return None
 
 
-async def run(
-    svc: Services,
-    command: Command,
-    vmid: int,
-    node: str,
-    facts: Facts | None,
-    report: Report,
-    args: dict[str, Any],
-) -> JobResult:
+async def run(job: Job, command: Command) -> JobResult:
     """Take, roll back to or delete the snapshot `args["name"]`; the VM is left as Proxmox
     leaves it, read back at the end."""
-    st = Stages(report)
+    svc, vmid, node, facts, args = job.svc, job.vmid, job.node, job.facts, job.args
+    st = Stages(job.report)
     pve = svc.pve
     name = str(args["name"])
     try:

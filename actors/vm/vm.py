@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import change, install, jobs, reshape, snapshots, stages
+from actors.vm import change, drives, install, jobs, reshape, snapshots, stages
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -31,7 +31,7 @@ from actors.vm.events import (
     TaskEnded,
     TaskStarted,
 )
-from actors.vm.jobs import Facts, JobResult, Services
+from actors.vm.jobs import Facts, Job, JobResult, Services
 from actors.vm.lifecycle import KEEPS_POWER, POWER, WORKING, Command, Refusal, State, decide
 from actors.vm.ownership import Claim
 from actors.vm.requests import InstallRequest
@@ -370,7 +370,7 @@ class VmActor(AggregateActor):
         node = self.facts.node if self.facts else self.svc.settings.main_node
         if cmd.command is Command.SET_NODE and cmd.args.get("node") == node:
             raise Rejected(400, f"node: VM {self.vmid} is already on node {node!r}")
-        if cmd.command is Command.SET_DISK:
+        if cmd.command is Command.SET_DISK and cmd.args.get("drive", drives.BOOT) == drives.BOOT:
             limit = self.svc.settings.max_disk
             current = self.facts.disk_gb if self.facts else 0
             if limit is not None and current + cmd.args["grow_gb"] > limit:
@@ -381,28 +381,17 @@ class VmActor(AggregateActor):
             return self._change(cmd, verdict.working, node)
         self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
+        job = Job(self.svc, self.vmid, node, self.facts, report, cmd.args)
         if cmd.command in reshape.COMMANDS:
-            changed = reshape.run(
-                self.svc,
-                cmd.command,
-                self.vmid,
-                node,
-                self.facts,
-                report,
-                cmd.args,
-                self.claim,
-                verdict.done,
-            )
+            changed = reshape.run(job, cmd.command, self.claim, verdict.done)
             self.start_job(
                 report.around(changed), done=functools.partial(Finished, cmd.task, cmd.command)
             )
             return self.info()
         if cmd.command in _SNAPSHOT_COMMANDS:
-            job = snapshots.run(
-                self.svc, cmd.command, self.vmid, node, self.facts, report, cmd.args
-            )
+            snapshot = snapshots.run(job, cmd.command)
             self.start_job(
-                report.around(job), done=functools.partial(Finished, cmd.task, cmd.command)
+                report.around(snapshot), done=functools.partial(Finished, cmd.task, cmd.command)
             )
             return self.info()
         self.start_job(
@@ -440,8 +429,11 @@ class VmActor(AggregateActor):
             raise Rejected(400, f"disk: {facts.disk_gb}G + {grown}G exceeds VM_MAX_DISK ({limit}G)")
         self.record(TaskStarted(cmd.task, cmd.command.value, working.value, cmd.by))
         report = Reporter(self, cmd.task)
-        job = change.run(self.svc, self.vmid, node, facts, report, cmd.args, cmd.task)
-        self.start_job(report.around(job), done=functools.partial(Finished, cmd.task, cmd.command))
+        job = Job(self.svc, self.vmid, node, facts, report, cmd.args)
+        changing = change.run(job, facts, cmd.task)
+        self.start_job(
+            report.around(changing), done=functools.partial(Finished, cmd.task, cmd.command)
+        )
         return self.info()
 
     def _finished(self, msg: Finished) -> None:

@@ -26,9 +26,13 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
 from actors.config import ConfigError, env_float
+from actors.functions.runs import RunClient
+from actors.functions.settings import FunctionsSettings
+from actors.functions.stored import StoredFunctions
 from actors.platform import Runtime
 from actors.vm import stages
 from actors.vm.change_request import parse_change
+from actors.vm.drives import parse_drive
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.host import (
@@ -387,6 +391,17 @@ class VmGateway:
     def forbidden(self, request: web.Request) -> web.Response | None:
         return self.filter.refusal(request)
 
+    def target(self, request: web.Request, *, bad_id: int = 400) -> int | web.Response:
+        """The VM a task route names, or the refusal to answer with: the caller first (whether
+        they may ask at all), then the id. `bad_id`: the status of an unreadable id, 500 on the
+        routes whose contract answers so."""
+        if (denied := self.forbidden(request)) is not None:
+            return denied
+        vmid = _vmid(request)
+        if vmid is None:
+            return web.Response(status=bad_id, text=f"invalid VM id {request.match_info['id']!r}")
+        return vmid
+
     def who(self, request: web.Request) -> str:
         """Who asks, for the audit trail (``by`` of ``vm.task_started``): the token's name, or
         ``ip:<client address>`` when this cairn has no tokens."""
@@ -553,27 +568,20 @@ class VmGateway:
         return reply, task
 
     async def action(self, request: web.Request) -> web.StreamResponse:
-        if (denied := self.forbidden(request)) is not None:
-            return denied
         name = request.match_info["action"]
-        if name in ("start", "reboot"):
-            vmid = _vmid(request)
-            if vmid is None:
-                return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        streamed = name in ("start", "reboot")
+        vmid = self.target(request, bad_id=400 if streamed else 500)
+        if isinstance(vmid, web.Response):
+            return vmid
+        if streamed:
             return await self._streamed(request, vmid, Command(name), {})
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=500, text=f"invalid VM id {request.match_info['id']!r}")
         return await self._synchronous(vmid, _SYNC_ACTIONS[name], {}, self.who(request))
 
     async def set(self, request: web.Request) -> web.StreamResponse:
-        if (denied := self.forbidden(request)) is not None:
-            return denied
         what = request.match_info["what"]
-        vmid = _vmid(request)
-        if vmid is None:
-            status = 400 if what == "node" else 500
-            return web.Response(status=status, text=f"invalid VM id {request.match_info['id']!r}")
+        vmid = self.target(request, bad_id=400 if what == "node" else 500)
+        if isinstance(vmid, web.Response):
+            return vmid
         try:
             body = await self.body(request)
             if what == "cpu":
@@ -582,6 +590,8 @@ class VmGateway:
                 args = {"memory": parse_set_memory(body, self.settings)}
             elif what == "disk":
                 args = {"grow_gb": parse_set_disk(body)}
+                if isinstance(body, dict) and "drive" in body:
+                    args["drive"] = parse_drive(body["drive"])
             elif what in ("tags", "description", "network"):
                 args = parse_reshape(Command(f"set/{what}"), body)
             else:
@@ -620,11 +630,9 @@ class VmGateway:
 
     async def snapshot(self, request: web.Request) -> web.StreamResponse:
         """`POST /api/vm/<id>/snapshots` {name, description, vmstate}: the task as SSE."""
-        if (denied := self.forbidden(request)) is not None:
-            return denied
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        vmid = self.target(request)
+        if isinstance(vmid, web.Response):
+            return vmid
         try:
             args = parse_snapshot(await self.body(request))
         except BadRequest as exc:
@@ -649,11 +657,9 @@ class VmGateway:
 
     async def change(self, request: web.Request) -> web.StreamResponse:
         """`POST /api/vm/<id>/change`: a safe change (actors/vm/change.py), as SSE."""
-        if (denied := self.forbidden(request)) is not None:
-            return denied
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        vmid = self.target(request)
+        if isinstance(vmid, web.Response):
+            return vmid
         try:
             args = parse_change(await self.body(request), self.settings)
         except BadRequest as exc:
@@ -663,11 +669,9 @@ class VmGateway:
     def _snapshot_target(self, request: web.Request) -> tuple[int, str] | web.Response:
         """The VM and snapshot a route names, or the refusal to answer with (the caller's
         address first, then the id, then the name)."""
-        if (denied := self.forbidden(request)) is not None:
-            return denied
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        vmid = self.target(request)
+        if isinstance(vmid, web.Response):
+            return vmid
         try:
             return vmid, parse_snapshot_name(request.match_info["name"])
         except BadRequest as exc:
@@ -695,11 +699,9 @@ class VmGateway:
     async def reattach(self, request: web.Request) -> web.StreamResponse:
         """`GET /api/vm/<id>/task`: the VM's latest task as SSE; with `Last-Event-ID` (an `id:`
         this service sent), that task's records after it."""
-        if (denied := self.forbidden(request)) is not None:
-            return denied
-        vmid = _vmid(request)
-        if vmid is None:
-            return web.Response(status=400, text=f"invalid VM id {request.match_info['id']!r}")
+        vmid = self.target(request)
+        if isinstance(vmid, web.Response):
+            return vmid
         stream = f"vm:{vmid}"
         history = await _from_store(self.runtime.store, stream, 0)
         header = last_event_id(request)
@@ -880,14 +882,27 @@ async def build(runtime: Runtime) -> web.Application:
     settings = settings_from(runtime)
     poll = env_float(runtime.env, "VM_POLL_INTERVAL", 5.0, min=0.05)
     scripts = write_scripts(runtime.data_dir / "vm" / "sh")
+    # A change's function checks run as the HTTP gateway's runs do, on the gateway role's
+    # connection: its account holds nothing a forged reply subject could reach.
+    # Only the runs' time limits and queue matter here: not this host's sandbox user, which a
+    # VM service without a functions runner need not have.
+    asked = FunctionsSettings.from_env({**runtime.env, "FUNCTIONS_RUNNER": "0"})
+    runs = RunClient(runtime.gateway_nc, asked)
+    await runs.start()
+    functions = StoredFunctions(runtime.gateway_nc, runs)
     actors: VmService | VmTenure
     if runtime.cluster is not None:
         actors = VmTenure(
-            runtime, settings, runtime.cluster, poll_interval=poll, scripts_dir=scripts
+            runtime,
+            settings,
+            runtime.cluster,
+            poll_interval=poll,
+            scripts_dir=scripts,
+            functions=functions,
         )
         await actors.start()
     else:
-        actors = VmService(runtime, settings, poll_interval=poll)
+        actors = VmService(runtime, settings, poll_interval=poll, functions=functions)
         await actors.start(scripts)
     gw = VmGateway(runtime, settings)
 
@@ -940,6 +955,7 @@ async def build(runtime: Runtime) -> web.Application:
 
     async def cleanup(_: web.Application) -> None:
         await actors.stop()
+        await runs.stop()
         sim = _SIMS.pop(id(runtime), None)
         if sim is not None:
             await sim.aclose()

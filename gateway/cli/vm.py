@@ -286,6 +286,9 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
         if value is not None
     ]
     reshaped = vm_shape.set_changes(args)
+    drive = getattr(args, "drive", None)
+    if drive is not None and args.disk is None:
+        raise CliError(USAGE, "vm set: --drive names the disk --disk grows; give --disk too")
     if not changes and not reshaped:
         raise CliError(
             USAGE,
@@ -299,6 +302,9 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
         try:
             if what == "node":
                 result["migration"] = run_task(t, io, path, {"node": value}, "migration")
+            elif what == "disk" and drive is not None:
+                call(t, "POST", path, {"disk": value, "drive": drive})
+                io.say(f"VM {args.id}: disk {clean(drive)} grown by {clean(value)}")
             else:
                 call(t, "POST", path, {what: value})
                 io.say(f"VM {args.id}: {SET_SAYS[what](value)}")
@@ -539,6 +545,10 @@ def register(subparsers: Any) -> None:
     setting.add_argument("--cpu", type=int, help="vCPUs (1-32)")
     setting.add_argument("--memory", type=int, help="MB (at least 512)")
     setting.add_argument("--disk", help="grow the disk by this much, e.g. 8G")
+    setting.add_argument(
+        "--drive",
+        help="the disk --disk grows: scsi0, the boot disk (default), or scsi1... an extra disk",
+    )
     setting.add_argument("--node", help="migrate to this node (stages shown live)")
     vm_shape.add_set_options(setting)
 

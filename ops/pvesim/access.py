@@ -59,7 +59,7 @@ def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dic
         "/nodes": ["Sys.Audit"] + (["Sys.AccessNetwork"] if version >= "8.2" else []),
     }  # fmt: skip
     if version >= "8.0":
-        acl["/sdn/zones/localnetwork/vmbr0"] = ["SDN.Use"]
+        acl["/sdn/zones/localnetwork"] = ["SDN.Use"]
     if version < "8.2":
         acl["/"] = ["Sys.Audit", "Sys.Modify"]
     return acl

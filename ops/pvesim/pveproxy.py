@@ -1081,9 +1081,12 @@ def _config_privileges(proxy: PveProxy, call: Call, vmid: int, create: bool) -> 
             proxy.need(call, path, "VM.Config.Cloudinit", "VM.Config.Network", any_of=True)
         elif vc.NET_RE.match(key):
             proxy.need(call, path, "VM.Config.Network")
-            bridge = dict(p.partition("=")[::2] for p in value.split(",")).get("bridge")
+            nic = dict(p.partition("=")[::2] for p in value.split(","))
+            bridge, tag = nic.get("bridge"), nic.get("tag")
             if bridge and version >= "8.0":
-                proxy.need(call, f"/sdn/zones/localnetwork/{bridge}", "SDN.Use")
+                # GC check_vnet_access: a tagged NIC is checked on the VLAN's own path.
+                where = f"/sdn/zones/localnetwork/{bridge}" + (f"/{tag}" if tag else "")
+                proxy.need(call, where, "SDN.Use")
         elif vc.DRIVE_RE.match(key):
             file = vc.parse_drive(value)["file"]
             if file.endswith(":cloudinit"):

@@ -52,6 +52,17 @@ def test_install_options_reach_the_vm_and_the_scripts_output_is_printed(
     moved = cairn.run("vm", "set", str(vmid), "--vlan", "0", "--mtu", "1500")
     assert moved.out == f"VM {vmid}: network set: vlan removed, mtu 1500\n", moved
     assert str(config(cairn, vmid)["net0"]).endswith(",bridge=vmbr0,mtu=1500")
+    grown = cairn.run("vm", "set", str(vmid), "--disk", "2G", "--drive", "scsi1")
+    assert (grown.code, grown.out) == (0, f"VM {vmid}: disk scsi1 grown by 2G\n"), grown
+    conf = config(cairn, vmid)
+    assert str(conf["scsi1"]).endswith(",size=10G") and str(conf["scsi0"]).endswith(",size=20G")
+    lacking = cairn.run("vm", "set", str(vmid), "--disk", "2G", "--drive", "scsi2")
+    assert (lacking.code, lacking.err) == (
+        1,
+        f"cairn: drive: VM {vmid} has no disk scsi2; its disks: scsi0, scsi1\n",
+    )
+    alone = cairn.run("vm", "set", str(vmid), "--drive", "scsi1")
+    assert alone.code == 2 and "--drive names the disk --disk grows; give --disk too" in alone.err
 
 
 def test_bad_options_are_refused(cairn: Cairn) -> None:

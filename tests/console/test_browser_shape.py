@@ -48,3 +48,20 @@ def test_an_install_shaped_from_the_advanced_part_shows_on_the_vm_page(
     expect(details).to_contain_text("made in the console")
     page.goto(stack.url("vms"))
     expect(page.locator(f'tr[data-vmid="{vmid}"] .tags')).to_have_text(re.compile(r"web\s+edge"))
+
+    # The resize form grows the disk chosen: the extra one here, the boot disk untouched.
+    assert stack.request("POST", f"/console/svc/vm/api/vm/{vmid}/stop")[0] == 200
+    page.goto(stack.url(f"vm/{vmid}"))
+    expect(page.locator("dl.details .badge")).to_have_text("stopped")
+    page.get_by_role("combobox", name=re.compile(r"^Disk")).select_option("scsi1")
+    page.get_by_label("Grow disk by (GiB)").fill("2")
+    page.get_by_label("Grow disk by (GiB)").press("Enter")
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("heading")).to_have_text("Disk scsi1: 8G + 2 GiB")
+    dialog.get_by_role("button", name="Confirm").click()
+    expect(details).to_contain_text("scsi1: 10G")
+    with Store(stack.root / "data" / "pvesim").locked() as txn:
+        found = txn.find_vm(vmid)
+    assert found is not None
+    assert str(found[1]["config"]["scsi1"]).endswith(",size=10G")
+    assert str(found[1]["config"]["scsi0"]).endswith(",size=16G")

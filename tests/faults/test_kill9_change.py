@@ -21,12 +21,13 @@ MARKER = "/root/cairn-marker"
 RUNNING_STEP = "change > step 2: run"
 
 
-async def change_cut_off(cairn: Cairn, sim: SimCluster, vmid: int) -> str:
+async def change_cut_off(cairn: Cairn, sim: SimCluster, vmid: int, *, keep: bool = False) -> str:
     """Start a change whose second step writes the marker and then takes long; kill -9 cairn
     while it runs. The change's task id."""
     body = {
         "steps": [{"set": {"memory": 4096}}, {"run": f"echo after > {MARKER}\nsleep 20"}],
         "verify": {"ssh": True},
+        "keep_snapshot": keep,
     }
     async with cairn.session.post(cairn.api + f"/vm/{vmid}/change", json=body) as resp:
         assert resp.status == 200, await resp.text()
@@ -64,13 +65,14 @@ async def reattached(cairn: Cairn, vmid: int) -> dict[str, Any]:
     return settled.last
 
 
-@pytest.mark.parametrize("driver", ["cli", "api"])
+# The api driver's run asks to keep the snapshot: the settling at the next start keeps it too.
+@pytest.mark.parametrize(("driver", "keep"), [("cli", False), ("api", True)])
 async def test_kill9_mid_change_rolls_it_back_at_the_next_start(
-    start_cairn: StartCairn, sim: SimCluster, driver: str
+    start_cairn: StartCairn, sim: SimCluster, driver: str, keep: bool
 ) -> None:
     vmid = 230 if driver == "cli" else 231
     cairn = await prepared(start_cairn, sim, vmid, driver)
-    task = await change_cut_off(cairn, sim, vmid)
+    task = await change_cut_off(cairn, sim, vmid, keep=keep)
     vm = sim.vm(vmid)
     assert vm is not None and str(vm.config["memory"]) == "4096"  # the change was half-way
 
@@ -79,11 +81,16 @@ async def test_kill9_mid_change_rolls_it_back_at_the_next_start(
     name = f"cairn-change-{task[:16]}"
     assert (last["step"], last["status"]) == ("recovery", "error"), last
     assert "interrupted by a restart" in last["message"], last
-    assert f"the change was rolled back to snapshot {name}; VM left running" in last["message"]
+    kept = f" (snapshot {name} kept, as asked)" if keep else ""
+    assert (
+        f"the change was rolled back to snapshot {name}{kept}; VM left running" in (last["message"])
+    ), last
     vm = sim.vm(vmid)
     assert vm is not None and str(vm.config["memory"]) == "2048" and vm.lock is None
     assert sim.guest_files(vmid)[MARKER] == "before\n"
-    assert await again.request("GET", again.api + f"/vm/{vmid}/snapshots") == (200, "[]")
+    status, text = await again.request("GET", again.api + f"/vm/{vmid}/snapshots")
+    assert status == 200, text
+    assert [s["name"] for s in json.loads(text)] == ([name] if keep else []), text
     status, text = await again.request("GET", again.api + f"/vm/{vmid}")
     assert status == 200 and json.loads(text)["state"] == "running", text
     assert await again.stop() == 0

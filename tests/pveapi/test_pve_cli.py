@@ -8,9 +8,13 @@ import argparse
 import pytest
 from pvesim.cluster import SimCluster
 
+from actors.vm.pveapi import errors
 from actors.vm.pveapi.privileges import Layout, bootstrap, roles
 from gateway.cli.pve import check, run_bootstrap
 from gateway.main import main
+
+from .conftest import client_for
+from .test_pveproxy import create
 
 VM = (
     "VM.Allocate,VM.Audit,VM.Config.CPU,VM.Config.Memory,VM.Config.Disk,VM.Config.CDROM,"
@@ -43,9 +47,8 @@ def test_bootstrap_for_pve_8_4() -> None:
         "pveum acl modify /storage/local --tokens 'cairn@pve!driver' --roles CairnImage",
         "pveum acl modify /nodes --users cairn@pve --roles CairnNode",
         "pveum acl modify /nodes --tokens 'cairn@pve!driver' --roles CairnNode",
-        "pveum acl modify /sdn/zones/localnetwork/vmbr0 --users cairn@pve --roles CairnNet",
-        "pveum acl modify /sdn/zones/localnetwork/vmbr0 --tokens 'cairn@pve!driver' "
-        "--roles CairnNet",
+        "pveum acl modify /sdn/zones/localnetwork --users cairn@pve --roles CairnNet",
+        "pveum acl modify /sdn/zones/localnetwork --tokens 'cairn@pve!driver' --roles CairnNet",
         "pveum user token permissions cairn@pve driver",
     ]
 
@@ -108,7 +111,7 @@ async def test_check_with_the_bootstrapped_token_says_ok_to_everything(sim: SimC
 
 async def test_check_names_what_is_missing(sim: SimCluster) -> None:
     sim.revoke_api("/vms", ["VM.Migrate"])
-    sim.revoke_api("/sdn/zones/localnetwork/vmbr0", ["SDN.Use"])
+    sim.revoke_api("/sdn/zones/localnetwork", ["SDN.Use"])
     sim.set_api_version("8.2")
     env = {**sim.api_env(), "ASSIGN_STORAGE": "local-lvm", "PVE_IMPORT_STORAGE": "local-lvm"}
     lines = await check(env, "pve2", _args())
@@ -130,3 +133,42 @@ async def test_check_refuses_a_wrong_fingerprint(sim: SimCluster) -> None:
     env = {**sim.api_env(), "PVE_API_FINGERPRINT": "00" * 32}
     lines = await check(env, None, _args())
     assert len(lines) == 1 and lines[0].startswith("FAIL connect: refused to talk to https://")
+
+
+def _bootstrapped(layout: Layout) -> dict[str, list[str]]:
+    """The ACL `cairn pve bootstrap` gives its token: every role's privileges on its paths."""
+    acl: dict[str, list[str]] = {}
+    for role in roles(layout):
+        for path in role.paths:
+            acl[path] = sorted({*acl.get(path, []), *role.privs})
+    return acl
+
+
+@pytest.mark.parametrize("nic", ["virtio,bridge=vmbr1", "virtio,bridge=vmbr2,tag=20"])
+async def test_the_bootstrapped_token_may_use_any_local_bridge(sim: SimCluster, nic: str) -> None:
+    """An install may name any bridge (and VLAN), not only VM_BRIDGE: PVE checks SDN.Use on
+    /sdn/zones/localnetwork/<bridge>[/<vlan>], which the bootstrap's grant on the zone covers."""
+    secret = sim.add_api_token("cairn@pve!boot", _bootstrapped(Layout()))
+    client = client_for(sim, token=f"cairn@pve!boot={secret}")
+    try:
+        assert await create(client, "pve1", 140, net0=nic) == "OK"
+    finally:
+        await client.close()
+    vm = sim.vm(140)
+    assert vm is not None and str(vm.config["net0"]).endswith(nic.removeprefix("virtio"))
+
+
+async def test_a_grant_on_one_bridge_only_is_refused_on_another(sim: SimCluster) -> None:
+    """What the bootstrap granted before: SDN.Use on VM_BRIDGE's path alone."""
+    acl = _bootstrapped(Layout())
+    acl["/sdn/zones/localnetwork/vmbr0"] = acl.pop("/sdn/zones/localnetwork")
+    secret = sim.add_api_token("cairn@pve!narrow", acl)
+    client = client_for(sim, token=f"cairn@pve!narrow={secret}")
+    try:
+        with pytest.raises(errors.PermissionDenied) as caught:
+            await create(client, "pve1", 141, net0="virtio,bridge=vmbr1,tag=20")
+        assert await create(client, "pve1", 142, net0="virtio,bridge=vmbr0,tag=20") == "OK"
+    finally:
+        await client.close()
+    assert "lacks SDN.Use on /sdn/zones/localnetwork/vmbr1/20" in caught.value.text
+    assert sim.vm(141) is None

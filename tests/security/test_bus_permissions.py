@@ -136,6 +136,8 @@ FORBIDDEN_PUBLISH = {
         "$JS.API.STREAM.INFO.CAIRN_EVENTS", "$KV.CAIRN_LEASES.functions", "_INBOX_gateway.x",
         "cairn.functions.reply.x.y", "cairn.functions.run", "cairn.events.follow",
     ],
+    # A VM's safe change runs its function checks over the gateway role's connection, so the
+    # hosts' account, where JetStream answers, never asks runners and never hears a run.
     Role.HOST: ["cairn.functions.run", "cairn.functions.reply.x.y", "_INBOX_gateway.x"],
 }  # fmt: skip
 

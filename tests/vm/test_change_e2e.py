@@ -219,8 +219,8 @@ async def test_refusals(sim: SimCluster, start_service: Any) -> None:
         ),
         (
             {"steps": [{"reboot": True}]},
-            'verify: is required: how to tell the VM still works, {"ssh": true} or '
-            '{"run": "<shell>"}',
+            'verify: is required: how to tell the VM still works, {"ssh": true}, '
+            '{"run": "<shell>"} or {"function": "<stored function path>"}',
         ),
         ({"steps": [{"reboot": True}], "verify": [ok_verify] * 5}, "verify: at most 4 checks"),
         (
@@ -229,7 +229,8 @@ async def test_refusals(sim: SimCluster, start_service: Any) -> None:
         ),
         (
             {"steps": [{"reboot": True}], "verify": [ok_verify, {"http": "x"}]},
-            'verify[1]: must be one of {"ssh": true} or {"run": "<shell>"}',
+            'verify[1]: must be one of {"ssh": true}, {"run": "<shell>"} or '
+            '{"function": "<stored function path>"}',
         ),
         (
             {"steps": [{"reboot": True}], "verify": ok_verify, "keep_snapshot": "no"},

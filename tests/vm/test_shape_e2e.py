@@ -31,7 +31,6 @@ async def test_the_vm_config_holds_every_field_asked_for(
     sim: SimCluster, start_service: Any
 ) -> None:
     sim.add_bridge("vmbr1", mtu=9000)
-    sim.grant_api("/sdn/zones/localnetwork/vmbr1", ["SDN.Use"])  # the token's, for a new bridge
     service: Service = await start_service()
     sse = await service.install(
         id=130, bridge="vmbr1", vlan=20, mtu=9000, nameserver="10.0.0.53 2001:db8::53",
@@ -253,7 +252,6 @@ async def test_the_network_changes_only_while_stopped_and_only_to_a_bridge_the_n
     sim: SimCluster, start_service: Any, driver: str
 ) -> None:
     sim.add_bridge("vmbr1", mtu=9000)
-    sim.grant_api("/sdn/zones/localnetwork/vmbr1", ["SDN.Use"])
     service: Service = await start_service()
     vmid = await service.installed(id=151, vlan=10)
     mac = str(sim.vm(vmid).config["net0"]).split(",")[0]  # type: ignore[union-attr]

@@ -48,6 +48,8 @@ def _at_least(release: str, wanted: tuple[int, int]) -> bool:
 
 
 CONSOLE = "CairnConsole"
+# The pseudo-zone that holds a node's plain Linux bridges in PVE's ACL tree.
+LOCAL_BRIDGES = "/sdn/zones/localnetwork"
 
 
 def roles(layout: Layout) -> list[Role]:
@@ -76,7 +78,10 @@ def roles(layout: Layout) -> list[Role]:
     else:  # before Sys.AccessNetwork (8.2), download-url wants Sys.Audit + Sys.Modify on /
         out.append(Role("CairnNode", ("Sys.Audit", "Sys.Modify"), ("/",)))
     if _at_least(layout.release, (8, 0)):
-        out.append(Role("CairnNet", ("SDN.Use",), (f"/sdn/zones/localnetwork/{layout.bridge}",)))
+        # PVE checks SDN.Use on /sdn/zones/localnetwork/<bridge> (and /<vlan> below it for a
+        # tagged NIC) for every plain Linux bridge; an install may name any bridge, so the
+        # grant is on the zone and propagates to all of them.
+        out.append(Role("CairnNet", ("SDN.Use",), (LOCAL_BRIDGES,)))
     return out
 
 

@@ -82,24 +82,30 @@ function Details({ vm, records }) {
 }
 
 // What a resize changes, old → new, in the units the details show: "vCPUs: 2 → 4",
-// "Memory: 2 GiB → 4 GiB", "Disk: 16 GiB → 24 GiB" (the disk grows by what was typed).
-export function resizeTitle(what, current, typed) {
+// "Memory: 2 GiB → 4 GiB", "Disk: 16 GiB → 24 GiB" (the disk grows by what was typed). An
+// extra disk (`drive`, from the VM's config) is named with the size Proxmox gives it.
+export function resizeTitle(what, current, typed, drive = null) {
   const n = Number(typed);
   if (what === "cpu") return `vCPUs: ${current} → ${n}`;
   if (what === "memory") return `Memory: ${mib(current)} → ${mib(n)}`;
+  if (drive && drive.slot !== "scsi0") return `Disk ${drive.slot}: ${drive.size ?? "?"} + ${gib(n)}`;
   return `Disk: ${gib(current)} → ${gib(current + n)} (${gib(n)} more)`;
 }
 
-function SetForm({ id, what, label, unit, min, max, value, current, disabled, onDone, confirm }) {
+function SetForm({ id, what, label, unit, min, max, value, current, disabled, onDone, confirm, drives = [] }) {
   const [error, setError] = useState(null);
   const [note, setNote] = useState(null);
   // What the user typed, kept over the reloads events bring (the VM's figure would replace it).
   const [typed, setTyped] = useState(null);
   const submit = (e) => {
     e.preventDefault();
-    const raw = new FormData(e.target).get(what);
+    const form = new FormData(e.target);
+    const raw = form.get(what);
+    // Which disk grows: the boot disk unless another is chosen (set/disk's `drive`).
+    const drive = drives.find((d) => d.slot === form.get("drive")) ?? null;
     const body = what === "disk" ? { disk: `${raw}G` } : { [what]: Number(raw) };
-    confirm(resizeTitle(what, current, raw), "The VM is changed while it is stopped.", async () => {
+    if (drive && drive.slot !== "scsi0") body.drive = drive.slot;
+    confirm(resizeTitle(what, current, raw, drive), "The VM is changed while it is stopped.", async () => {
       setError(null);
       setNote(null);
       try {
@@ -114,6 +120,11 @@ function SetForm({ id, what, label, unit, min, max, value, current, disabled, on
   };
   return html`
     <form class="inline" onSubmit=${submit}>
+      ${drives.length > 1 ? html`
+        <label>Disk
+          <select name="drive" disabled=${disabled}>
+            ${drives.map((d) => html`<option value=${d.slot}>${d.slot} (${d.size ?? "?"})</option>`)}
+          </select></label>` : null}
       <label>${label} (${unit})
         <input name=${what} type="number" min=${min} max=${max} value=${typed ?? value} required
                disabled=${disabled} onInput=${(e) => setTyped(e.target.value)} /></label>
@@ -229,6 +240,7 @@ export function VmDetail({ id }) {
           <${SetForm} id=${id} what="memory" label="Memory" unit="MiB" min="512" value=${vm.memory} current=${vm.memory}
                       disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
           <${SetForm} id=${id} what="disk" label="Grow disk by" unit="GiB" min="1" value="8" current=${vm.disk}
+                      drives=${vm.guest?.disks ?? []}
                       disabled=${!stopped || streaming} onDone=${detail.reload} confirm=${confirm} />
           <h3>Migrate</h3>
           <form class="inline" onSubmit=${(e) => {
