@@ -139,15 +139,7 @@ class FakePve:
 
     # -- VM tasks --------------------------------------------------------------------------
 
-    async def create(
-        self,
-        node: str,
-        vmid: int,
-        hardware: pve.Hardware,
-        *,
-        disk: pve.ImportFrom | None = None,
-        pool: str | None = None,
-    ) -> pve.Task:
+    async def create(self, node: str, vmid: int, spec: pve.Create) -> pve.Task:
         self._ask("create", node, vmid)
         if (other := self.vms.get(vmid)) is not None:
             raise pve.AlreadyExists(
@@ -156,11 +148,11 @@ class FakePve:
                 vmid,
                 other.node,
             )
-        config = hardware.options()
+        config = spec.hardware.options()
         for key in [k for k in config if k.startswith("scsi") and k != "scsihw"]:
             storage, _, size = config[key].partition(":")  # a new volume of `size` GiB
             config[key] = f"{storage}:vm-{vmid}-disk-{key[4:]},size={size}G"
-        if disk is not None:
+        if (disk := spec.disk) is not None:
             config["scsi0"] = f"{disk.storage}:vm-{vmid}-disk-0"
             config |= disk.cloud_init.options() | {"ide2": f"{disk.storage}:cloudinit"}
         self.vms[vmid] = FakeVm(node, config)
@@ -333,22 +325,15 @@ class FakePve:
         del vm.snapshots[name]
         return pve.Task(node)
 
-    async def download_url(
-        self,
-        node: str,
-        storage: str,
-        filename: str,
-        url: str,
-        *,
-        checksum: tuple[str, str] | None = None,
-    ) -> pve.Task:
+    async def download_url(self, node: str, storage: str, image: pve.Download) -> pve.Task:
         self._ask("download_url", node)
+        filename = image.filename
         volid = f"{storage}:import/{filename}"
         held = self.volumes.setdefault(node, set())
         if volid in held:
             return pve.Task(node, log=(f"file '{filename}' exists, no need to download",))
         held.add(volid)
-        return pve.Task(node, log=(f"downloading {url}",))
+        return pve.Task(node, log=(f"downloading {image.url}",))
 
     async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> pve.Task:
         raise pve.NotFound(f"upid: no such task {upid}")
