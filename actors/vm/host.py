@@ -480,8 +480,9 @@ class VmService:
         if known is None:
             replayed = self._known_task(task)
             if replayed is not None:
-                log.info("vm: task %s asked again: it is VM %s's, begun before", task,
-                         replayed["vmid"])  # fmt: skip
+                log.info(
+                    "vm: task %s asked again: it is VM %s's, begun before", task, replayed["vmid"]
+                )
                 return replayed
             known = asyncio.ensure_future(run())
             self._answers[task] = known

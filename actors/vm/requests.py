@@ -28,15 +28,44 @@ MIN_DISK_GB = 16
 MAX_CPU = 32
 
 # The install body's fields (spec), and names people reach for instead of them.
-INSTALL_FIELDS = ("os", "version", "name", "id", "node", "cpu", "ram", "disk", "user", "passwd",
-                  "pubkey")  # fmt: skip
+INSTALL_FIELDS = (
+    "os",
+    "version",
+    "name",
+    "id",
+    "node",
+    "cpu",
+    "ram",
+    "disk",
+    "user",
+    "passwd",
+    "pubkey",
+)
 _MEANT = {
-    "memory": "ram", "mem": "ram", "ram_mb": "ram", "vmid": "id", "vm_id": "id",
-    "password": "passwd", "pass": "passwd", "cores": "cpu", "cpus": "cpu", "vcpu": "cpu",
-    "vcpus": "cpu", "disk_size": "disk", "size": "disk", "storage": "disk", "username": "user",
-    "ssh_key": "pubkey", "sshkey": "pubkey", "sshkeys": "pubkey", "public_key": "pubkey",
-    "key": "pubkey", "hostname": "name", "os_version": "version", "target": "node",
-}  # fmt: skip
+    "memory": "ram",
+    "mem": "ram",
+    "ram_mb": "ram",
+    "vmid": "id",
+    "vm_id": "id",
+    "password": "passwd",
+    "pass": "passwd",
+    "cores": "cpu",
+    "cpus": "cpu",
+    "vcpu": "cpu",
+    "vcpus": "cpu",
+    "disk_size": "disk",
+    "size": "disk",
+    "storage": "disk",
+    "username": "user",
+    "ssh_key": "pubkey",
+    "sshkey": "pubkey",
+    "sshkeys": "pubkey",
+    "public_key": "pubkey",
+    "key": "pubkey",
+    "hostname": "name",
+    "os_version": "version",
+    "target": "node",
+}
 
 _DISK = re.compile(r"^([0-9]{1,6})G$")
 _DNS_NAME = re.compile(

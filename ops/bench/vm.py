@@ -106,10 +106,16 @@ def mark_polls(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
 @contextlib.asynccontextmanager
 async def simulator(root: Path, delay_scale: float = 0.0) -> AsyncIterator[dict[str, str]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pvesim.cli", "sim", "--root", str(root),
-        "--delay-scale", str(delay_scale),
+        sys.executable,
+        "-m",
+        "pvesim.cli",
+        "sim",
+        "--root",
+        str(root),
+        "--delay-scale",
+        str(delay_scale),
         stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     env: dict[str, str] = {}
     assert proc.stdout is not None
     try:
@@ -346,9 +352,15 @@ async def fill_cluster(env: dict[str, str], total: int) -> None:
     """VMs made behind cairn's back on every node, until the cluster holds `total`."""
     pve = Path(env["PVESIM_ROOT"]) / "bin"
     proc = await asyncio.create_subprocess_exec(
-        str(pve / "pve1" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
-        "--output-format", "json", stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        str(pve / "pve1" / "pvesh"),
+        "get",
+        "/cluster/resources",
+        "--type",
+        "vm",
+        "--output-format",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await proc.communicate()
     used = {e["vmid"] for e in json.loads(out)}
     free = [v for v in range(100, 255) if v not in used][: max(0, total - len(used))]
@@ -359,10 +371,19 @@ async def fill_cluster(env: dict[str, str], total: int) -> None:
         node = nodes[i % 3]
         async with sem:
             proc = await asyncio.create_subprocess_exec(
-                str(pve / node / "qm"), "create", str(vmid), "--name", f"bulk-{vmid}",
-                "--cores", "2", "--memory", "1024", "--tags", "debian",
+                str(pve / node / "qm"),
+                "create",
+                str(vmid),
+                "--name",
+                f"bulk-{vmid}",
+                "--cores",
+                "2",
+                "--memory",
+                "1024",
+                "--tags",
+                "debian",
                 stdout=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             await proc.wait()
 
     await asyncio.gather(*(make(i, v) for i, v in enumerate(free)))
@@ -400,10 +421,16 @@ async def nats_baseline(nats: EmbeddedNats, n: int = 500) -> list[float]:
 
 
 LIFECYCLE: list[tuple[str, dict[str, Any] | None]] = [
-    ("stop", None), ("set/cpu", {"cpu": 2}), ("set/memory", {"memory": 1024}),
-    ("set/disk", {"disk": "4G"}), ("set/node", {"node": "pve3"}), ("start", None),
-    ("reboot", None), ("shutdown", None), ("destroy", None),
-]  # fmt: skip
+    ("stop", None),
+    ("set/cpu", {"cpu": 2}),
+    ("set/memory", {"memory": 1024}),
+    ("set/disk", {"disk": "4G"}),
+    ("set/node", {"node": "pve3"}),
+    ("start", None),
+    ("reboot", None),
+    ("shutdown", None),
+    ("destroy", None),
+]
 
 
 async def drivers_bench(rounds: int) -> None:
