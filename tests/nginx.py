@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,37 @@ from tests.conftest import wait_for
 
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
 EXAMPLES = Path(__file__).resolve().parents[1] / "ops" / "deploy" / "nginx"
+
+
+# The name the test certificate is for (a client sends it as Host).
+SITE = "cairn.test"
+
+
+def certificate(work: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for SITE, valid a day, and its key."""
+    work.mkdir(parents=True, exist_ok=True)
+    cert, key = work / "cert.pem", work / "key.pem"
+    subject = ["-subj", f"/CN={SITE}", "-keyout", str(key), "-out", str(cert)]
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subprocess.run([*openssl, *subject], check=True, capture_output=True)
+    return cert, key
+
+
+def tls_site(upstreams: Mapping[int, int], https: int, http: int, cert: Path, key: Path) -> str:
+    """The example TLS site on loopback: each upstream port it names moved to the test's
+    (example port -> test port), listening on `https` and `http`, with this certificate."""
+    site = (EXAMPLES / "cairn-tls.conf").read_text()
+    swaps = [(f"server 127.0.0.1:{a};", f"server 127.0.0.1:{b};") for a, b in upstreams.items()]
+    swaps += [
+        ("listen 443 ssl http2;", f"listen 127.0.0.1:{https} ssl http2;"),
+        ("listen 80;", f"listen 127.0.0.1:{http};"),
+        ("/etc/ssl/cairn/fullchain.pem", str(cert)),
+        ("/etc/ssl/cairn/privkey.pem", str(key)),
+    ]
+    for old, new in swaps:
+        assert old in site, old  # the example changed: the test must follow it
+        site = site.replace(old, new)
+    return site
 
 
 def _write_config(site: str, work: Path) -> None:

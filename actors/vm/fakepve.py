@@ -75,6 +75,26 @@ class FakePve:
         if lock := vm.config.get("lock"):
             raise pve.Locked(f"VM is locked ({lock})", lock)
 
+    def _unlocked_vm(self, operation: str, node: str, vmid: int) -> FakeVm:
+        """The VM a change acts on, asked for as `operation`: it must exist and be unlocked."""
+        self._ask(operation, node, vmid)
+        vm = self._vm(node, vmid)
+        self._unlocked(vm)
+        return vm
+
+    def _snapshot_of(
+        self, operation: str, node: str, vmid: int, name: str
+    ) -> tuple[FakeVm, FakeSnapshot]:
+        """The VM and its snapshot `name` an operation acts on (Proxmox looks for the snapshot
+        before the lock)."""
+        self._ask(operation, node, vmid)
+        vm = self._vm(node, vmid)
+        snap = vm.snapshots.get(name)
+        if snap is None:
+            raise pve.NotFound(f"snapshot '{name}' does not exist")
+        self._unlocked(vm)
+        return vm, snap
+
     # -- reads -----------------------------------------------------------------------------
 
     async def version(self, node: str) -> str:
@@ -139,15 +159,7 @@ class FakePve:
 
     # -- VM tasks --------------------------------------------------------------------------
 
-    async def create(
-        self,
-        node: str,
-        vmid: int,
-        hardware: pve.Hardware,
-        *,
-        disk: pve.ImportFrom | None = None,
-        pool: str | None = None,
-    ) -> pve.Task:
+    async def create(self, node: str, vmid: int, spec: pve.Create) -> pve.Task:
         self._ask("create", node, vmid)
         if (other := self.vms.get(vmid)) is not None:
             raise pve.AlreadyExists(
@@ -156,11 +168,11 @@ class FakePve:
                 vmid,
                 other.node,
             )
-        config = hardware.options()
+        config = spec.hardware.options()
         for key in [k for k in config if k.startswith("scsi") and k != "scsihw"]:
             storage, _, size = config[key].partition(":")  # a new volume of `size` GiB
             config[key] = f"{storage}:vm-{vmid}-disk-{key[4:]},size={size}G"
-        if disk is not None:
+        if (disk := spec.disk) is not None:
             config["scsi0"] = f"{disk.storage}:vm-{vmid}-disk-0"
             config |= disk.cloud_init.options() | {"ide2": f"{disk.storage}:cloudinit"}
         self.vms[vmid] = FakeVm(node, config)
@@ -189,9 +201,7 @@ class FakePve:
         return pve.Task(node)
 
     async def template(self, node: str, vmid: int) -> pve.Task:
-        self._ask("template", node, vmid)
-        vm = self._vm(node, vmid)
-        self._unlocked(vm)
+        vm = self._unlocked_vm("template", node, vmid)
         if vm.status == "running":
             raise pve.PveError("you can't convert a VM to template if VM is running")
         vm.config["template"] = "1"
@@ -200,9 +210,7 @@ class FakePve:
     async def set_config(
         self, node: str, vmid: int, options: Mapping[str, str], *, sshkeys: str | None = None
     ) -> pve.Task:
-        self._ask("set_config", node, vmid)
-        vm = self._vm(node, vmid)
-        self._unlocked(vm)
+        vm = self._unlocked_vm("set_config", node, vmid)
         vm.config |= dict(options)
         if sshkeys:
             vm.config["sshkeys"] = sshkeys
@@ -219,9 +227,7 @@ class FakePve:
         return pve.Task(node)
 
     async def start(self, node: str, vmid: int) -> pve.Task:
-        self._ask("start", node, vmid)
-        vm = self._vm(node, vmid)
-        self._unlocked(vm)
+        vm = self._unlocked_vm("start", node, vmid)
         if vm.status == "running":
             raise pve.TaskFailed(f"VM {vmid} already running")
         vm.status = "running"
@@ -304,23 +310,13 @@ class FakePve:
         return pve.Task(node)
 
     async def rollback(self, node: str, vmid: int, name: str, *, start: bool = False) -> pve.Task:
-        self._ask("rollback", node, vmid)
-        vm = self._vm(node, vmid)
-        snap = vm.snapshots.get(name)
-        if snap is None:
-            raise pve.NotFound(f"snapshot '{name}' does not exist")
-        self._unlocked(vm)
+        vm, snap = self._snapshot_of("rollback", node, vmid, name)
         vm.config = dict(snap.config) | {"parent": name}
         vm.status = "running" if snap.vmstate or start else "stopped"
         return pve.Task(node)
 
     async def delete_snapshot(self, node: str, vmid: int, name: str) -> pve.Task:
-        self._ask("delete_snapshot", node, vmid)
-        vm = self._vm(node, vmid)
-        snap = vm.snapshots.get(name)
-        if snap is None:
-            raise pve.NotFound(f"snapshot '{name}' does not exist")
-        self._unlocked(vm)
+        vm, snap = self._snapshot_of("delete_snapshot", node, vmid, name)
         # Its children (and the VM, if it descends from it) move up to its parent.
         for other in vm.snapshots.values():
             if other.parent == name:
@@ -333,22 +329,15 @@ class FakePve:
         del vm.snapshots[name]
         return pve.Task(node)
 
-    async def download_url(
-        self,
-        node: str,
-        storage: str,
-        filename: str,
-        url: str,
-        *,
-        checksum: tuple[str, str] | None = None,
-    ) -> pve.Task:
+    async def download_url(self, node: str, storage: str, image: pve.Download) -> pve.Task:
         self._ask("download_url", node)
+        filename = image.filename
         volid = f"{storage}:import/{filename}"
         held = self.volumes.setdefault(node, set())
         if volid in held:
             return pve.Task(node, log=(f"file '{filename}' exists, no need to download",))
         held.add(volid)
-        return pve.Task(node, log=(f"downloading {url}",))
+        return pve.Task(node, log=(f"downloading {image.url}",))
 
     async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> pve.Task:
         raise pve.NotFound(f"upid: no such task {upid}")

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from nats.aio.subscription import Subscription
@@ -55,6 +55,9 @@ from events.store import Recorded
 from events.subjects import stream_name
 
 log = logging.getLogger(__name__)
+
+# The commands that start a task (and carry its id).
+_TaskCommand = TypeVar("_TaskCommand", InstallCommand, DoCommand)
 
 # Commands whose answers a host keeps, by task id, to answer a copy of one alike (the copies
 # come within a command's 120 s deadline; this is far more than arrive in that time).
@@ -477,8 +480,9 @@ class VmService:
         if known is None:
             replayed = self._known_task(task)
             if replayed is not None:
-                log.info("vm: task %s asked again: it is VM %s's, begun before", task,
-                         replayed["vmid"])  # fmt: skip
+                log.info(
+                    "vm: task %s asked again: it is VM %s's, begun before", task, replayed["vmid"]
+                )
                 return replayed
             known = asyncio.ensure_future(run())
             self._answers[task] = known
@@ -495,12 +499,22 @@ class VmService:
                 return {"vmid": info.vmid, "task": task, "version": info.task_version}
         return None
 
-    async def _on_install(self, payload: Any) -> dict[str, Any]:
+    async def _task_command(
+        self,
+        payload: Any,
+        parse: Callable[[Any, VmSettings], _TaskCommand],
+        run: Callable[[_TaskCommand], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """A command that starts a task: a payload that does not parse is a 400 at once, one
+        that does runs once per task id (see `_once`)."""
         try:
-            parsed = parse_install_command(payload, self.settings)
+            parsed = parse(payload, self.settings)
         except BadRequest as exc:
             return _error(400, str(exc))
-        return await self._once(parsed.task, lambda: self._install(parsed))
+        return await self._once(parsed.task, lambda: run(parsed))
+
+    async def _on_install(self, payload: Any) -> dict[str, Any]:
+        return await self._task_command(payload, parse_install_command, self._install)
 
     async def _install(self, parsed: InstallCommand) -> dict[str, Any]:
         assert self.allocator is not None
@@ -553,11 +567,7 @@ class VmService:
         )
 
     async def _on_do(self, payload: Any) -> dict[str, Any]:
-        try:
-            parsed = parse_do_command(payload, self.settings)
-        except BadRequest as exc:
-            return _error(400, str(exc))
-        return await self._once(parsed.task, lambda: self._do(parsed))
+        return await self._task_command(payload, parse_do_command, self._do)
 
     async def _do(self, parsed: DoCommand) -> dict[str, Any]:
         vmid, command, args = parsed.vmid, parsed.command, parsed.args
@@ -652,8 +662,7 @@ class VmService:
             vmid = parse_vmid(payload)
         except BadRequest as exc:
             return _error(400, str(exc))
-        handle = self.runtime.actors.get(VmActor, vmid)
-        info = await handle.ask(Query()) if handle is not None else None
+        info = await self._info(vmid)
         if info is None or info.state is State.ABSENT:
             return _error(404, f"VM {vmid} not found")
         assert self.services is not None
@@ -705,12 +714,16 @@ class VmService:
             vmid = parse_vmid(payload)
         except BadRequest as exc:
             return _error(400, str(exc))
-        handle = self.runtime.actors.get(VmActor, vmid)
-        info = await handle.ask(Query()) if handle is not None else None
+        info = await self._info(vmid)
         detail = self.inventory.detail(vmid, info)
         if detail is None:
             return _error(404, f"VM {vmid} not found")
         return {**detail, "guest": await self._guest(detail["node"], vmid)}
+
+    async def _info(self, vmid: int) -> VmInfo | None:
+        """What the VM's actor knows now; None when no actor holds that id."""
+        handle = self.runtime.actors.get(VmActor, vmid)
+        return await handle.ask(Query()) if handle is not None else None
 
     async def _guest(self, node: str, vmid: int) -> dict[str, Any] | None:
         """The VM's notes, NIC, DNS and disks from its config; None while Proxmox has no

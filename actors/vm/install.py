@@ -51,6 +51,8 @@ from actors.vm.ownership import Claim, mark_line
 from actors.vm.pve import (
     AlreadyExists,
     CloudInit,
+    Create,
+    Download,
     Hardware,
     ImportFrom,
     PveError,
@@ -170,7 +172,7 @@ class FromCache:
         return str(path), cached
 
     async def create(self, b: Build, source: str) -> None:
-        await b.svc.pve.create(self.made_on(b), b.vmid, b.hardware)
+        await b.svc.pve.create(self.made_on(b), b.vmid, Create(b.hardware))
 
     def imports(self, b: Build, source: str) -> str:
         return source.rsplit("/", 1)[-1]  # the cached file's name
@@ -255,9 +257,8 @@ class NodeDownload:
             if any(v.volid == volid for v in listed):
                 return volid, True
         try:
-            task = await svc.pve.download_url(
-                node, store, filename, image.image_url(svc.images.base_url), checksum=digest
-            )
+            download = Download(filename, image.image_url(svc.images.base_url), digest)
+            task = await svc.pve.download_url(node, store, download)
         except PveError as exc:
             raise StageFailed(f"failed to download OS image: {exc.text}") from None
         return volid, any("no need to download" in line for line in task.log)
@@ -266,7 +267,7 @@ class NodeDownload:
         s = b.svc.settings
         assert s.api is not None
         disk = ImportFrom(s.storage, source, await b.cloud_init())
-        await b.svc.pve.create(b.node, b.vmid, b.hardware, disk=disk, pool=s.api.pool)
+        await b.svc.pve.create(b.node, b.vmid, Create(b.hardware, disk, s.api.pool))
 
     def imports(self, b: Build, source: str) -> str:
         return source  # the node's volume

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from actors.hosting import HostParts
 from actors.leased import Leased, Stop
 from actors.platform import ClusterMode
@@ -28,27 +30,23 @@ from events.leases import Lease
 LEASE = "vm"
 
 
+@attrs.define(eq=False)
 class VmTenure:
     """Starts a :class:`VmService` when this host takes the ``vm`` lease, stops it when the
     lease is lost or the host stops."""
 
-    def __init__(
-        self,
-        runtime: HostParts,
-        settings: VmSettings,
-        cluster: ClusterMode,
-        *,
-        poll_interval: float,
-        scripts_dir: Path,
-        functions: FunctionRuns | None = None,
-    ) -> None:
-        self.runtime = runtime
-        self.settings = settings
-        self.poll_interval = poll_interval
-        self.scripts_dir = scripts_dir
-        self.functions = functions
-        self.service: VmService | None = None
-        self.leased = Leased(runtime.nc, LEASE, cluster.holder, cluster.leases, self._start)
+    runtime: HostParts
+    settings: VmSettings
+    cluster: ClusterMode
+    poll_interval: float = attrs.field(kw_only=True)
+    scripts_dir: Path = attrs.field(kw_only=True)
+    functions: FunctionRuns | None = attrs.field(kw_only=True, default=None)
+    service: VmService | None = attrs.field(init=False, default=None)
+    leased: Leased = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        cluster = self.cluster
+        self.leased = Leased(self.runtime.nc, LEASE, cluster.holder, cluster.leases, self._start)
 
     async def start(self) -> None:
         await self.leased.start()

@@ -2,7 +2,8 @@
 
 A command is accepted only from a settled state; it moves the VM into a working state while its
 job runs, and the job's outcome moves it on. Anything else is answered at once with the spec's
-status and message (DESIGN §4): 404 for an absent VM, 409 for a busy one or a wrong state.
+status and message, so a client can tell them apart: 404 for an absent VM, 409 for a busy
+one or a wrong state.
 """
 
 from __future__ import annotations

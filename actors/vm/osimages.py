@@ -1,8 +1,8 @@
 """The OS matrix: which cloud image each os/version uses, its checksum file and default user.
 
-Official sources are those of pve-reference §5. `IMAGE_BASE_URL` replaces every official host
-with one mirror laid out as `<base>/<os>/<version>/<file>` (checksum file beside the image),
-so an air-gapped site or a test serves the same tree from one place.
+Official sources are each distribution's cloud image site. `IMAGE_BASE_URL` replaces every
+official host with one mirror laid out as `<base>/<os>/<version>/<file>` (checksum file beside
+the image), so an air-gapped site or a test serves the same tree from one place.
 """
 
 from __future__ import annotations

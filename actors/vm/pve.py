@@ -257,13 +257,32 @@ class ImportFrom:
     cloud_init: CloudInit
 
 
-def download_params(filename: str, url: str, checksum: tuple[str, str] | None) -> dict[str, str]:
-    """`download-url`'s parameters into `import` content, as Proxmox names them (pvesh takes
-    the API's names as options)."""
-    params = {"content": "import", "filename": filename, "url": url}
-    if checksum is not None:
-        params |= {"checksum": checksum[1], "checksum-algorithm": checksum[0]}
-    return params
+@attrs.frozen
+class Create:
+    """What a new VM is made of: its hardware, with `disk` a boot disk imported from a volume
+    of the node, and the pool it joins. One record, so every driver takes the same create."""
+
+    hardware: Hardware
+    disk: ImportFrom | None = None
+    pool: str | None = None
+
+
+@attrs.frozen
+class Download:
+    """An image for a node's storage to fetch from `url` into `import` content, and the
+    (algorithm, digest) it must match."""
+
+    filename: str
+    url: str
+    checksum: tuple[str, str] | None = None
+
+    def params(self) -> dict[str, str]:
+        """`download-url`'s parameters, as Proxmox names them (pvesh takes the API's names as
+        options)."""
+        params = {"content": "import", "filename": self.filename, "url": self.url}
+        if self.checksum is not None:
+            params |= {"checksum": self.checksum[1], "checksum-algorithm": self.checksum[0]}
+        return params
 
 
 # -- Proxmox's JSON of /cluster/resources, as every driver receives it -----------------------
@@ -284,6 +303,24 @@ def _opt_str(entry: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# An optional field's reader, by its declared type (the annotations are strings here).
+_READERS: dict[str, Callable[[dict[str, Any], str], Any]] = {
+    "int | None": _opt_int,
+    "float | None": _opt_float,
+    "str | None": _opt_str,
+}
+
+
+def _optional_fields(cls: type, entry: dict[str, Any]) -> dict[str, Any]:
+    """A resource's optional fields, each read from the entry key of its name: a value of
+    another type, or none, is None (pvestatd fills a guest's sizes only once it has seen it)."""
+    return {
+        f.name: _READERS[f.type](entry, f.name)
+        for f in attrs.fields(cls)
+        if isinstance(f.type, str) and f.type in _READERS
+    }
+
+
 def vm_resources(entries: list[Any]) -> list[VmResource]:
     """QEMU guests of `/cluster/resources` (type vm); LXC entries are not ours and skipped.
     Proxmox's JSON as either driver receives it; a VM pvestatd has not seen yet has only
@@ -298,21 +335,8 @@ def vm_resources(entries: list[Any]) -> list[VmResource]:
         node = _opt_str(e, "node")
         if vmid is None or node is None:
             continue
-        out.append(
-            VmResource(
-                vmid=vmid,
-                node=node,
-                status=_opt_str(e, "status") or "unknown",
-                name=_opt_str(e, "name"),
-                tags=_opt_str(e, "tags"),
-                maxcpu=_opt_int(e, "maxcpu"),
-                maxmem=_opt_int(e, "maxmem"),
-                mem=_opt_int(e, "mem"),
-                maxdisk=_opt_int(e, "maxdisk"),
-                cpu=_opt_float(e, "cpu"),
-                lock=_opt_str(e, "lock"),
-            )
-        )
+        status = _opt_str(e, "status") or "unknown"
+        out.append(VmResource(vmid, node, status, **_optional_fields(VmResource, e)))
     out.sort(key=lambda r: r.vmid)
     return out
 
@@ -325,19 +349,8 @@ def node_resources(entries: list[Any]) -> list[NodeResource]:
         node = _opt_str(e, "node")
         if e.get("type") != "node" or node is None:
             continue
-        out.append(
-            NodeResource(
-                node=node,
-                status=_opt_str(e, "status") or "unknown",
-                maxcpu=_opt_int(e, "maxcpu"),
-                maxmem=_opt_int(e, "maxmem"),
-                mem=_opt_int(e, "mem"),
-                maxdisk=_opt_int(e, "maxdisk"),
-                disk=_opt_int(e, "disk"),
-                cpu=_opt_float(e, "cpu"),
-                uptime=_opt_int(e, "uptime"),
-            )
-        )
+        status = _opt_str(e, "status") or "unknown"
+        out.append(NodeResource(node, status, **_optional_fields(NodeResource, e)))
     out.sort(key=lambda r: r.node)
     return out
 
@@ -565,15 +578,7 @@ class Pve(Protocol):
         ...
 
     # VM tasks
-    async def create(
-        self,
-        node: str,
-        vmid: int,
-        hardware: Hardware,
-        *,
-        disk: ImportFrom | None = None,
-        pool: str | None = None,
-    ) -> Task: ...
+    async def create(self, node: str, vmid: int, spec: Create) -> Task: ...
     async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str: ...
     async def clone(self, node: str, vmid: int, newid: int, spec: Clone) -> Task: ...
     async def template(self, node: str, vmid: int) -> Task: ...
@@ -608,15 +613,7 @@ class Pve(Protocol):
     async def delete_snapshot(self, node: str, vmid: int, name: str) -> Task: ...
 
     # Storage tasks
-    async def download_url(
-        self,
-        node: str,
-        storage: str,
-        filename: str,
-        url: str,
-        *,
-        checksum: tuple[str, str] | None = None,
-    ) -> Task: ...
+    async def download_url(self, node: str, storage: str, image: Download) -> Task: ...
     async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> Task: ...
 
     async def close(self) -> None: ...

@@ -28,15 +28,44 @@ MIN_DISK_GB = 16
 MAX_CPU = 32
 
 # The install body's fields (spec), and names people reach for instead of them.
-INSTALL_FIELDS = ("os", "version", "name", "id", "node", "cpu", "ram", "disk", "user", "passwd",
-                  "pubkey")  # fmt: skip
+INSTALL_FIELDS = (
+    "os",
+    "version",
+    "name",
+    "id",
+    "node",
+    "cpu",
+    "ram",
+    "disk",
+    "user",
+    "passwd",
+    "pubkey",
+)
 _MEANT = {
-    "memory": "ram", "mem": "ram", "ram_mb": "ram", "vmid": "id", "vm_id": "id",
-    "password": "passwd", "pass": "passwd", "cores": "cpu", "cpus": "cpu", "vcpu": "cpu",
-    "vcpus": "cpu", "disk_size": "disk", "size": "disk", "storage": "disk", "username": "user",
-    "ssh_key": "pubkey", "sshkey": "pubkey", "sshkeys": "pubkey", "public_key": "pubkey",
-    "key": "pubkey", "hostname": "name", "os_version": "version", "target": "node",
-}  # fmt: skip
+    "memory": "ram",
+    "mem": "ram",
+    "ram_mb": "ram",
+    "vmid": "id",
+    "vm_id": "id",
+    "password": "passwd",
+    "pass": "passwd",
+    "cores": "cpu",
+    "cpus": "cpu",
+    "vcpu": "cpu",
+    "vcpus": "cpu",
+    "disk_size": "disk",
+    "size": "disk",
+    "storage": "disk",
+    "username": "user",
+    "ssh_key": "pubkey",
+    "sshkey": "pubkey",
+    "sshkeys": "pubkey",
+    "public_key": "pubkey",
+    "key": "pubkey",
+    "hostname": "name",
+    "os_version": "version",
+    "target": "node",
+}
 
 _DISK = re.compile(r"^([0-9]{1,6})G$")
 _DNS_NAME = re.compile(
@@ -79,25 +108,25 @@ def _object(body: Any) -> dict[str, Any]:
     return body
 
 
-def _str(body: dict[str, Any], field: str, required: bool = False) -> str | None:
+def _given(body: dict[str, Any], field: str, required: bool) -> Any:
+    """The field's value; None when it is absent or null, which a required field may not be."""
     value = body.get(field)
-    if value is None:
-        if required:
-            raise BadRequest(f"{field}: is required")
-        return None
-    if not isinstance(value, str):
+    if value is None and required:
+        raise BadRequest(f"{field}: is required")
+    return value
+
+
+def _str(body: dict[str, Any], field: str, required: bool = False) -> str | None:
+    value = _given(body, field, required)
+    if value is not None and not isinstance(value, str):
         raise BadRequest(f"{field}: must be a string")
     return value
 
 
 def _int(body: dict[str, Any], field: str, required: bool = False) -> int | None:
-    value = body.get(field)
-    if value is None:
-        if required:
-            raise BadRequest(f"{field}: is required")
-        return None
+    value = _given(body, field, required)
     # bool is an int subclass in Python; true/false must not become 1/0 cores.
-    if isinstance(value, bool) or not isinstance(value, int):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise BadRequest(f"{field}: must be an integer")
     return value
 
@@ -202,29 +231,25 @@ class Clamped:
     note: str | None  # what was changed, for the stream; None if the value stood
 
 
+def _clamp(value: int, low: int, high: int | None, what: str, unit: str = "") -> Clamped:
+    """`value` within [low, high] (no upper bound when `high` is None), saying what moved."""
+    if value < low:
+        return Clamped(low, f"setting {what} to minimum {low}{unit}")
+    if high is not None and value > high:
+        return Clamped(high, f"setting {what} to maximum {high}{unit}")
+    return Clamped(value, None)
+
+
 def clamp_cpu(cpu: int, settings: VmSettings) -> Clamped:
-    if cpu < 1:
-        return Clamped(1, "setting CPU to minimum 1")
-    limit = min(MAX_CPU, settings.max_cpu or MAX_CPU)
-    if cpu > limit:
-        return Clamped(limit, f"setting CPU to maximum {limit}")
-    return Clamped(cpu, None)
+    return _clamp(cpu, 1, min(MAX_CPU, settings.max_cpu or MAX_CPU), "CPU")
 
 
 def clamp_ram(ram: int, settings: VmSettings) -> Clamped:
-    if ram < MIN_RAM:
-        return Clamped(MIN_RAM, f"setting RAM to minimum {MIN_RAM}")
-    if settings.max_ram is not None and ram > settings.max_ram:
-        return Clamped(settings.max_ram, f"setting RAM to maximum {settings.max_ram}")
-    return Clamped(ram, None)
+    return _clamp(ram, MIN_RAM, settings.max_ram, "RAM")
 
 
 def clamp_disk(disk_gb: int, settings: VmSettings) -> Clamped:
-    if disk_gb < MIN_DISK_GB:
-        return Clamped(MIN_DISK_GB, f"setting disk to minimum {MIN_DISK_GB}G")
-    if settings.max_disk is not None and disk_gb > settings.max_disk:
-        return Clamped(settings.max_disk, f"setting disk to maximum {settings.max_disk}G")
-    return Clamped(disk_gb, None)
+    return _clamp(disk_gb, MIN_DISK_GB, settings.max_disk, "disk", "G")
 
 
 def balloon_for(ram: int, settings: VmSettings) -> int | None:

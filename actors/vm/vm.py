@@ -348,11 +348,7 @@ class VmActor(AggregateActor):
         report = Reporter(self, cmd.task)
         started = time.monotonic() - cmd.reserved_in
         job = install.install(self.svc, self.vmid, cmd.request, report, started, cmd.task)
-        self.start_job(
-            report.around(job),
-            done=functools.partial(Finished, cmd.task, Command.INSTALL),
-        )
-        return self.info()
+        return self._run(cmd.task, Command.INSTALL, report, job)
 
     def _do(self, cmd: Do) -> VmInfo:
         settled = self.state is not State.ABSENT and self.state not in WORKING
@@ -384,31 +380,20 @@ class VmActor(AggregateActor):
         job = Job(self.svc, self.vmid, node, self.facts, report, cmd.args)
         if cmd.command in reshape.COMMANDS:
             changed = reshape.run(job, cmd.command, self.claim, verdict.done)
-            self.start_job(
-                report.around(changed), done=functools.partial(Finished, cmd.task, cmd.command)
-            )
-            return self.info()
+            return self._run(cmd.task, cmd.command, report, changed)
         if cmd.command in _SNAPSHOT_COMMANDS:
-            snapshot = snapshots.run(job, cmd.command)
-            self.start_job(
-                report.around(snapshot), done=functools.partial(Finished, cmd.task, cmd.command)
-            )
-            return self.info()
-        self.start_job(
-            report.around(
-                jobs.power(
-                    self.svc,
-                    cmd.command.value,
-                    self.vmid,
-                    node,
-                    self.facts,
-                    report,
-                    cmd.args,
-                    self.claim,
-                )
-            ),
-            done=functools.partial(Finished, cmd.task, cmd.command),
+            return self._run(cmd.task, cmd.command, report, snapshots.run(job, cmd.command))
+        power = jobs.power(
+            self.svc, cmd.command.value, self.vmid, node, self.facts, report, cmd.args, self.claim
         )
+        return self._run(cmd.task, cmd.command, report, power)
+
+    def _run(
+        self, task: str, command: Command, report: Reporter, job: Coroutine[Any, Any, Any]
+    ) -> VmInfo:
+        """Start `job` as the task's work, its records sent through `report`; a task's start
+        answers with the VM's info at once, the job going on behind it."""
+        self.start_job(report.around(job), done=functools.partial(Finished, task, command))
         return self.info()
 
     def _change(self, cmd: Do, working: State, node: str) -> VmInfo:

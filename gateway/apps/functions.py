@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from actors.functions import protocol
@@ -84,19 +86,30 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+_Handler = Callable[["FunctionsGateway", web.Request], Awaitable[web.StreamResponse]]
+
+
+def _refusals_as_text(handler: _Handler) -> _Handler:
+    """A request the parser refuses, or a refusal (or silence) of the registry, is answered
+    with its status and message as text: every route of the API fails this one way."""
+
+    @functools.wraps(handler)
+    async def answered(gateway: FunctionsGateway, request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(gateway, request)
+        except (BadRequest, CommandFailed) as exc:
+            return text_error(exc.status, exc.message)
+
+    return answered
+
+
+@attrs.define(eq=False)
 class FunctionsGateway:
-    def __init__(
-        self,
-        runtime: Runtime,
-        settings: FunctionsSettings,
-        client: RunClient,
-        clients: ClientFilter,
-    ) -> None:
-        self.runtime = runtime
-        self.settings = settings
-        self.client = client
-        # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
-        self.clients = clients
+    runtime: Runtime
+    settings: FunctionsSettings
+    client: RunClient
+    # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
+    clients: ClientFilter
 
     async def _registry(
         self, subject: str, payload: dict[str, Any], unavailable: str, status: int = 500
@@ -109,37 +122,27 @@ class FunctionsGateway:
         except (NoResponders, CommandTimeout):
             raise CommandFailed(status, unavailable) from None
 
+    @_refusals_as_text
     async def upload(self, request: web.Request) -> web.StreamResponse:
-        try:
-            upload = parse_upload(await read_body(request, self.settings.code_max_size))
-        except BadRequest as exc:
-            return text_error(exc.status, exc.message)
+        upload = parse_upload(await read_body(request, self.settings.code_max_size))
         upload_command = {
             "path": upload.path,
             "language": str(upload.language),
             "code": upload.code,
             "by": asked_by(request, self.clients),  # recorded in the event (audit trail)
         }
-        try:
-            stored = await self._registry(protocol.UPLOAD_SUBJECT, upload_command, SAVE_FAILED)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        stored = await self._registry(protocol.UPLOAD_SUBJECT, upload_command, SAVE_FAILED)
         return web.json_response(stored)
 
+    @_refusals_as_text
     async def run_stored(self, request: web.Request) -> web.StreamResponse:
-        try:
-            options = parse_run(await read_body(request, self.settings.code_max_size))
-        except BadRequest as exc:
-            return text_error(exc.status, exc.message)
+        options = parse_run(await read_body(request, self.settings.code_max_size))
         lookup = {
             "path": normalize_path(request.match_info["target"]),
             "version": parse_version(request.query.get("version")),
         }
         silent = f"{FAILED_TO_RUN}the function registry is not answering"
-        try:
-            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, silent)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, silent)
         run = {
             "language": found["language"],
             "code": found["code"],
@@ -153,26 +156,23 @@ class FunctionsGateway:
 
     # -- what is stored ----------------------------------------------------------------------
 
+    @_refusals_as_text
     async def list(self, _: web.Request) -> web.Response:
         """`GET /functions`: every stored path, its language and versions (oldest first)."""
-        try:
-            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
         functions = [_summary(path, versions) for path, versions in listing.items()]
         return web.json_response({"count": len(functions), "functions": functions})
 
+    @_refusals_as_text
     async def describe(self, request: web.Request) -> web.Response:
         """`GET /functions/<path>`: one function's versions."""
         path = normalize_path(request.match_info["target"])
-        try:
-            listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        listing = await self._registry(protocol.LIST_SUBJECT, {}, REGISTRY_SILENT, 503)
         if path not in listing:
             return text_error(404, SCRIPT_NOT_FOUND)
         return web.json_response({**_summary(path, listing[path]), "versions": listing[path]})
 
+    @_refusals_as_text
     async def code(self, request: web.Request) -> web.Response:
         """`GET /code/<path>[?version=N]`: the source of a version (the latest by default),
         as text; which version and language it is travel in headers."""
@@ -180,10 +180,7 @@ class FunctionsGateway:
             "path": normalize_path(request.match_info["target"]),
             "version": parse_version(request.query.get("version")),
         }
-        try:
-            found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, REGISTRY_SILENT, 503)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        found = await self._registry(protocol.RESOLVE_SUBJECT, lookup, REGISTRY_SILENT, 503)
         return web.Response(
             text=found["code"],
             content_type="text/plain",
@@ -193,37 +190,27 @@ class FunctionsGateway:
             },
         )
 
+    @_refusals_as_text
     async def delete(self, request: web.Request) -> web.Response:
         """`DELETE /functions/<path>`: every version goes; runs then answer 404."""
         path = normalize_path(request.match_info["target"])
-        try:
-            done = await self._registry(
-                protocol.DELETE_SUBJECT,
-                {"path": path, "by": asked_by(request, self.clients)},
-                REGISTRY_SILENT,
-                503,
-            )
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        done = await self._registry(
+            protocol.DELETE_SUBJECT,
+            {"path": path, "by": asked_by(request, self.clients)},
+            REGISTRY_SILENT,
+            503,
+        )
         return web.json_response(done)
 
+    @_refusals_as_text
     async def runtimes(self, _: web.Request) -> web.Response:
         """`GET /runtimes`: the languages and the versions of what runs them (as Piston)."""
-        try:
-            found = await command(
-                self.runtime.gateway_nc, protocol.RUNTIMES_SUBJECT, {}, COMMAND_TIMEOUT_S
-            )
-        except (NoResponders, CommandTimeout):
-            return text_error(503, NO_RUNNER)
-        except CommandFailed as exc:
-            return text_error(exc.status, exc.message)
+        found = await self._registry(protocol.RUNTIMES_SUBJECT, {}, NO_RUNNER, 503)
         return web.json_response(found)
 
+    @_refusals_as_text
     async def run_now(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = parse_run_now(await read_body(request, self.settings.code_max_size))
-        except BadRequest as exc:
-            return text_error(exc.status, exc.message)
+        body = parse_run_now(await read_body(request, self.settings.code_max_size))
         run = {
             "language": str(body.language),
             "code": body.code,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import attrs
 from aiohttp import BodyPartReader, hdrs, web
 from aiohttp.helpers import ETAG_ANY
 from aiohttp.http_exceptions import HttpProcessingError
@@ -107,22 +108,19 @@ def _fail(request: web.Request, action: str, status: int, message: str) -> web.R
     return web.Response(status=status, text=message)
 
 
+@attrs.define(eq=False)
 class ImageService:
-    def __init__(
-        self,
-        runtime: Runtime,
-        settings: ImageSettings,
-        layout: StoreLayout,
-        reader: ImageReader,
-        clients: ClientFilter,
-    ) -> None:
-        self.runtime = runtime
-        # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
-        self.clients = clients
-        self.settings = settings
-        self.layout = layout
-        self.reader = reader
-        self.store_root = layout.store.resolve()
+    runtime: Runtime
+    settings: ImageSettings
+    layout: StoreLayout
+    reader: ImageReader
+    # ALLOW_IPS and TRUSTED_PROXIES: who the client is, for the audit trail's `by`.
+    clients: ClientFilter
+    store_root: Path = attrs.field(init=False)
+    avif: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.store_root = self.layout.store.resolve()
         self.avif = avif_supported()
         if not self.avif:
             log.warning("this Pillow cannot write AVIF: clients asking for it get WebP")

@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -70,28 +71,44 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def _unescaped(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+async def _answer(
+    what: str, work: Awaitable[Any], dumps: Callable[[Any], str] = json.dumps
+) -> web.Response:
+    """`work`'s result as JSON, or its failure as the API's JSON error: a bad request 400, an
+    index not ready 503, anything else 500 (and logged)."""
+    try:
+        body = await work
+    except BadRequest as exc:
+        return _error(400, str(exc))
+    except Unavailable as exc:
+        return _error(503, str(exc))
+    except Exception as exc:
+        log.exception("%s failed", what)
+        return _error(500, str(exc) or type(exc).__name__)
+    return web.json_response(body, dumps=dumps)
+
+
 def _search_handler(fixed: str | None) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(request: web.Request) -> web.Response:
+    async def search(request: web.Request) -> Any:
         query = request.rel_url.query
         target = fixed if fixed is not None else query.get("target")
-        try:
-            options = Options(
-                rank=query.get("rank"),
-                highlight=parse_flag("highlight", query.get("highlight")),
-                typo=parse_flag("typo", query.get("typo")),
-                scores=parse_flag("scores", query.get("scores")),
-            )
-            body = await request.app[SEARCH].search(
-                query.get("db"), query.get("q"), target, parse_limit(query.get("limit")), options
-            )
-        except BadRequest as exc:
-            return _error(400, str(exc))
-        except Unavailable as exc:
-            return _error(503, str(exc))
-        except Exception as exc:
-            log.exception("search failed")
-            return _error(500, str(exc) or type(exc).__name__)
-        return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+        options = Options(
+            rank=query.get("rank"),
+            highlight=parse_flag("highlight", query.get("highlight")),
+            typo=parse_flag("typo", query.get("typo")),
+            scores=parse_flag("scores", query.get("scores")),
+        )
+        return await request.app[SEARCH].search(
+            query.get("db"), query.get("q"), target, parse_limit(query.get("limit")), options
+        )
+
+    async def handler(request: web.Request) -> web.Response:
+        # Hits quote the documents: their text as it is, not escaped.
+        return await _answer("search", search(request), _unescaped)
 
     return handler
 
@@ -101,15 +118,7 @@ async def health(_: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    try:
-        return web.json_response(await request.app[SEARCH].status(request.rel_url.query.get("db")))
-    except BadRequest as exc:
-        return _error(400, str(exc))
-    except Unavailable as exc:
-        return _error(503, str(exc))
-    except Exception as exc:
-        log.exception("status failed")
-        return _error(500, str(exc) or type(exc).__name__)
+    return await _answer("status", request.app[SEARCH].status(request.rel_url.query.get("db")))
 
 
 async def list_databases(request: web.Request) -> web.Response:

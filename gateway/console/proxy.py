@@ -21,7 +21,6 @@ token may still be valid: only the console knows the session ended.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
@@ -168,28 +167,12 @@ class ServiceProxy:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=headers
         )
-        lapsed: list[str] = []
         try:
             await response.prepare(request)
-            copying = asyncio.ensure_future(_copy(upstream, response))
-
-            async def cut(why: str) -> None:
-                lapsed.append(why)
-                copying.cancel()
-
-            watcher = revocation.watch(request, cut)
-            try:
-                await copying
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if not lapsed or (task is not None and task.cancelling()):
-                    raise
-                if upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
-                    event, data = revoked_event(lapsed[0])
-                    await response.write(format_event(data, event=event))
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
+            lapsed = await revocation.until_lapsed(request, _copy(upstream, response))
+            if lapsed and upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
+                event, data = revoked_event(lapsed)
+                await response.write(format_event(data, event=event))
             await response.write_eof()
         except (ConnectionError, RuntimeError):
             # The browser left: leaving the `async with` closes the upstream connection, which

@@ -224,38 +224,22 @@ class SerialConsole:
             await upstream.close()
             log.info("console: serial console of VM %d: the page left before it opened", vmid)
             return web.Response(status=499, text="the page left before its serial console opened")
-        lapsed: list[str] = []
-        watcher: asyncio.Task[None] | None = None
         try:
             log.info("console: serial console of VM %d on %s opened by %s", vmid, node, name)
             if first:
                 await browser.send_bytes(first)
-            relay = asyncio.ensure_future(self._relay(browser, upstream))
-
-            async def cut(why: str) -> None:
-                lapsed.append(why)
-                relay.cancel()
-
-            watcher = revocation.watch(request, cut)
-            try:
-                await relay
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if not lapsed or (task is not None and task.cancelling()):
-                    raise
+            lapsed = await revocation.until_lapsed(request, self._relay(browser, upstream))
             if lapsed:
                 # The terminal shows why it stopped; the close frame says it to a program.
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await browser.send_bytes(
-                        f"\r\n[cairn: {lapsed[0]}: the serial console ends here]\r\n".encode()
+                        f"\r\n[cairn: {lapsed}: the serial console ends here]\r\n".encode()
                     )
                 await browser.close(
                     code=aiohttp.WSCloseCode.POLICY_VIOLATION,
-                    message=lapsed[0].encode()[:CLOSE_REASON_MAX],
+                    message=lapsed.encode()[:CLOSE_REASON_MAX],
                 )
         finally:
-            if watcher is not None:
-                watcher.cancel()
             await upstream.close()
             await browser.close()
             log.info("console: serial console of VM %d closed", vmid)

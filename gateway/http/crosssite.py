@@ -25,13 +25,12 @@ of every service's app by ``gateway.services.build_app``.
 
 from __future__ import annotations
 
-import json
 import re
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway.http.hosts import HostPolicy
+from gateway.http.hosts import HostPolicy, forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ALLOWED_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -100,11 +99,6 @@ def cross_site_guard(*, json_errors: bool = False, hosts: HostPolicy | None = No
         why = refusal(request, hosts)
         if why is None:
             return await handler(request)
-        text = message(why)
-        if json_errors:
-            return web.Response(
-                status=403, text=json.dumps({"error": text}), content_type="application/json"
-            )
-        return web.Response(status=403, text=text)
+        return forbidden(message(why), json_errors)
 
     return guard

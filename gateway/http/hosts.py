@@ -120,6 +120,16 @@ def message(header: str | None) -> str:
     )
 
 
+def forbidden(text: str, json_errors: bool) -> web.Response:
+    """A 403 saying `text`, as `{"error": ...}` for a service whose errors are JSON: how both
+    guards (the Host header's and the cross-site one) refuse."""
+    if json_errors:
+        return web.Response(
+            status=403, text=json.dumps({"error": text}), content_type="application/json"
+        )
+    return web.Response(status=403, text=text)
+
+
 def host_guard(policy: HostPolicy, *, json_errors: bool = False) -> Middleware:
     """The middleware, first of every service's app (``gateway.services.build_app``)."""
 
@@ -128,11 +138,6 @@ def host_guard(policy: HostPolicy, *, json_errors: bool = False) -> Middleware:
         header = request.headers.get("Host")
         if policy.allows(header):
             return await handler(request)
-        text = message(header)
-        if json_errors:
-            return web.Response(
-                status=403, text=json.dumps({"error": text}), content_type="application/json"
-            )
-        return web.Response(status=403, text=text)
+        return forbidden(message(header), json_errors)
 
     return guard

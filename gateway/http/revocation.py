@@ -41,3 +41,27 @@ async def _watch(grant: Grant, path: str, end: Ender) -> None:
             log.info("ending %s of %s: %s", path[:200], grant.who.name, why)
             await end(why)
             return
+
+
+async def until_lapsed(request: web.BaseRequest, work: Awaitable[None]) -> str | None:
+    """Run ``work`` to its end, or until ``request``'s grant lapses: then it is cancelled and
+    why is returned (None when it ended by itself). A cancel of the caller still propagates,
+    so a stopping server is not mistaken for a revocation."""
+    running = asyncio.ensure_future(work)
+    lapsed: list[str] = []
+
+    async def cut(why: str) -> None:
+        lapsed.append(why)
+        running.cancel()
+
+    watcher = watch(request, cut)
+    try:
+        await running
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not lapsed or (task is not None and task.cancelling()):
+            raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    return lapsed[0] if lapsed else None

@@ -42,12 +42,12 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import web
 
-from actors.platform import open_runtime
+from actors.platform import Runtime, open_runtime
 from actors.vm import install as install_pipeline
 from actors.vm import jobs
 from actors.vm.events import Progress, TaskEnded, TaskStarted
@@ -106,10 +106,16 @@ def mark_polls(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
 @contextlib.asynccontextmanager
 async def simulator(root: Path, delay_scale: float = 0.0) -> AsyncIterator[dict[str, str]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pvesim.cli", "sim", "--root", str(root),
-        "--delay-scale", str(delay_scale),
+        sys.executable,
+        "-m",
+        "pvesim.cli",
+        "sim",
+        "--root",
+        str(root),
+        "--delay-scale",
+        str(delay_scale),
         stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     env: dict[str, str] = {}
     assert proc.stdout is not None
     try:
@@ -124,6 +130,57 @@ async def simulator(root: Path, delay_scale: float = 0.0) -> AsyncIterator[dict[
     finally:
         proc.terminate()
         await proc.wait()
+
+
+class BenchCluster(NamedTuple):
+    root: Path
+    sim_env: dict[str, str]
+    mirror_url: str
+    nats: EmbeddedNats
+
+    def env(self, data: Path, extra: dict[str, str]) -> dict[str, str]:
+        """cairn's environment against this cluster, its data in `data`; fast SSH polls so
+        the guest's boot, not the poll, is what a section measures."""
+        return {
+            **os.environ,
+            **self.sim_env,
+            **self.nats.client_env(),
+            "CAIRN_DATA": str(data),
+            "IMAGE_BASE_URL": self.mirror_url,
+            "VM_SSH_POLL": "0.02",
+            **extra,
+        }
+
+
+@contextlib.asynccontextmanager
+async def served_api(runtime: Runtime) -> AsyncIterator[str]:
+    """The VM service's HTTP app on a free loopback port; its /api base address."""
+    runner = web.AppRunner(await build(runtime), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/api"
+    finally:
+        await runner.cleanup()
+
+
+def _driver_env(driver: str) -> dict[str, str]:
+    """A section that compares drivers: no inventory poll in the way, one CPU type for both."""
+    return {"PVE_DRIVER": driver, "VM_POLL_INTERVAL": "30", "VM_CPU_TYPE": "x86-64-v2-AES"}
+
+
+@contextlib.asynccontextmanager
+async def bench_cluster(delay_scale: float = 0.0) -> AsyncIterator[BenchCluster]:
+    """A scratch folder with the simulator, the image mirror and NATS: what each section
+    runs cairn against."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with (
+            simulator(root / "pve", delay_scale) as sim_env,
+            serve_mirror() as mirror,
+            EmbeddedNats(root / "nats") as nats,
+        ):
+            yield BenchCluster(root, sim_env, mirror.base_url, nats)
 
 
 async def read_stream(
@@ -167,48 +224,26 @@ async def bench(
     ImageCache.head = external.wrap(ImageCache.head)  # type: ignore[method-assign,assignment]
     ImageCache.fetch = external.wrap(ImageCache.fetch)  # type: ignore[method-assign,assignment]
 
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        async with (
-            simulator(root / "pve") as sim_env,
-            serve_mirror() as mirror,
-            EmbeddedNats(root / "nats") as nats,
-        ):
-            env = {
-                **os.environ,
-                **sim_env,
-                **nats.client_env(),
-                "CAIRN_DATA": str(root / "data"),
-                "IMAGE_BASE_URL": mirror.base_url,
-                "VM_SSH_POLL": "0.02",
-                "VM_POLL_INTERVAL": "0.5",
-            }
-            async with open_runtime(env, root / "data", journal=journal()) as runtime:
-                stored: dict[str, float] = {}
+    async with bench_cluster() as cluster:
+        data = cluster.root / "data"
+        env = cluster.env(data, {"VM_POLL_INTERVAL": "0.5"})
+        async with open_runtime(env, data, journal=journal()) as runtime:
+            stored: dict[str, float] = {}
 
-                def on_append(records: list[Recorded]) -> None:
-                    now = time.perf_counter()
-                    for r in records:
-                        ident = r.stream.partition(":")[2]
-                        stored[f"{ident}:{r.version}"] = now
+            def on_append(records: list[Recorded]) -> None:
+                now = time.perf_counter()
+                for r in records:
+                    ident = r.stream.partition(":")[2]
+                    stored[f"{ident}:{r.version}"] = now
 
-                runtime.store.add_listener(on_append)
-                app = await build(runtime)
-                runner = web.AppRunner(app, access_log=None)
-                await runner.setup()
-                site = web.TCPSite(runner, "127.0.0.1", 0)
-                await site.start()
-                api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
-                try:
-                    async with aiohttp.ClientSession() as http:
-                        await run(http, api, env, installs, parallel, lists, external, stored)
-                        quiet = await quiet_delays(http, api, runtime.store, stored)
-                        nats_rounds = await nats_baseline(nats)
-                        print("event stored -> SSE client, nothing else running (200 events)")
-                        print(f"  store -> client      {ms(quiet)}   (target: median <= 2 ms)")
-                        print(f"  NATS pub -> sub      {ms(nats_rounds)}   (baseline)")
-                finally:
-                    await runner.cleanup()
+            runtime.store.add_listener(on_append)
+            async with served_api(runtime) as api, aiohttp.ClientSession() as http:
+                await run(http, api, env, installs, parallel, lists, external, stored)
+                quiet = await quiet_delays(http, api, runtime.store, stored)
+                nats_rounds = await nats_baseline(cluster.nats)
+                print("event stored -> SSE client, nothing else running (200 events)")
+                print(f"  store -> client      {ms(quiet)}   (target: median <= 2 ms)")
+                print(f"  NATS pub -> sub      {ms(nats_rounds)}   (baseline)")
     await drivers_bench(rounds)
 
 
@@ -317,9 +352,15 @@ async def fill_cluster(env: dict[str, str], total: int) -> None:
     """VMs made behind cairn's back on every node, until the cluster holds `total`."""
     pve = Path(env["PVESIM_ROOT"]) / "bin"
     proc = await asyncio.create_subprocess_exec(
-        str(pve / "pve1" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
-        "--output-format", "json", stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        str(pve / "pve1" / "pvesh"),
+        "get",
+        "/cluster/resources",
+        "--type",
+        "vm",
+        "--output-format",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await proc.communicate()
     used = {e["vmid"] for e in json.loads(out)}
     free = [v for v in range(100, 255) if v not in used][: max(0, total - len(used))]
@@ -330,10 +371,19 @@ async def fill_cluster(env: dict[str, str], total: int) -> None:
         node = nodes[i % 3]
         async with sem:
             proc = await asyncio.create_subprocess_exec(
-                str(pve / node / "qm"), "create", str(vmid), "--name", f"bulk-{vmid}",
-                "--cores", "2", "--memory", "1024", "--tags", "debian",
+                str(pve / node / "qm"),
+                "create",
+                str(vmid),
+                "--name",
+                f"bulk-{vmid}",
+                "--cores",
+                "2",
+                "--memory",
+                "1024",
+                "--tags",
+                "debian",
                 stdout=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             await proc.wait()
 
     await asyncio.gather(*(make(i, v) for i, v in enumerate(free)))
@@ -371,43 +421,33 @@ async def nats_baseline(nats: EmbeddedNats, n: int = 500) -> list[float]:
 
 
 LIFECYCLE: list[tuple[str, dict[str, Any] | None]] = [
-    ("stop", None), ("set/cpu", {"cpu": 2}), ("set/memory", {"memory": 1024}),
-    ("set/disk", {"disk": "4G"}), ("set/node", {"node": "pve3"}), ("start", None),
-    ("reboot", None), ("shutdown", None), ("destroy", None),
-]  # fmt: skip
+    ("stop", None),
+    ("set/cpu", {"cpu": 2}),
+    ("set/memory", {"memory": 1024}),
+    ("set/disk", {"disk": "4G"}),
+    ("set/node", {"node": "pve3"}),
+    ("start", None),
+    ("reboot", None),
+    ("shutdown", None),
+    ("destroy", None),
+]
 
 
 async def drivers_bench(rounds: int) -> None:
     """Section 5: the same work through each driver, in one run, on one simulator."""
     times: dict[str, dict[str, list[float]]] = {"cli": {}, "api": {}}
     copied: dict[str, list[int]] = {"cli": [], "api": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        async with (
-            simulator(root / "pve") as sim_env,
-            serve_mirror() as mirror,
-            EmbeddedNats(root / "nats") as nats,
-        ):
-            for rnd in range(rounds + 1):  # round 0 warms up (image download, SSH key)
-                for driver in ("cli", "api"):
-                    data = root / f"data-{driver}"
-                    env = {
-                        **os.environ,
-                        **sim_env,
-                        **nats.client_env(),
-                        "PVE_DRIVER": driver,
-                        "CAIRN_DATA": str(data),
-                        "IMAGE_BASE_URL": mirror.base_url,
-                        "VM_SSH_POLL": "0.02",
-                        "VM_POLL_INTERVAL": "30",
-                        "VM_CPU_TYPE": "x86-64-v2-AES",
-                    }
-                    got = await one_round(env, data, Path(sim_env["PVESIM_ROOT"]))
-                    if rnd == 0:
-                        continue
-                    for name, seconds in got[0].items():
-                        times[driver].setdefault(name, []).append(seconds)
-                    copied[driver].append(got[1])
+    async with bench_cluster() as cluster:
+        for rnd in range(rounds + 1):  # round 0 warms up (image download, SSH key)
+            for driver in ("cli", "api"):
+                data = cluster.root / f"data-{driver}"
+                env = cluster.env(data, _driver_env(driver))
+                got = await one_round(env, data, Path(cluster.sim_env["PVESIM_ROOT"]))
+                if rnd == 0:
+                    continue
+                for name, seconds in got[0].items():
+                    times[driver].setdefault(name, []).append(seconds)
+                copied[driver].append(got[1])
     print(
         f"drivers side by side: install on pve2 (main node pve1) and every lifecycle command, "
         f"{rounds} rounds each, zero simulator delays; medians, ratio api/cli"
@@ -432,37 +472,31 @@ async def one_round(
     out: dict[str, float] = {}
     log = sim_root / "commands.log"
     before = len(log.read_text().splitlines()) if log.exists() else 0
-    async with open_runtime(env, data, journal=journal()) as runtime:
-        app = await build(runtime)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
-        try:
-            async with aiohttp.ClientSession() as http:
-                start = time.perf_counter()
-                body = {"os": "debian", "version": "12", "node": "pve2", "disk": "16G"}
-                async with http.post(f"{api}/vm/install", json=body) as resp:
-                    records = await read_stream(resp)
-                out["install"] = time.perf_counter() - start
-                if records[-1]["status"] != "success":
-                    raise RuntimeError(f"install failed: {records[-1]}")
-                vmid = records[-1]["vm_id"]
-                lines = log.read_text().splitlines()[before:]
-                migrations = [json.loads(x) for x in lines if '"migrate"' in x]
-                # An offline migration copies every local volume: the 16 GiB disk and the
-                # 4 MiB cloud-init drive.
-                moved = (16 * 2**30 + 4 * 2**20) * len(migrations)
-                for command, cbody in LIFECYCLE:
-                    start = time.perf_counter()
-                    async with http.post(f"{api}/vm/{vmid}/{command}", json=cbody) as resp:
-                        text = await resp.text()
-                    out[command] = time.perf_counter() - start
-                    if resp.status != 200 or '"status": "error"' in text:
-                        raise RuntimeError(f"{command} failed: {text[-300:]}")
-        finally:
-            await runner.cleanup()
+    async with (
+        open_runtime(env, data, journal=journal()) as runtime,
+        served_api(runtime) as api,
+        aiohttp.ClientSession() as http,
+    ):
+        start = time.perf_counter()
+        body = {"os": "debian", "version": "12", "node": "pve2", "disk": "16G"}
+        async with http.post(f"{api}/vm/install", json=body) as resp:
+            records = await read_stream(resp)
+        out["install"] = time.perf_counter() - start
+        if records[-1]["status"] != "success":
+            raise RuntimeError(f"install failed: {records[-1]}")
+        vmid = records[-1]["vm_id"]
+        lines = log.read_text().splitlines()[before:]
+        migrations = [json.loads(x) for x in lines if '"migrate"' in x]
+        # An offline migration copies every local volume: the 16 GiB disk and the
+        # 4 MiB cloud-init drive.
+        moved = (16 * 2**30 + 4 * 2**20) * len(migrations)
+        for command, cbody in LIFECYCLE:
+            start = time.perf_counter()
+            async with http.post(f"{api}/vm/{vmid}/{command}", json=cbody) as resp:
+                text = await resp.text()
+            out[command] = time.perf_counter() - start
+            if resp.status != 200 or '"status": "error"' in text:
+                raise RuntimeError(f"{command} failed: {text[-300:]}")
     return out, moved
 
 
@@ -470,37 +504,20 @@ async def templates_bench(rounds: int, scale: float) -> None:
     """Section 6: today's import per install against a clone of the template, in one run."""
     ready: dict[tuple[str, str], list[float]] = {}
     written: dict[tuple[str, str], list[int]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        async with (
-            simulator(root / "pve", scale) as sim_env,
-            serve_mirror() as mirror,
-            EmbeddedNats(root / "nats") as nats,
-        ):
-            state = Path(sim_env["PVESIM_ROOT"]) / "cluster.json"
-            for driver in ("cli", "api"):
-                for path, flag in (("today", "0"), ("template", "1")):
-                    data = root / f"data-{driver}-{path}"
-                    env = {
-                        **os.environ,
-                        **sim_env,
-                        **nats.client_env(),
-                        "PVE_DRIVER": driver,
-                        "CAIRN_DATA": str(data),
-                        "IMAGE_BASE_URL": mirror.base_url,
-                        "VM_SSH_POLL": "0.02",
-                        "VM_POLL_INTERVAL": "30",
-                        "VM_CPU_TYPE": "x86-64-v2-AES",
-                        "VM_TEMPLATES": flag,
-                    }
-                    # The first install warms up: the image download, the SSH key and, with
-                    # templates, the one template build.
-                    for rnd in range(rounds + 1):
-                        before = _written(state)
-                        seconds = await _install_ready(env, data)
-                        if rnd:
-                            ready.setdefault((driver, path), []).append(seconds)
-                            written.setdefault((driver, path), []).append(_written(state) - before)
+    async with bench_cluster(scale) as cluster:
+        state = Path(cluster.sim_env["PVESIM_ROOT"]) / "cluster.json"
+        for driver in ("cli", "api"):
+            for path, flag in (("today", "0"), ("template", "1")):
+                data = cluster.root / f"data-{driver}-{path}"
+                env = cluster.env(data, {**_driver_env(driver), "VM_TEMPLATES": flag})
+                # The first install warms up: the image download, the SSH key and, with
+                # templates, the one template build.
+                for rnd in range(rounds + 1):
+                    before = _written(state)
+                    seconds = await _install_ready(env, data)
+                    if rnd:
+                        ready.setdefault((driver, path), []).append(seconds)
+                        written.setdefault((driver, path), []).append(_written(state) - before)
     print(
         f"templates: install to 'VM is ready' on the main node, {rounds} installs each after "
         f"one warm-up, simulator delays x{scale}; medians"
@@ -525,27 +542,19 @@ def _written(state: Path) -> int:
 
 async def _install_ready(env: dict[str, str], data: Path) -> float:
     """Seconds from the install request to its `VM is ready` record."""
-    async with open_runtime(env, data) as runtime:
-        app = await build(runtime)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        api = f"http://127.0.0.1:{runner.addresses[0][1]}/api"
-        try:
-            async with aiohttp.ClientSession() as http:
-                start = time.perf_counter()
-                body = {"os": "debian", "version": "12"}
-                async with http.post(f"{api}/vm/install", json=body) as resp:
-                    records = await read_stream(resp)
-                done = next(
-                    (r for r in records if r["message"].startswith("[+] VM is ready")), None
-                )
-                if done is None:
-                    raise RuntimeError(f"install failed: {records[-1]}")
-                return time.perf_counter() - start
-        finally:
-            await runner.cleanup()
+    async with (
+        open_runtime(env, data) as runtime,
+        served_api(runtime) as api,
+        aiohttp.ClientSession() as http,
+    ):
+        start = time.perf_counter()
+        body = {"os": "debian", "version": "12"}
+        async with http.post(f"{api}/vm/install", json=body) as resp:
+            records = await read_stream(resp)
+        done = next((r for r in records if r["message"].startswith("[+] VM is ready")), None)
+        if done is None:
+            raise RuntimeError(f"install failed: {records[-1]}")
+        return time.perf_counter() - start
 
 
 def main() -> None:

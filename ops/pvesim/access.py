@@ -17,14 +17,40 @@ VERSIONS: dict[str, str] = {"7.4": "7.4-17", "8.2": "8.2.7", "8.4": "8.4.1", "9.
 DEFAULT_VERSION = "8.4"
 
 _BASE_PRIVS = {
-    "VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
-    "VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory",
-    "VM.Config.Network", "VM.Config.Options", "VM.Console", "VM.Migrate", "VM.PowerMgmt",
-    "VM.Snapshot", "VM.Snapshot.Rollback", "Datastore.Allocate", "Datastore.AllocateSpace",
-    "Datastore.AllocateTemplate", "Datastore.Audit", "Sys.Audit", "Sys.Console", "Sys.Modify",
-    "Sys.PowerMgmt", "Sys.Syslog", "Pool.Allocate", "Pool.Audit", "Permissions.Modify",
-    "User.Modify", "Group.Allocate", "Realm.Allocate", "Realm.AllocateUser",
-}  # fmt: skip
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Backup",
+    "VM.Clone",
+    "VM.Config.CDROM",
+    "VM.Config.CPU",
+    "VM.Config.Cloudinit",
+    "VM.Config.Disk",
+    "VM.Config.HWType",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.Options",
+    "VM.Console",
+    "VM.Migrate",
+    "VM.PowerMgmt",
+    "VM.Snapshot",
+    "VM.Snapshot.Rollback",
+    "Datastore.Allocate",
+    "Datastore.AllocateSpace",
+    "Datastore.AllocateTemplate",
+    "Datastore.Audit",
+    "Sys.Audit",
+    "Sys.Console",
+    "Sys.Modify",
+    "Sys.PowerMgmt",
+    "Sys.Syslog",
+    "Pool.Allocate",
+    "Pool.Audit",
+    "Permissions.Modify",
+    "User.Modify",
+    "Group.Allocate",
+    "Realm.Allocate",
+    "Realm.AllocateUser",
+}
 
 
 def known_privileges(version: str) -> set[str]:
@@ -44,20 +70,35 @@ def known_privileges(version: str) -> set[str]:
 # What an admin grants after `cairn pve bootstrap`, on the simulator's storages.
 def cairn_acl(version: str, images_storage: str, pool: str | None = None) -> dict[str, list[str]]:
     vm = [
-        "VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
-        "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.Network", "VM.Config.HWType",
-        "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Clone", "VM.Console",
-    ]  # fmt: skip
+        "VM.Allocate",
+        "VM.Audit",
+        "VM.Config.CPU",
+        "VM.Config.Memory",
+        "VM.Config.Disk",
+        "VM.Config.CDROM",
+        "VM.Config.Cloudinit",
+        "VM.Config.Network",
+        "VM.Config.HWType",
+        "VM.Config.Options",
+        "VM.PowerMgmt",
+        "VM.Migrate",
+        "VM.Snapshot",
+        "VM.Clone",
+        "VM.Console",
+    ]
     # Without a pool, VM.Console only on cairn's ids (cairn pve bootstrap's CairnConsole).
     console = {} if pool else {f"/vms/{i}": ["VM.Console"] for i in range(100, 255)}
     acl: dict[str, list[str]] = {
         f"/pool/{pool}" if pool else "/vms": vm if pool else vm[:-1],
         **console,
         f"/storage/{images_storage}": ["Datastore.AllocateSpace", "Datastore.Audit"],
-        "/storage/local": ["Datastore.AllocateTemplate", "Datastore.AllocateSpace",
-                           "Datastore.Audit"],
+        "/storage/local": [
+            "Datastore.AllocateTemplate",
+            "Datastore.AllocateSpace",
+            "Datastore.Audit",
+        ],
         "/nodes": ["Sys.Audit"] + (["Sys.AccessNetwork"] if version >= "8.2" else []),
-    }  # fmt: skip
+    }
     if version >= "8.0":
         acl["/sdn/zones/localnetwork"] = ["SDN.Use"]
     if version < "8.2":

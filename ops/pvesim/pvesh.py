@@ -112,10 +112,13 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
         m = re.fullmatch(r"/nodes/([^/]+)/qemu", path)
         if m and m.group(1) in nodes:
             return [
-                {k: v for k, v in res.vm_resource(m.group(1), r, 64, now, 0).items()
-                 if k not in ("id", "node", "type")}
+                {
+                    k: v
+                    for k, v in res.vm_resource(m.group(1), r, 64, now, 0).items()
+                    if k not in ("id", "node", "type")
+                }
                 for r in vms.get(m.group(1), [])
-            ]  # fmt: skip
+            ]
         m = re.fullmatch(r"/nodes/([^/]+)/qemu/(\d+)/snapshot", path)
         if m and m.group(1) in nodes:
             rec = txn.vm_on(m.group(1), int(m.group(2)))

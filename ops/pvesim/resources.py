@@ -232,8 +232,20 @@ def node_status(
 
 # `type` of GET /nodes/{node}/network (PM8 API2/Network.pm $network_type_enum plus its two
 # pseudo-types).
-NETWORK_TYPES = ("bridge", "bond", "eth", "alias", "vlan", "OVSBridge", "OVSBond", "OVSPort",
-                 "OVSIntPort", "vnet", "any_bridge", "any_local_bridge")  # fmt: skip
+NETWORK_TYPES = (
+    "bridge",
+    "bond",
+    "eth",
+    "alias",
+    "vlan",
+    "OVSBridge",
+    "OVSBond",
+    "OVSPort",
+    "OVSIntPort",
+    "vnet",
+    "any_bridge",
+    "any_local_bridge",
+)
 
 
 def node_network(info: Mapping[str, Any], kind: str | None) -> list[dict[str, Any]]:
@@ -241,15 +253,30 @@ def node_network(info: Mapping[str, Any], kind: str | None) -> list[dict[str, An
     `bridges`, vmbr0 unless a test added others; `bridge_mtu` names those with their own MTU),
     filtered by `type` as Proxmox does (`any_bridge`: every kind of bridge)."""
     out: list[dict[str, Any]] = [
-        {"iface": "eno1", "type": "eth", "active": 1, "exists": 1, "families": ["inet"],
-         "method": "manual", "priority": 3}
-    ]  # fmt: skip
+        {
+            "iface": "eno1",
+            "type": "eth",
+            "active": 1,
+            "exists": 1,
+            "families": ["inet"],
+            "method": "manual",
+            "priority": 3,
+        }
+    ]
     mtus = info.get("bridge_mtu", {})
     for i, name in enumerate(sorted(info.get("bridges", ["vmbr0"]))):
-        entry = {"iface": name, "type": "bridge", "active": 1, "autostart": 1,
-                 "bridge_ports": "eno1" if i == 0 else "", "bridge_stp": "off",
-                 "bridge_fd": "0", "families": ["inet"], "method": "manual",
-                 "priority": 4 + i}  # fmt: skip
+        entry = {
+            "iface": name,
+            "type": "bridge",
+            "active": 1,
+            "autostart": 1,
+            "bridge_ports": "eno1" if i == 0 else "",
+            "bridge_stp": "off",
+            "bridge_fd": "0",
+            "families": ["inet"],
+            "method": "manual",
+            "priority": 4 + i,
+        }
         if name in mtus:
             entry["mtu"] = int(mtus[name])
         out.append(entry)

@@ -27,18 +27,22 @@ def make_certificate(folder: Path, node: str, address: str) -> tuple[Path, Path]
         return cert_path, key_path
     folder.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
-        x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.invalid"),
-    ])  # fmt: skip
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.invalid"),
+        ]
+    )
     now = datetime.datetime.now(datetime.UTC)
-    san = x509.SubjectAlternativeName([
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("::1")),
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address(address)),
-        x509.DNSName(node),
-    ])  # fmt: skip
+    san = x509.SubjectAlternativeName(
+        [
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address(address)),
+            x509.DNSName(node),
+        ]
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from pvesim.cluster import SimCluster
+from pvesim.pveproxy import Exchange
 
 from actors.config import ConfigError
 from actors.platform import Runtime
@@ -76,6 +77,17 @@ async def open_ws(
     return await http.ws_connect(f"{base}/console/vm/{VMID}/serial", headers=headers)
 
 
+async def termproxy_ended(sim: SimCluster) -> Exchange:
+    """The page's close ended PVE's termproxy task too, and well; its journal entry."""
+    termproxy = next(e for e in sim.pveproxy.journal if e.path.endswith("/termproxy"))
+    client = client_for(sim)
+    try:
+        assert (await wait_task(client, termproxy.data["upid"])).exitstatus == "OK"
+    finally:
+        await client.close()
+    return termproxy
+
+
 async def test_typing_reaches_the_vm_and_its_echo_comes_back(
     serve: Serve, sim: SimCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -94,12 +106,7 @@ async def test_typing_reaches_the_vm_and_its_echo_comes_back(
         assert b"20 90" in await read_until(ws, b"$ ")
         await ws.close()
     # The browser's close ended PVE's termproxy task too.
-    termproxy = next(e for e in sim.pveproxy.journal if e.path.endswith("/termproxy"))
-    client = client_for(sim)
-    try:
-        assert (await wait_task(client, termproxy.data["upid"])).exitstatus == "OK"
-    finally:
-        await client.close()
+    termproxy = await termproxy_ended(sim)
     # Neither the ticket nor the API token is in any log line.
     secret = api_env(sim)["PVE_API_TOKEN"].rsplit("=", 1)[1]
     text = "\n".join(r.getMessage() for r in caplog.records)
@@ -197,12 +204,7 @@ async def test_an_oversized_message_ends_the_session(serve: Serve, sim: SimClust
         msg = await ws.receive(timeout=10)
         assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         assert ws.close_code == 1009  # message too big
-    termproxy = next(e for e in sim.pveproxy.journal if e.path.endswith("/termproxy"))
-    client = client_for(sim)
-    try:
-        assert (await wait_task(client, termproxy.data["upid"])).exitstatus == "OK"
-    finally:
-        await client.close()
+    await termproxy_ended(sim)
 
 
 async def test_roles_once_tokens_exist(serve: Serve, sim: SimCluster, runtime: Runtime) -> None:

@@ -10,7 +10,6 @@ import io
 import json
 import os
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -23,21 +22,8 @@ from PIL import Image
 from actors.platform import Runtime
 from gateway import server as root
 from gateway.services import build_app
-from tests.nginx import EXAMPLES, running_nginx
+from tests.nginx import SITE, certificate, running_nginx, tls_site
 from tests.ports import free_ports
-
-SITE = "cairn.test"
-
-
-def certificate(work: Path) -> tuple[Path, Path]:
-    work.mkdir(parents=True, exist_ok=True)
-    cert, key = work / "cert.pem", work / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", f"/CN={SITE}", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 def noisy_png(size: int) -> bytes:
@@ -82,17 +68,7 @@ async def proxied(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Proxied]:
     console = await start("status", listen)
     cert, key = await asyncio.to_thread(certificate, tmp_path / "tls")
     https, http = free_ports(2)
-    site = (EXAMPLES / "cairn-tls.conf").read_text()
-    for old, new in (
-        ("server 127.0.0.1:8000;", f"server 127.0.0.1:{console};"),
-        ("server 127.0.0.1:8200;", f"server 127.0.0.1:{listen['functions'][1]};"),
-        ("listen 443 ssl http2;", f"listen 127.0.0.1:{https} ssl http2;"),
-        ("listen 80;", f"listen 127.0.0.1:{http};"),
-        ("/etc/ssl/cairn/fullchain.pem", str(cert)),
-        ("/etc/ssl/cairn/privkey.pem", str(key)),
-    ):
-        assert old in site, old
-        site = site.replace(old, new)
+    site = tls_site({8000: console, 8200: listen["functions"][1]}, https, http, cert, key)
     context = ssl.create_default_context(cafile=str(cert))
     context.check_hostname = False
 

@@ -25,6 +25,7 @@ from actors.vm.cli.transport import SshTransport
 from actors.vm.pve import Hardware, NewDisk
 from actors.vm.shacrypt import sha512_crypt
 from tests.ports import free_port
+from tests.ssh_servers import AnyKeyServer
 
 HELPER = Path(__file__).resolve().parents[2] / "ops" / "deploy" / "pve" / "cairn_allow.py"
 
@@ -349,17 +350,6 @@ def test_an_image_is_opened_without_following_any_link(images: Path, tmp_path: P
         os.close(descriptor)
 
 
-class _Node(asyncssh.SSHServer):
-    def begin_auth(self, username: str) -> bool:
-        return True
-
-    def public_key_auth_supported(self) -> bool:
-        return True
-
-    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        return True
-
-
 @asynccontextmanager
 async def node(bin_dir: Path, images: Path) -> AsyncIterator[tuple[int, asyncssh.SSHKey]]:
     """A node's sshd with cairn's key bound to the forced command: whatever the client asks
@@ -392,7 +382,7 @@ async def node(bin_dir: Path, images: Path) -> AsyncIterator[tuple[int, asyncssh
     server = await asyncssh.listen(
         "127.0.0.1",
         port,
-        server_factory=_Node,
+        server_factory=AnyKeyServer,
         server_host_keys=[key],
         process_factory=handle,
         encoding=None,

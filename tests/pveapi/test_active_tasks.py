@@ -43,7 +43,7 @@ async def test_an_api_create_is_listed_while_it_runs_and_not_once_its_worker_die
     sim: SimCluster, rest: RestPve
 ) -> None:
     sim.set_delay_scale(2)  # the create holds its placeholder for 4 s
-    running = asyncio.create_task(rest.create("pve1", 150, HARDWARE))
+    running = asyncio.create_task(rest.create("pve1", 150, pve.Create(HARDWARE)))
     await wait_for(lambda: locked(sim, 150), what="the create's placeholder")
     listed = await rest.active_tasks("pve1", 150)
     assert len(listed) == 1 and ":qmcreate:150:cairn@pve!sim:" in listed[0]

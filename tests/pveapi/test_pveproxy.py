@@ -295,14 +295,14 @@ async def test_closing_the_client_lets_a_waiting_command_end(
 ) -> None:
     """At shutdown the transports close before the node actors stop: a command still waiting
     for its task must not fail with a dropped connection (it is cancelled next instead)."""
-    from actors.vm.pve import Hardware
+    from actors.vm.pve import Create, Hardware
     from actors.vm.pveapi.adapter import RestPve
     from tests.conftest import wait_for
 
     sim.set_delay_scale(0.25)  # the create task takes half a second
     port = RestPve(api, "pve1")
     hardware = Hardware("t", 1, "kvm64", 512, None, "debian", "test", "vmbr0")
-    running = asyncio.create_task(port.create("pve1", 142, hardware))
+    running = asyncio.create_task(port.create("pve1", 142, Create(hardware)))
     await wait_for(lambda: sim.vm(142) is not None, what="the create task to start")
     await api.close()
     task = await running

@@ -38,14 +38,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stop_stack(running)
 
 
-def test_best_match_is_one_list_with_the_words_highlighted(page: Page, stack: Stack) -> None:  # noqa: F811
+def open_notes(tab: Page, stack: Stack) -> None:
+    """The search page on the notes database, once all of it is embedded."""
+
     def embedded() -> bool:
         status = stack.json("/console/svc/search/api/status?db=notes")
         return bool(status["chunks"] == 3 and status["state"] == "idle")
 
     wait_until(embedded, timeout=60, what="the notes database to be embedded")
-    page.goto(stack.url("search"))
-    page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+    tab.goto(stack.url("search"))
+    tab.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+
+
+def test_best_match_is_one_list_with_the_words_highlighted(page: Page, stack: Stack) -> None:  # noqa: F811
+    open_notes(page, stack)
 
     # Found by meaning, no word of the query in it: the fused list still has it first.
     page.get_by_label("Query").fill("when do I have to pay a bill")
@@ -71,13 +77,7 @@ def test_each_result_has_its_score_and_a_search_that_finds_nothing_says_why(
     page: Page,  # noqa: F811
     stack: Stack,
 ) -> None:
-    def embedded() -> bool:
-        status = stack.json("/console/svc/search/api/status?db=notes")
-        return bool(status["chunks"] == 3 and status["state"] == "idle")
-
-    wait_until(embedded, timeout=60, what="the notes database to be embedded")
-    page.goto(stack.url("search"))
-    page.get_by_role("combobox", name=re.compile("^Database")).select_option("notes")
+    open_notes(page, stack)
     best = page.locator('[data-branch="hybrid"]')
 
     # Found by meaning: its score is shown, and nothing is said about the cut-off.

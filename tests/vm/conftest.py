@@ -76,6 +76,15 @@ async def read_sse(resp: aiohttp.ClientResponse, *, stop_after: int | None = Non
     return Sse(resp.status, resp.headers, records, ids, closed)
 
 
+def half_built_step(driver: str) -> str:
+    """A stage where the install's VM exists in the cluster and is not started yet, to kill
+    the service at. The API's initialization is one quick resize: by the time the service has
+    stopped, the next stage may have started the VM, so there it is the disk's import."""
+    if driver == "api":
+        return "VM creation > importing disk image"
+    return "VM initialization > initializing configuration"
+
+
 @attrs.define
 class Service:
     url: str  # http://127.0.0.1:<port>

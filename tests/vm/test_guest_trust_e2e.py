@@ -15,6 +15,7 @@ import pytest
 
 from actors.vm.guest import GuestError, ensure_key, run_init
 from tests.ports import free_port
+from tests.ssh_servers import AnyKeyServer
 from tests.vm import drivers
 from tests.vm.conftest import Service
 from tests.vm.test_failures_e2e import assert_clean
@@ -34,19 +35,6 @@ class Received:
     stdin: str
 
 
-class _Open(asyncssh.SSHServer):
-    """Lets anyone in with any key: an impostor wants to be talked to."""
-
-    def begin_auth(self, username: str) -> bool:
-        return True
-
-    def public_key_auth_supported(self) -> bool:
-        return True
-
-    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        return True
-
-
 @asynccontextmanager
 async def impostor(host: str, port: int) -> AsyncIterator[list[Received]]:
     """Another machine answering SSH at `host`: it says `ready`, claims success to anything
@@ -63,7 +51,7 @@ async def impostor(host: str, port: int) -> AsyncIterator[list[Received]]:
     server = await asyncssh.listen(
         host,
         port,
-        server_factory=_Open,
+        server_factory=AnyKeyServer,  # an impostor wants to be talked to
         server_host_keys=[asyncssh.generate_private_key("ssh-ed25519")],
         process_factory=handle,
     )

@@ -5,40 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.nginx import EXAMPLES, running_nginx
+from tests.nginx import certificate, running_nginx, tls_site
 from tests.ports import free_ports
 from tests.vm.conftest import Service, read_sse
-
-
-def _certificate(work: Path) -> tuple[Path, Path]:
-    work.mkdir(parents=True, exist_ok=True)
-    cert, key = work / "cert.pem", work / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=cairn.test", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
-def _site(service_port: int, https: int, http: int, cert: Path, key: Path) -> str:
-    site = (EXAMPLES / "cairn-tls.conf").read_text()
-    for old, new in (
-        ("server 127.0.0.1:8100;", f"server 127.0.0.1:{service_port};"),
-        ("listen 443 ssl http2;", f"listen 127.0.0.1:{https} ssl http2;"),
-        ("listen 80;", f"listen 127.0.0.1:{http};"),
-        ("/etc/ssl/cairn/fullchain.pem", str(cert)),
-        ("/etc/ssl/cairn/privkey.pem", str(key)),
-    ):
-        assert old in site, old
-        site = site.replace(old, new)
-    return site
 
 
 async def test_an_install_streams_through_tls_and_the_client_address_is_checked(
@@ -46,9 +20,9 @@ async def test_an_install_streams_through_tls_and_the_client_address_is_checked(
 ) -> None:
     service: Service = await start_service(ALLOW_IPS="127.0.0.5", TRUSTED_PROXIES="127.0.0.1")
     service_port = int(service.url.rsplit(":", 1)[1])
-    cert, key = await asyncio.to_thread(_certificate, tmp_path / "tls")
+    cert, key = await asyncio.to_thread(certificate, tmp_path / "tls")
     https, http = free_ports(2)
-    site = _site(service_port, https, http, cert, key)
+    site = tls_site({8100: service_port}, https, http, cert, key)
     context = ssl.create_default_context(cafile=str(cert))
     context.check_hostname = False
     base = f"https://127.0.0.1:{https}/api"

@@ -15,7 +15,7 @@ from actors.vm.events import Installed, TaskEnded, TaskStarted
 from events.store import EventStore, default_store_url
 from tests.conftest import wait_for
 from tests.vm import drivers
-from tests.vm.conftest import Service, read_sse
+from tests.vm.conftest import Service, half_built_step, read_sse
 
 # Every test here runs with both drivers (tests/vm/drivers.py).
 driver = drivers.driver
@@ -165,11 +165,7 @@ async def test_a_restart_leaves_a_vm_that_replaced_the_half_built_one(
     driver: str,
 ) -> None:
     service: Service = await start_service()
-    # A stage where the half-built VM exists and is not started yet (the API's initialization
-    # is one quick resize: the next stage may well have started the VM by the time it stops).
-    step = "VM initialization > initializing configuration"
-    if driver == "api":
-        step = "VM creation > importing disk image"
+    step = half_built_step(driver)
     await service.install_until(142, step, then=start_service.stop_last)  # dies mid-install
     sim = service.sim
     qm = LocalTransport(sim.env())

@@ -20,7 +20,7 @@ from actors.vm.install import install
 from actors.vm.jobs import Services, power, remove_vm
 from actors.vm.lifecycle import State
 from actors.vm.ownership import Claim, mark_line
-from actors.vm.pve import PermissionDenied, TaskFailed
+from actors.vm.pve import Create, PermissionDenied, TaskFailed
 from actors.vm.requests import InstallRequest
 from actors.vm.settings import ApiSettings
 from tests.ports import free_port
@@ -129,7 +129,7 @@ async def test_a_create_refused_for_a_privilege_names_it_and_removes_nothing(
 async def test_an_id_taken_meanwhile_is_left_to_its_owner(tmp_path: Path, mirror_url: str) -> None:
     fake = FakePve()
     svc = services(tmp_path, fake, mirror_url, "cli")
-    await fake.create("pve2", 123, attrs.evolve(_hardware(), description="someone's"))
+    await fake.create("pve2", 123, Create(attrs.evolve(_hardware(), description="someone's")))
     records, report = recorder()
     result = await install(svc, 123, request(), report, 0.0, TASK)
     assert (
@@ -161,7 +161,7 @@ async def test_an_old_release_sends_the_api_driver_back_to_the_cli(
 async def test_lifecycle_through_the_port(tmp_path: Path, mirror_url: str, driver: str) -> None:
     fake = FakePve()
     svc = services(tmp_path, fake, mirror_url, driver)
-    await fake.create("pve1", 130, attrs.evolve(_hardware(), description=mark_line(TASK)))
+    await fake.create("pve1", 130, Create(attrs.evolve(_hardware(), description=mark_line(TASK))))
     fake.vms[130].config["scsi0"] = "local-lvm:vm-130-disk-0,size=16G"
     records, report = recorder()
     claim = Claim(TASK)
@@ -196,7 +196,7 @@ async def test_lifecycle_through_the_port(tmp_path: Path, mirror_url: str, drive
 async def test_destroy_leaves_a_vm_without_cairns_mark(tmp_path: Path, mirror_url: str) -> None:
     fake = FakePve()
     svc = services(tmp_path, fake, mirror_url, "api")
-    await fake.create("pve2", 131, attrs.evolve(_hardware(), description="a user's own"))
+    await fake.create("pve2", 131, Create(attrs.evolve(_hardware(), description="a user's own")))
     _, report = recorder()
     result = await power(svc, "destroy", 131, "pve2", None, report, {}, Claim(TASK))
     assert result.disowned and "does not carry cairn's mark" in result.disowned
@@ -215,7 +215,7 @@ async def test_clone_and_template_through_the_port() -> None:
     from actors.vm.pve import AlreadyExists, Clone, PveError
 
     fake = FakePve()
-    await fake.create("pve1", 150, _hardware())
+    await fake.create("pve1", 150, Create(_hardware()))
     await fake.template("pve1", 150)
     assert fake.vms[150].config["template"] == "1"
     await fake.clone("pve1", 150, 151, Clone(name="web-2", target="pve2", description="m"))
@@ -232,7 +232,7 @@ async def test_snapshots_through_the_port() -> None:
     from actors.vm.pve import Locked, NotFound, Refused, TaskFailed
 
     fake = FakePve(storage_types={"local-lvm": "lvmthin", "files": "dir"})
-    await fake.create("pve1", 150, _hardware())
+    await fake.create("pve1", 150, Create(_hardware()))
     fake.vms[150].config["scsi0"] = "local-lvm:vm-150-disk-0,size=8G"
     await fake.snapshot("pve1", 150, "one", description="d", vmstate=True)
     fake.vms[150].config["memory"] = "4096"

@@ -15,7 +15,7 @@ from events.nats_server import EmbeddedNats
 from tests.conftest import wait_for
 from tests.ports import free_port
 from tests.vm import drivers
-from tests.vm.conftest import Service, read_sse, service_env
+from tests.vm.conftest import Service, half_built_step, read_sse, service_env
 from tests.vm.mirror import Mirror
 
 # Every test here runs with both drivers (tests/vm/drivers.py).
@@ -63,11 +63,8 @@ async def test_restart_during_an_install_cleans_up_and_frees_the_id(
     driver: str,
 ) -> None:
     service: Service = await start_service()
-    # The service dies between two stages, with a half-built VM in the cluster (the API's
-    # initialization is one quick resize: by its stop the next stage may have started).
-    step = "VM initialization > initializing configuration"
-    if driver == "api":
-        step = "VM creation > importing disk image"
+    # The service dies between two stages, with a half-built VM in the cluster.
+    step = half_built_step(driver)
     # Its guest never answers: however long the stop takes (it runs in the install's own event
     # loop), the install cannot end first.
     service.sim.inject_failure("guest boot", vmid=140)

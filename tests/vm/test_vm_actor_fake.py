@@ -20,7 +20,7 @@ from actors.vm.fakepve import FakePve
 from actors.vm.jobs import remove_vm
 from actors.vm.lifecycle import State
 from actors.vm.ownership import Claim, mark_line
-from actors.vm.pve import Hardware, PermissionDenied
+from actors.vm.pve import Create, Hardware, PermissionDenied
 from actors.vm.requests import InstallRequest
 from actors.vm.vm import Install, Query, Recover, VmActor, VmInfo
 from events.store import EventStore
@@ -77,8 +77,8 @@ async def test_a_restart_settles_an_install_whose_create_died(
     gate = asyncio.Event()
 
     class DiesAtCreate(FakePve):
-        async def create(self, node: str, vmid: int, hardware: Hardware, **kw: Any) -> Any:
-            await super().create(node, vmid, hardware, **kw)
+        async def create(self, node: str, vmid: int, spec: Create) -> Any:
+            await super().create(node, vmid, spec)
             self.vms[vmid].config = {"lock": "create"}  # its worker died half-way
             gate.set()
             await asyncio.Event().wait()  # never answers: the process "dies" first
@@ -115,7 +115,7 @@ async def test_a_create_still_at_work_is_waited_for_then_removed(
 ) -> None:
     fake = FakePve()
     svc = services(tmp_path, fake, mirror_url, "api")
-    await fake.create("pve2", 142, MARKED)
+    await fake.create("pve2", 142, Create(MARKED))
     done = dict(fake.vms[142].config)
     fake.vms[142].config = {"lock": "create"}
     fake.running[142] = ["UPID:pve2:0000AAAA:00000000:00000000:qmcreate:142:cairn@pve!x:"]
@@ -140,7 +140,7 @@ async def test_a_create_that_cannot_be_asked_about_is_waited_for(
     fake = FakePve()
     svc = services(tmp_path, fake, mirror_url, "api")
     svc.settings = attrs.evolve(svc.settings, command_timeout=0.8)
-    await fake.create("pve1", 143, MARKED)
+    await fake.create("pve1", 143, Create(MARKED))
     fake.vms[143].config = {"lock": "create"}
     for _ in range(10):
         fake.fail("active_tasks", PermissionDenied("Permission check failed (/nodes/pve1, x)"))

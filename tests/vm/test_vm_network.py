@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from actors.vm.cli import argv as qm
-from actors.vm.pve import CloudInit, Hardware, ImportFrom
+from actors.vm.pve import CloudInit, Create, Hardware, ImportFrom
 from actors.vm.pveapi.adapter import create_params
 from actors.vm.settings import SettingsError
 from tests.vm.helpers import settings
@@ -88,7 +88,7 @@ def test_api_create_parameters_carry_the_bridge_and_the_mask() -> None:
     hardware = Hardware("web", 2, "x86-64-v2-AES", 2048, None, "debian", mark, "vnet1")
     ci = CloudInit("deploy", "$6$salt$hash", KEY.decode(), "10.20.30.120", "10.20.30.1", 22)
     disk = ImportFrom("local-lvm", "local:import/debian-12.qcow2", ci)
-    assert create_params(120, hardware, disk, "cairn") == {
+    assert create_params(120, Create(hardware, disk, "cairn")) == {
         "vmid": "120", "name": "web", "cores": "2", "cpu": "x86-64-v2-AES",
         "memory": "2048", "scsihw": "virtio-scsi-pci", "ostype": "l26", "agent": "1",
         "net0": "virtio,bridge=vnet1", "serial0": "socket", "vga": "serial0",

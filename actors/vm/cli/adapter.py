@@ -186,20 +186,12 @@ class CliPve:
 
     # -- VM tasks --------------------------------------------------------------------------
 
-    async def create(
-        self,
-        node: str,
-        vmid: int,
-        hardware: pve.Hardware,
-        *,
-        disk: pve.ImportFrom | None = None,
-        pool: str | None = None,
-    ) -> pve.Task:
-        if disk is not None:
+    async def create(self, node: str, vmid: int, spec: pve.Create) -> pve.Task:
+        if spec.disk is not None:
             raise pve.Unsupported("the CLI driver imports a disk with qm disk import")
-        argv = qm.create(vmid, hardware.options())
-        if pool:
-            argv += ["--pool", pool]
+        argv = qm.create(vmid, spec.hardware.options())
+        if spec.pool:
+            argv += ["--pool", spec.pool]
         return await self._task(node, argv)
 
     async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str:
@@ -279,17 +271,8 @@ class CliPve:
 
     # -- storage tasks ---------------------------------------------------------------------
 
-    async def download_url(
-        self,
-        node: str,
-        storage: str,
-        filename: str,
-        url: str,
-        *,
-        checksum: tuple[str, str] | None = None,
-    ) -> pve.Task:
-        params = pve.download_params(filename, url, checksum)
-        return await self._task(node, qm.download_url(node, storage, params))
+    async def download_url(self, node: str, storage: str, image: pve.Download) -> pve.Task:
+        return await self._task(node, qm.download_url(node, storage, image.params()))
 
     async def wait_task(self, upid: str, *, on_line: LineSink | None = None) -> pve.Task:
         raise pve.Unsupported("the CLI driver runs every task in the foreground: no task to wait")

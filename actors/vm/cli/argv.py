@@ -1,7 +1,8 @@
 """The CLI adapter's Proxmox command lines, as argv lists (never shell strings).
 
 Each function returns exactly what runs on the node, so the golden tests in tests/vm pin the
-wire format. Differences from the original service, on purpose (DESIGN §4):
+wire format. Differences from the original service, on purpose (each fixes a guest that
+would not work):
 - the cloud-init user is set (`--ciuser`), so the requested user exists in the guest;
 - the disk is attached by the volid that `qm disk import` reported, which is right on dir/nfs
   storage (`local:120/vm-120-disk-0.raw`) as well as lvm-thin/zfs (`local-lvm:vm-120-disk-0`);

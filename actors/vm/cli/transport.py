@@ -135,7 +135,7 @@ class SshTransport:
         try:
             conn = await self._connection()
         except (OSError, asyncssh.Error) as exc:
-            # ssh itself exits 255 on connection or auth failure (pve-reference §1.1 item 7).
+            # ssh itself exits 255 on connection or auth failure: the same status here.
             return CommandResult(255, "", f"ssh: connect to host {self.host}: {exc}\n")
         command = shlex.join(argv)
         try:

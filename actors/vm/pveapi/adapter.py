@@ -1,10 +1,10 @@
-"""The REST adapter of the Proxmox port: each operation as pveproxy's own request (api.md §5).
+"""The REST adapter of the Proxmox port: each operation as pveproxy's own request.
 
 No command line and no rendered text: parameters go out as PVE's form fields, answers come
 back as its JSON, and an operation Proxmox runs as a task is waited for on the node its UPID
 names (tasks.py). Failures keep PVE's words and what they mean (pve's exception tree): the
 privilege and path a 403 named, a task's exit status and log lines, the lock met. Root-only
-options a token cannot use (`skiplock`) are never sent (api.md §1.2). Every node is addressed
+options a token cannot use (`skiplock`) are never sent (PVE refuses them). Every node is addressed
 through the one pveproxy cairn talks to, which forwards `/nodes/<n>/...`.
 """
 
@@ -23,13 +23,12 @@ from actors.vm.pveapi.wire import looks_like_upid, sshkeys_param
 _T = TypeVar("_T")
 
 
-def create_params(
-    vmid: int, hw: pve.Hardware, disk: pve.ImportFrom | None, pool: str | None
-) -> dict[str, str]:
+def create_params(vmid: int, spec: pve.Create) -> dict[str, str]:
     """The whole create: hardware, and with `disk` the boot disk imported from a volume of the
-    node, the cloud-init drive and settings (keys urlencoded, api.md §5.6) and the boot order."""
-    params = {"vmid": str(vmid), **hw.options()}
-    if disk is not None:
+    node, the cloud-init drive and settings (keys urlencoded twice, as pveproxy decodes them
+    once more) and the boot order."""
+    params = {"vmid": str(vmid), **spec.hardware.options()}
+    if (disk := spec.disk) is not None:
         ci = disk.cloud_init
         params |= {
             "scsi0": f"{disk.storage}:0,import-from={disk.source}",
@@ -38,8 +37,8 @@ def create_params(
             **ci.options(),
             "sshkeys": sshkeys_param(ci.sshkeys),
         }
-    if pool:
-        params["pool"] = pool
+    if spec.pool:
+        params["pool"] = spec.pool
     return params
 
 
@@ -191,16 +190,8 @@ class RestPve:
 
     # -- VM tasks --------------------------------------------------------------------------
 
-    async def create(
-        self,
-        node: str,
-        vmid: int,
-        hardware: pve.Hardware,
-        *,
-        disk: pve.ImportFrom | None = None,
-        pool: str | None = None,
-    ) -> pve.Task:
-        params = create_params(vmid, hardware, disk, pool)
+    async def create(self, node: str, vmid: int, spec: pve.Create) -> pve.Task:
+        params = create_params(vmid, spec)
         return await self._task(node, "POST", f"/nodes/{node}/qemu", params)
 
     async def import_disk(self, node: str, vmid: int, path: str, storage: str) -> str:
@@ -234,7 +225,7 @@ class RestPve:
         return await self._power(node, vmid, "start")
 
     async def stop(self, node: str, vmid: int, *, cleanup: bool = False) -> pve.Task:
-        # A clean-up's stop gives the guest no time; `skiplock` is root's only (api.md §1.2).
+        # A clean-up's stop gives the guest no time; `skiplock` is root's only, so not sent.
         return await self._power(node, vmid, "stop", {"timeout": "1"} if cleanup else None)
 
     async def shutdown(self, node: str, vmid: int) -> pve.Task:
@@ -289,16 +280,8 @@ class RestPve:
 
     # -- storage tasks ---------------------------------------------------------------------
 
-    async def download_url(
-        self,
-        node: str,
-        storage: str,
-        filename: str,
-        url: str,
-        *,
-        checksum: tuple[str, str] | None = None,
-    ) -> pve.Task:
-        params = pve.download_params(filename, url, checksum)
+    async def download_url(self, node: str, storage: str, image: pve.Download) -> pve.Task:
+        params = image.params()
         path = f"/nodes/{node}/storage/{storage}/download-url"
         return await self._task(node, "POST", path, params)
 

@@ -47,8 +47,8 @@ class PveClient:
         self.fingerprint = fingerprint
         self._ssl: ssl.SSLContext | aiohttp.Fingerprint | bool
         if fingerprint is not None:
-            # Chain and hostname are not checked, the leaf's SHA-256 is (as PVE does between
-            # its own nodes, api.md §1.5).
+            # Chain and hostname are not checked, the leaf's SHA-256 is: a node's certificate
+            # is self-signed, and PVE trusts its own nodes the same way.
             self._ssl = aiohttp.Fingerprint(fingerprint)
         elif ca_file:
             self._ssl = ssl.create_default_context(cafile=ca_file)

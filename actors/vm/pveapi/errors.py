@@ -1,4 +1,4 @@
-"""pveproxy's failures as cairn errors whose message says what to do (api.md §2.2, §2.3).
+"""pveproxy's failures as cairn errors whose message says what to do.
 
 Every error carries the HTTP status PVE gave (0 when no answer came), the reason phrase, the
 full `message` when the server sent one, and a 400's per-parameter `errors`. `text` is the one
@@ -10,7 +10,7 @@ from __future__ import annotations
 from actors.vm.pveapi.wire import ErrorBody, Missing, missing_privilege
 
 # AnyEvent::HTTP pseudo-statuses: the request may never have reached the handler (595 connect,
-# 596 TLS/request/headers, 597 body, 599 other; api.md §2.2).
+# 596 TLS/request/headers, 597 body, 599 other): retrying them cannot double a change.
 PROXY_STATUSES = frozenset({595, 596, 597, 598, 599})
 
 

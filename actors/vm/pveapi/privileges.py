@@ -1,4 +1,4 @@
-"""The least privilege cairn's API driver needs, per PVE release (api.md §6), as data.
+"""The least privilege cairn's API driver needs, per PVE release (their names changed), as data.
 
 `roles` says which custom role holds which privileges on which ACL paths; `bootstrap` turns
 that into the `pveum` commands an admin runs once; `needs` lists, per cairn operation, the
@@ -126,7 +126,8 @@ class Need:
 
 
 def needs(layout: Layout, node: str) -> list[Need]:
-    """What PVE checks for each of cairn's operations (api.md §6.1), on `node`."""
+    """What PVE checks for each of cairn's operations, on `node`: a failed call then names the
+    missing privilege before a user meets it."""
     vm = f"/pool/{layout.pool}" if layout.pool else "/vms"
     disk, image = f"/storage/{layout.disk_storage}", f"/storage/{layout.import_storage}"
     out = [

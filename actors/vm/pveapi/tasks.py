@@ -1,4 +1,4 @@
-"""Waiting for a PVE task (UPID) to end, as api.md §3.5 recommends.
+"""Waiting for a PVE task (UPID) to end: its status polled, as PVE's own clients do.
 
 The status is polled on the node the UPID names (a migration's task lives on its source node);
 the log is read along the way so its lines can be streamed. While waiting, a `no such task`

@@ -1,7 +1,8 @@
 """What goes over the wire to pveproxy and back, as pure functions (pinned by golden tests).
 
-Sources: the project's PVE API reference (api.md) §1.1 form encoding and booleans, §1.2 the token
-header, §1.5 the fingerprint, §2 the envelope and errors, §3.2 the UPID, §5.6 `sshkeys` and tags.
+Form encoding and 0/1 booleans, the token header, the certificate fingerprint, the `{data}`
+envelope and its errors, the UPID, and the double-encoded `sshkeys` and tags: each is what
+pveproxy itself accepts and answers, so a mistake here is a failed call, never a guess.
 """
 
 from __future__ import annotations
@@ -105,13 +106,14 @@ def form_pairs(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 
 
 def form_body(params: Mapping[str, Any] | None) -> str:
-    """`application/x-www-form-urlencoded` body of a POST/PUT (api.md §1.1: use form, not JSON)."""
+    """`application/x-www-form-urlencoded` body of a POST/PUT: pveproxy reads form fields (a
+    JSON body loses its booleans and lists)."""
     return urlencode(form_pairs(params))
 
 
 def path_url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
     """The full, already-encoded URL: every path segment percent-encoded (a UPID has `:`, `!`,
-    `@`), GET/DELETE parameters in the query (a DELETE with a body is a 501, api.md §1.1)."""
+    `@`), GET/DELETE parameters in the query (pveproxy answers a DELETE with a body 501)."""
     segments = [quote(seg, safe="") for seg in path.strip("/").split("/") if seg]
     url = base + "/" + "/".join(segments)
     pairs = form_pairs(query)
