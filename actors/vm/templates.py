@@ -38,6 +38,7 @@ from actors.vm.osimages import OsImage
 from actors.vm.ownership import mark_line
 from actors.vm.pve import AlreadyExists, Clone, CloudInit, Hardware, PveError, VmConfig
 from actors.vm.shacrypt import sha512_crypt
+from actors.vm.unfinished import building_note
 
 TEMPLATE_LINE = "cairn template: "
 # The line a linked clone's description carries: which template its disk depends on.
@@ -216,6 +217,8 @@ async def ensure(
         for _ in range(5):
             vmid = await _free_id(svc)
             tb = build(vmid, hardware, cloud_init)
+            # Said before the create: a restart in the middle knows which id to settle.
+            st.note(building_note(vmid, place.made_on(tb)))
             try:
                 await place.create(tb, source)
             except AlreadyExists:
