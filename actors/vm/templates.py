@@ -418,3 +418,38 @@ async def configure(
         await svc.pve.set_config(node, vmid, options | ci.options(), sshkeys=ci.sshkeys)
     except PveError as exc:
         raise failed("qm set", exc) from None
+
+
+async def parent_of(svc: Services, node: str, vmid: int) -> int | None:
+    """The template VM `vmid` is a linked clone of (None: not one, or unreadable)."""
+    try:
+        return cloned_from(await svc.pve.vm_config(node, vmid))
+    except PveError:
+        return None
+
+
+async def drop_if_unused(svc: Services, tid: int) -> str | None:
+    """Once one of its linked clones is destroyed: template `tid` goes too if installs no
+    longer clone it (a newer image's template replaced it) and no other linked clone needs
+    it. What was done, as a sentence for the destroy's stream (None: it stays, as it should).
+    """
+    try:
+        found = await listing(svc)
+        t = next((t for t in found if t.vmid == tid), None)
+        if t is None or not t.ready or t.vmid in newest(found):
+            return None
+        if (await clones(svc)).get(tid):
+            return None
+    except StageFailed:
+        return None  # the cluster cannot be read now: `cairn vm templates --prune` later
+    if slot(svc, Key(t.os, t.version, t.algorithm, t.digest, t.node)).lock.locked():
+        return None
+    try:
+        await svc.pve.destroy(t.node, tid)
+    except PveError as exc:  # Proxmox's own refusal (a linked clone cairn does not know)
+        return f"template {tid} ({t.os} {t.version}) kept: {exc.text}"
+    forget(svc, tid)
+    return (
+        f"template {tid} ({t.os} {t.version}) removed from {t.node}: its last linked clone "
+        "is gone and installs clone a newer image's template"
+    )
