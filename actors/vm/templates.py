@@ -15,8 +15,8 @@ install of that image removes it and builds again.
 
 Which clone: linked where Proxmox can (the template's disk is a base volume on a storage with
 the `clone` feature: lvmthin, zfspool, rbd, and dir/nfs/cifs files), full otherwise (thick
-lvm makes no base volumes). A linked clone on local storage cannot be migrated, so the CLI
-driver (whose templates live on the main node) full-clones for an install on another node.
+lvm makes no base volumes). Always on the install's own node: the CLI driver's templates for
+other nodes are made from the main node's (pernode.py).
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ async def ensure(
             return attrs.evolve(ci, user=b.image.user, password_hash=unknown, sshkeys=service_pub)
 
         for _ in range(5):
-            vmid = await _free_id(svc)
+            vmid = await free_id(svc)
             tb = build(vmid, hardware, cloud_init)
             # Said before the create: a restart in the middle knows which id to settle.
             st.note(building_note(vmid, place.made_on(tb)))
@@ -271,7 +271,7 @@ async def _drop_stale_cache(svc: Services, image: OsImage, key: Key) -> None:
         path.unlink(missing_ok=True)
 
 
-async def _free_id(svc: Services) -> int:
+async def free_id(svc: Services) -> int:
     try:
         taken = {r.vmid for r in await svc.pve.cluster_vms()}
     except PveError as exc:
@@ -292,23 +292,27 @@ async def _destroy(svc: Services, node: str, vmid: int) -> None:
         await svc.pve.destroy(node, vmid)
 
 
-def full_reason(t: Template, kind: str, storage: str, made_on: str, node: str) -> str | None:
-    """Why this install's clone must be a full one, or None for a linked clone."""
+def full_reason(t: Template, kind: str, storage: str) -> str | None:
+    """Why this install's clone must be a full one, or None for a linked clone (made on the
+    install's node: nothing migrates it off its template's)."""
     if not linkable(kind, t.disk):
         return f"storage {storage} ({kind}) cannot make linked clones"
-    if made_on != node and kind != "lvmthin":
-        # Its volume names its base (zfs `base-.../vm-...`, a directory's overlay file):
-        # Proxmox will not migrate it off the base's node. lvm-thin's migrates (as a copy).
-        return f"a linked clone on {kind} storage cannot be migrated to {node}"
     return None
 
 
 async def clone(
-    svc: Services, t: Template, vmid: int, name: str, description: str, *, full: bool
+    svc: Services,
+    t: Template,
+    vmid: int,
+    name: str,
+    description: str,
+    *,
+    full: bool,
+    target: str | None = None,
 ) -> None:
     if not full:  # the template must stay while this VM lives: say so where anyone sees it
         description += f"\n{CLONE_LINE}{t.vmid}"
-    spec = Clone(name=name, full=full, description=description)
+    spec = Clone(name=name, full=full, description=description, target=target)
     try:
         await svc.pve.clone(t.node, t.vmid, vmid, spec)
     except PveError:

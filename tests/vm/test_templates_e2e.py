@@ -268,3 +268,64 @@ async def test_the_last_clone_of_a_superseded_template_takes_it_along(
     assert said[-1].startswith("[+] VM destroyed ("), said
     assert service.sim.vm(9000) is None
     assert service.sim.vm(9001) is not None
+
+
+def written(sim: SimCluster) -> dict[str, int]:
+    """Bytes each node's storages wrote for VM disks so far (imports, copies, migrations in)."""
+    with sim.store.locked() as txn:
+        return {n: int(v) for n, v in txn.cluster.get("written", {}).items()}
+
+
+async def test_an_install_on_another_node_is_cloned_there(start_service: Any, driver: str) -> None:
+    """Both drivers clone on the node the install names, and migrate nothing. The CLI
+    driver (whose image is on the main node) copies the main node's template there once."""
+    service: Service = await start_service()
+    sim = service.sim
+    first = await service.install(node="pve2")
+    assert first.closed and first.last["status"] == "success", first.records[-3:]
+    assert "VM initialization > migrating VM" in first.steps
+    download = messages(first, "OS preparation > downloading OS image")
+    tid = 9001 if driver == "cli" else 9000
+    if driver == "cli":  # the main node's template first, then its copy on pve2
+        assert any("copying template 9000 there" in m for m in download), download
+        copied = [m for m in download if m.startswith("[*] template 9001 (debian 12, sha512 ")]
+        assert copied and " copied to pve2 (" in copied[0], download
+    assert download[-1].startswith(f"[+] template {tid} (debian 12, sha512 "), download
+    assert " ready on pve2 (" in download[-1]
+    moved = messages(first, "VM initialization > migrating VM")
+    assert moved[-1].startswith("[+] created on pve2 directly: nothing to migrate ("), moved
+    vmid = first.last["vm_id"]
+    vm = sim.vm(vmid)
+    assert vm is not None and vm.node == "pve2" and vm.status == "running"
+    tpl = sim.vm(tid)
+    assert tpl is not None and tpl.node == "pve2" and str(tpl.config["template"]) == "1"
+    assert not any(f"qm migrate {vmid} " in c for c in sim.commands())
+
+    seen, before = len(sim.commands()), written(sim)
+    second = await service.installed(node="pve2")
+    later = sim.commands()[seen:]
+    assert any(c.startswith(f"pve2 qm clone {tid} {second} ") for c in later), later
+    assert not any("qm migrate" in c for c in later), later
+    assert imports(later) == []
+    assert written(sim) == before  # a linked clone on its node: nothing copied
+    vm = sim.vm(second)
+    assert vm is not None and vm.node == "pve2"
+    assert vm.config["scsi0"].startswith(f"local-lvm:vm-{second}-disk-0")
+
+
+async def test_on_shared_storage_one_template_serves_every_node(
+    sim: SimCluster, start_service: Any, driver: str
+) -> None:
+    drivers.cli_only(driver, "the API driver builds each node's template from its own download")
+    sim.add_storage("shared-vm", "nfs", content="images", shared=True)
+    service: Service = await start_service(ASSIGN_STORAGE="shared-vm")
+    await service.installed()  # builds template 9000 on pve1
+    seen = len(sim.commands())
+    vmid = await service.installed(node="pve2")
+    later = sim.commands()[seen:]
+    clones = [c for c in later if c.startswith(f"pve1 qm clone 9000 {vmid} ")]
+    assert clones and "--target pve2" in clones[0], later
+    assert not any("qm migrate" in c or "qm template" in c for c in later), later
+    vm = sim.vm(vmid)
+    assert vm is not None and vm.node == "pve2" and vm.status == "running"
+    assert [t for t in sim.vms() if t >= 9000] == [9000]
