@@ -35,14 +35,12 @@ import attrs
 from actors.vm.guest import ensure_key
 from actors.vm.jobs import Services, StageFailed, Stages, failed
 from actors.vm.osimages import OsImage
-from actors.vm.ownership import mark_line
+from actors.vm.ownership import CLONE_LINE, mark_line
 from actors.vm.pve import AlreadyExists, Clone, CloudInit, Hardware, PveError, VmConfig
 from actors.vm.shacrypt import sha512_crypt
 from actors.vm.unfinished import building_note
 
 TEMPLATE_LINE = "cairn template: "
-# The line a linked clone's description carries: which template its disk depends on.
-CLONE_LINE = "cairn linked clone of template "
 _CLONE = re.compile(r"^cairn linked clone of template (\d+)\s*$")
 _LINE = re.compile(r"^cairn template: (\S+) (\S+) (\w+):([0-9a-f]+|unpublished)\s*$")
 LINKABLE = frozenset({"lvmthin", "zfspool", "rbd", "dir", "nfs", "cifs"})
