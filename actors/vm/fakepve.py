@@ -104,7 +104,14 @@ class FakePve:
     async def cluster_vms(self) -> list[pve.VmResource]:
         self._ask("cluster_vms", self.nodes[0])
         return [
-            pve.VmResource(vmid, vm.node, vm.status, vm.config.get("name"), vm.config.get("tags"))
+            pve.VmResource(
+                vmid,
+                vm.node,
+                vm.status,
+                vm.config.get("name"),
+                vm.config.get("tags"),
+                template=1 if vm.config.get("template") in ("1", 1) else None,
+            )
             for vmid, vm in sorted(self.vms.items())
         ]
 

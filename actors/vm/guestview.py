@@ -1,12 +1,13 @@
 """What a VM's page shows of its shape, read from its Proxmox config: the notes (without
-cairn's mark), the NIC, the DNS settings and the disks."""
+cairn's mark and the line naming a linked clone's template), the NIC, the DNS settings and
+the disks."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from actors.vm.ownership import MARK_PREFIX
+from actors.vm.ownership import CLONE_LINE, MARK_PREFIX
 from actors.vm.pve import VmConfig
 
 _DISK = re.compile(r"^(scsi|virtio|sata|ide)\d+$")
@@ -21,7 +22,7 @@ def guest_view(config: VmConfig) -> dict[str, Any]:
     notes = "\n".join(
         line
         for line in config.get("description").split("\n")
-        if not line.strip().startswith(MARK_PREFIX)
+        if not line.strip().startswith((MARK_PREFIX, CLONE_LINE))
     ).strip()
     nic = dict(p.partition("=")[::2] for p in config.get("net0").split(",") if p)
     network = {

@@ -428,7 +428,9 @@ class VmService:
             await self.cluster.set_figures(nodes)
         if vms is None:
             return
-        seen = {v.vmid: v for v in vms}
+        # Templates (and cairn's templates still being built, in their own id range) are
+        # images to clone, not VMs: never listed, counted or adopted.
+        seen = {v.vmid: v for v in vms if not self._template(v)}
         # A VM that changed while this poll ran keeps what we knew: the poll may predate it.
         previous = self.inventory.vms
         for vmid, when in self._changed_at.items():
@@ -454,6 +456,12 @@ class VmService:
                 known = self.runtime.actors.get(VmActor, vmid)
                 if known is not None:
                     await known.tell(Observe(None, None, started))
+
+    def _template(self, res: VmResource) -> bool:
+        building = res.vmid in self.settings.template_range and (res.name or "").startswith(
+            "cairn-"
+        )
+        return bool(res.template) or building
 
     def _adoption(self, res: VmResource) -> Adopted:
         return Adopted(

@@ -24,7 +24,7 @@ import aiohttp
 import asyncssh
 import attrs
 
-from actors.vm import stages, templates
+from actors.vm import pernode, stages, templates
 from actors.vm.firstboot import run_script, shaped, with_packages
 from actors.vm.guest import GuestError, ensure_key, run_init
 from actors.vm.imagecache import ImageError
@@ -479,6 +479,7 @@ async def install(
 
         st.begin(stages.DOWNLOAD, "getting the OS image")
         template: templates.Template | None = None
+        target: str | None = None  # the clone's node, when not the template's
         if s.templates:
             published = await published_digest(svc, image)
             algorithm, digest = published or (image.algorithm, "unpublished")
@@ -488,6 +489,9 @@ async def install(
                 return attrs.evolve(b, vmid=tid, hardware=hw, cloud_init=ci)
 
             template = await templates.ensure(svc, place, build, b, key, task, st)
+            if made_on != node:  # the CLI driver, another node: no clone migrates
+                template, target = await pernode.on_node(svc, template, key, node, kind, task, st)
+                made_on = node
             st.done(f"template {template.vmid} ({key.short()}) ready on {template.node}")
             source = ""
         else:
@@ -502,9 +506,15 @@ async def install(
         full_why = None
         try:
             if template is not None:
-                full_why = templates.full_reason(template, kind, s.storage, made_on, node)
+                full_why = templates.full_reason(template, kind, s.storage)
                 await templates.clone(
-                    svc, template, vmid, name, mark_line(task), full=full_why is not None
+                    svc,
+                    template,
+                    vmid,
+                    name,
+                    mark_line(task),
+                    full=full_why is not None,
+                    target=target,
                 )
             else:
                 await place.create(b, source)

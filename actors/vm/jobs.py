@@ -366,10 +366,16 @@ async def power(
         if command == "destroy":
             st.begin(stages.DESTROY, f"destroying VM {vmid}")
             await ensure_ours(svc, vmid, node, claim)
+            # templates imports this module: only at call time.
+            from actors.vm import templates
+
+            parent = await templates.parent_of(svc, node, vmid)
             try:
                 await pve.destroy(node, vmid)
             except PveError as exc:
                 raise failed("qm destroy", exc) from None
+            if parent is not None and (said := await templates.drop_if_unused(svc, parent)):
+                st.note(said)
             st.done("VM destroyed")
             return JobResult(True, State.ABSENT)
         if command == "set/cpu":

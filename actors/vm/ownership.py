@@ -28,6 +28,8 @@ from urllib.parse import unquote
 import attrs
 
 MARK_PREFIX = "created by cairn, install task "
+# The line a linked clone's description carries: which template its disk depends on.
+CLONE_LINE = "cairn linked clone of template "
 _MARK = re.compile(r"^created by cairn, install task ([0-9A-Za-z_-]+)\s*$")
 
 

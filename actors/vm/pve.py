@@ -128,6 +128,7 @@ class VmResource:
     maxdisk: int | None = None
     cpu: float | None = None
     lock: str | None = None
+    template: int | None = None  # 1: a template, which is cloned, never started
 
 
 @attrs.frozen

@@ -87,9 +87,9 @@ class VmSettings:
     # on the others); `api` speaks pveproxy's REST API with a token (docs/vm.md).
     driver: str = "cli"
     api: ApiSettings | None = None
-    # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END).
-    # Off by default until a kill -9 during a template build or a clone is settled at start.
-    templates: bool = False
+    # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END);
+    # VM_TEMPLATES=0 imports the image for every install instead.
+    templates: bool = True
     template_start: int = TEMPLATE_ID_START
     template_end: int = TEMPLATE_ID_END
 
@@ -359,7 +359,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         simulated=simulated,
         driver=driver,
         api=api,
-        templates=_bool(env, "VM_TEMPLATES"),
+        templates=_bool(env, "VM_TEMPLATES", default=True),
         template_start=t_start,
         template_end=t_end,
     )

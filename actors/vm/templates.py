@@ -15,8 +15,8 @@ install of that image removes it and builds again.
 
 Which clone: linked where Proxmox can (the template's disk is a base volume on a storage with
 the `clone` feature: lvmthin, zfspool, rbd, and dir/nfs/cifs files), full otherwise (thick
-lvm makes no base volumes). A linked clone on local storage cannot be migrated, so the CLI
-driver (whose templates live on the main node) full-clones for an install on another node.
+lvm makes no base volumes). Always on the install's own node: the CLI driver's templates for
+other nodes are made from the main node's (pernode.py).
 """
 
 from __future__ import annotations
@@ -35,13 +35,12 @@ import attrs
 from actors.vm.guest import ensure_key
 from actors.vm.jobs import Services, StageFailed, Stages, failed
 from actors.vm.osimages import OsImage
-from actors.vm.ownership import mark_line
+from actors.vm.ownership import CLONE_LINE, mark_line
 from actors.vm.pve import AlreadyExists, Clone, CloudInit, Hardware, PveError, VmConfig
 from actors.vm.shacrypt import sha512_crypt
+from actors.vm.unfinished import building_note
 
 TEMPLATE_LINE = "cairn template: "
-# The line a linked clone's description carries: which template its disk depends on.
-CLONE_LINE = "cairn linked clone of template "
 _CLONE = re.compile(r"^cairn linked clone of template (\d+)\s*$")
 _LINE = re.compile(r"^cairn template: (\S+) (\S+) (\w+):([0-9a-f]+|unpublished)\s*$")
 LINKABLE = frozenset({"lvmthin", "zfspool", "rbd", "dir", "nfs", "cifs"})
@@ -214,8 +213,10 @@ async def ensure(
             return attrs.evolve(ci, user=b.image.user, password_hash=unknown, sshkeys=service_pub)
 
         for _ in range(5):
-            vmid = await _free_id(svc)
+            vmid = await free_id(svc)
             tb = build(vmid, hardware, cloud_init)
+            # Said before the create: a restart in the middle knows which id to settle.
+            st.note(building_note(vmid, place.made_on(tb)))
             try:
                 await place.create(tb, source)
             except AlreadyExists:
@@ -268,7 +269,7 @@ async def _drop_stale_cache(svc: Services, image: OsImage, key: Key) -> None:
         path.unlink(missing_ok=True)
 
 
-async def _free_id(svc: Services) -> int:
+async def free_id(svc: Services) -> int:
     try:
         taken = {r.vmid for r in await svc.pve.cluster_vms()}
     except PveError as exc:
@@ -289,23 +290,29 @@ async def _destroy(svc: Services, node: str, vmid: int) -> None:
         await svc.pve.destroy(node, vmid)
 
 
-def full_reason(t: Template, kind: str, storage: str, made_on: str, node: str) -> str | None:
-    """Why this install's clone must be a full one, or None for a linked clone."""
+def full_reason(t: Template, kind: str, storage: str) -> str | None:
+    """Why this install's clone must be a full one, or None for a linked clone (made on the
+    install's node: nothing migrates it off its template's)."""
     if not linkable(kind, t.disk):
         return f"storage {storage} ({kind}) cannot make linked clones"
-    if made_on != node and kind != "lvmthin":
-        # Its volume names its base (zfs `base-.../vm-...`, a directory's overlay file):
-        # Proxmox will not migrate it off the base's node. lvm-thin's migrates (as a copy).
-        return f"a linked clone on {kind} storage cannot be migrated to {node}"
     return None
 
 
 async def clone(
-    svc: Services, t: Template, vmid: int, name: str, description: str, *, full: bool
+    svc: Services,
+    t: Template,
+    vmid: int,
+    name: str,
+    description: str,
+    *,
+    full: bool,
+    target: str | None = None,
 ) -> None:
     if not full:  # the template must stay while this VM lives: say so where anyone sees it
         description += f"\n{CLONE_LINE}{t.vmid}"
-    spec = Clone(name=name, full=full, description=description)
+    # A pool-scoped token may allocate ids in its pool only: the clone goes there, as a create.
+    pool = svc.settings.api.pool if svc.settings.api is not None else None
+    spec = Clone(name=name, full=full, description=description, target=target, pool=pool)
     try:
         await svc.pve.clone(t.node, t.vmid, vmid, spec)
     except PveError:
@@ -415,3 +422,38 @@ async def configure(
         await svc.pve.set_config(node, vmid, options | ci.options(), sshkeys=ci.sshkeys)
     except PveError as exc:
         raise failed("qm set", exc) from None
+
+
+async def parent_of(svc: Services, node: str, vmid: int) -> int | None:
+    """The template VM `vmid` is a linked clone of (None: not one, or unreadable)."""
+    try:
+        return cloned_from(await svc.pve.vm_config(node, vmid))
+    except PveError:
+        return None
+
+
+async def drop_if_unused(svc: Services, tid: int) -> str | None:
+    """Once one of its linked clones is destroyed: template `tid` goes too if installs no
+    longer clone it (a newer image's template replaced it) and no other linked clone needs
+    it. What was done, as a sentence for the destroy's stream (None: it stays, as it should).
+    """
+    try:
+        found = await listing(svc)
+        t = next((t for t in found if t.vmid == tid), None)
+        if t is None or not t.ready or t.vmid in newest(found):
+            return None
+        if (await clones(svc)).get(tid):
+            return None
+    except StageFailed:
+        return None  # the cluster cannot be read now: `cairn vm templates --prune` later
+    if slot(svc, Key(t.os, t.version, t.algorithm, t.digest, t.node)).lock.locked():
+        return None
+    try:
+        await svc.pve.destroy(t.node, tid)
+    except PveError as exc:  # Proxmox's own refusal (a linked clone cairn does not know)
+        return f"template {tid} ({t.os} {t.version}) kept: {exc.text}"
+    forget(svc, tid)
+    return (
+        f"template {tid} ({t.os} {t.version}) removed from {t.node}: its last linked clone "
+        "is gone and installs clone a newer image's template"
+    )

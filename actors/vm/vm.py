@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import change, drives, install, jobs, reshape, snapshots, stages
+from actors.vm import change, drives, install, jobs, reshape, snapshots, stages, unfinished
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -490,14 +490,18 @@ class VmActor(AggregateActor):
                 return await report.around(job)
             if command == Command.INSTALL.value:
                 hint = self.facts.node if self.facts else None
+                # A template build or a clone it left half done goes first (unfinished.py).
+                records = await self.ctx.store.read_stream(self.stream)
+                left = unfinished.read(records, task)
+                said = await unfinished.settle(self.svc, self.vmid, left, task)
                 # Only a VM carrying this install's mark is removed (one created before cairn
                 # marked its VMs, or by someone else, is left and reported).
                 removal = await jobs.remove_vm(self.svc, self.vmid, hint, Claim(task))
+                error = reason + "".join(f"; {s}" for s in said)
                 if removal.leftover:
                     return JobResult(
-                        False, State.FAILED, error=f"{reason}; cleanup failed: {removal.leftover}"
+                        False, State.FAILED, error=f"{error}; cleanup failed: {removal.leftover}"
                     )
-                error = reason
                 if removal.removed:
                     error += f"; VM {self.vmid} removed from node {removal.removed}"
                 if removal.foreign:

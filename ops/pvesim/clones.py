@@ -26,10 +26,13 @@ its bytes to the node's `written` counter, which the benchmark reads (`SimCluste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import vmconfig as vc
@@ -273,15 +276,30 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
             if not can_link(stype, volname):
                 raise CliError(f"Linked clone feature is not supported for drive '{key}'")
             plan.append((key, file, storage, False))
+        cloned = {key for key, *_ in plan}  # written as each is made, never the source's
         newconf: dict[str, Any] = {
             k: v
             for k, v in conf.items()
-            if k not in ("template", "lock", "parent", "meta") and not vc.UNUSED_RE.match(k)
+            if k not in ("template", "lock", "parent", "meta")
+            and k not in cloned
+            and not vc.UNUSED_RE.match(k)
         }
         if not template:
             conf["lock"] = "clone"  # a VM (not a template) is held while it is copied
             txn.save_vm(ctx.node, rec)
         now = ctx.now()
+        # clone_vm settles the new config before any work: name, notes, new MACs and ids.
+        if opts.get("name"):
+            newconf["name"] = opts["name"]
+        if "description" in opts:
+            newconf["description"] = vc.stored_description(str(opts["description"]))
+        for key in [k for k in newconf if vc.NET_RE.match(k)]:
+            newconf[key] = _new_mac(str(newconf[key]))  # clone_vm gives every NIC a new MAC
+        newconf["smbios1"] = f"uuid={uuid.uuid4()}"
+        newconf["vmgenid"] = str(uuid.uuid4())
+        newconf["meta"] = f"creation-qemu=9.2.0,ctime={int(now)}"
+        # Its temporary file holds `lock: clone` alone ("# qmclone temporary file"), on the
+        # node the task runs on; the config follows once a disk is cloned.
         newrec: dict[str, Any] = {
             "vmid": newid,
             "config": {"lock": "clone"},
@@ -293,39 +311,63 @@ def cmd_clone(ctx: Ctx, argv: Sequence[str]) -> int:
             "started_at": None,
             "created_at": now,
             "status_changed_at": now,
+            "worker_pid": os.getpid(),
+            "worker_source": vmid,  # the task is the source's (`qmclone:<vmid>`)
         }
-        newrec["worker_pid"] = os.getpid()
         task = getattr(ctx, "task", None)
         if task is not None:
             newrec["worker_upid"] = task.upid
-        txn.save_vm(target, newrec)
+        txn.save_vm(ctx.node, newrec)
+    made: list[tuple[str, str]] = []  # (storage, volname) of the volumes made so far
     try:
-        made = _copy_disks(ctx, vmid, newid, target, plan)
+        with _interruptible():
+            _copy_disks(ctx, vmid, newid, target, plan, newconf, made)
     except CliError:
+        # clone_vm's error path: the new volumes freed, the temporary config unlinked last. A
+        # worker killed outright (SIGKILL, a pvedaemon restart) never gets here: its
+        # placeholder stays, locked, as on a real node.
         with ctx.store.locked() as txn:
             _release_source(txn, ctx.node, vmid, template)
-            if txn.vm_on(target, newid) is not None:
-                txn.delete_vm(target, newid)
+            volumes = txn.volumes(target)
+            for storage, volname in made:
+                volumes.get(storage, {}).pop(volname, None)
+            txn.save_volumes(target, volumes)
+            txn.delete_vm(ctx.node, newid)
         raise
     with ctx.store.locked() as txn:
-        for key, value in made.items():
-            newconf[key] = value
-        if opts.get("name"):
-            newconf["name"] = opts["name"]
-        if "description" in opts:
-            newconf["description"] = vc.stored_description(str(opts["description"]))
-        for key in [k for k in newconf if vc.NET_RE.match(k)]:
-            newconf[key] = _new_mac(str(newconf[key]))  # clone_vm gives every NIC a new MAC
-        newconf["smbios1"] = f"uuid={uuid.uuid4()}"
-        newconf["vmgenid"] = str(uuid.uuid4())
-        newconf["meta"] = f"creation-qemu=9.2.0,ctime={int(now)}"
-        newrec = txn.vm_on(target, newid) or newrec
+        newrec = txn.vm_on(ctx.node, newid) or newrec
         newrec["config"] = newconf
         newrec.pop("worker_pid", None)
         newrec.pop("worker_upid", None)
+        newrec.pop("worker_source", None)
+        if target != ctx.node:  # the config moves to the target node at the very end
+            txn.delete_vm(ctx.node, newid)
         txn.save_vm(target, newrec)
         _release_source(txn, ctx.node, vmid, template)
     return 0
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """clone_vm's own handlers: INT, TERM, QUIT and HUP (an SSH session hung up, an operator's
+    ^C) end the work as an error, so the clean-up runs. A task pveproxy runs is a thread,
+    which gets no signals (it ends by kill_tasks, like a SIGKILL)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise CliError("clone failed: interrupted by signal", 255)
+
+    previous = {sig: signal.signal(sig, stop) for sig in _SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _new_mac(value: str) -> str:
@@ -343,10 +385,16 @@ def _release_source(txn: Txn, node: str, vmid: int, template: bool) -> None:
 
 
 def _copy_disks(
-    ctx: Ctx, vmid: int, newid: int, target: str, plan: list[tuple[str, str, str, bool]]
-) -> dict[str, str]:
-    """Each disk of the plan onto the new VM; the new drive strings."""
-    made: dict[str, str] = {}
+    ctx: Ctx,
+    vmid: int,
+    newid: int,
+    target: str,
+    plan: list[tuple[str, str, str, bool]],
+    newconf: dict[str, Any],
+    made: list[tuple[str, str]],
+) -> None:
+    """Each disk of the plan onto the new VM, its drive in `newconf`; after each, the config
+    so far is written, still locked (clone_vm's write_config per drive)."""
     for key, volid, storage, full in plan:
         src_storage, _, volname = volid.partition(":")
         with ctx.store.locked() as txn:
@@ -359,6 +407,7 @@ def _copy_disks(
             with ctx.store.locked() as txn:
                 new = vc.cloudinit_volname(stype, newid)
                 volumes = txn.volumes(target)
+                made.append((storage, new))  # before it exists: a signal never misses it
                 volumes.setdefault(storage, {})[new] = {
                     "size": 4 * 1024 * 1024,
                     "vmid": newid,
@@ -366,7 +415,8 @@ def _copy_disks(
                     "format": "raw",
                 }
                 txn.save_volumes(target, volumes)
-            made[key] = vc.print_drive({**drive, "file": f"{storage}:{new}"})
+            newconf[key] = vc.print_drive({**drive, "file": f"{storage}:{new}"})
+            _write_locked(ctx, newid, newconf)
             continue
         kind = "full" if full else "linked"
         _log(ctx, f"create {kind} clone of drive {key} ({volid})")
@@ -374,6 +424,7 @@ def _copy_disks(
             volumes = txn.volumes(target)
             pool = volumes.setdefault(storage, {})
             new = _clone_volname(stype, volname, newid, pool, full)
+            made.append((storage, new))
             pool[new] = {
                 "size": size,
                 "vmid": newid,
@@ -394,15 +445,20 @@ def _copy_disks(
         with ctx.store.locked() as txn:
             failure = take_failure(txn, "qm clone", ctx.node, vmid)
             if failure:
-                volumes = txn.volumes(target)
-                volumes.get(storage, {}).pop(new, None)
-                txn.save_volumes(target, volumes)
                 raise CliError(failure.message, failure.exit_code)
             if full:
                 count_written(txn, target, size)
         out = {**drive, "file": f"{storage}:{new}", "size": format_size(size)}
-        made[key] = vc.print_drive(out)
-    return made
+        newconf[key] = vc.print_drive(out)
+        _write_locked(ctx, newid, newconf)
+
+
+def _write_locked(ctx: Ctx, newid: int, newconf: dict[str, Any]) -> None:
+    with ctx.store.locked() as txn:
+        rec = txn.vm_on(ctx.node, newid)
+        if rec is not None:
+            rec["config"] = {**newconf, "lock": "clone"}
+            txn.save_vm(ctx.node, rec)
 
 
 def _copy(ctx: Ctx, size: int) -> None:

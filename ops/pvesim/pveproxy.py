@@ -568,12 +568,13 @@ class PveProxy:
                 task.killed = True
                 killed.append(task.upid)
         with self.store.locked() as txn:
-            found = txn.find_vm(vmid)
-            if found is not None and found[1].get("worker_upid") in killed:
-                # Gone for every reader of the node's task list, pvesh's too.
-                found[1].pop("worker_pid", None)
-                found[1].pop("worker_upid", None)
-                txn.save_vm(found[0], found[1])
+            # The placeholder a killed worker leaves (a clone's is another VM's: the new id's)
+            # is gone for every reader of the node's task list, pvesh's too.
+            for where, rec in txn.all_vms():
+                if rec.get("worker_upid") in killed:
+                    rec.pop("worker_pid", None)
+                    rec.pop("worker_upid", None)
+                    txn.save_vm(where, rec)
         return killed
 
     def worker_alive(self, rec: dict[str, Any]) -> bool:

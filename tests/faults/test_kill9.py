@@ -113,7 +113,10 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
     # lands in the install, in a later stage that asks as much of the recovery; without this,
     # at "finalizing" (the reboot's 1.2 s boot) a late kill would find the install ended.
     sim.inject_failure("guest boot", vmid=vmid, after=1)
-    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    # At "creating VM", `qm create`'s placeholder (without templates); a clone's is in
+    # test_kill9_templates.py.
+    creating = step == "VM creation > creating VM"
+    cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0" if creating else "1")
     # A warm sandbox (bwrap, python3) is ready for functions by now.
     await cairn.wait_log(r"cairn: ready")
     body = {"os": "debian", "version": "12", "id": vmid}
@@ -126,7 +129,6 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
         tree = descendants(cairn.proc.pid)
         os.kill(cairn.proc.pid, signal.SIGKILL)  # the process alone, not its group
         await cairn.proc.wait()
-    creating = step == "VM creation > creating VM"
     if creating:
         # qm create may still be starting: once it holds the new VM's config locked, the rest
         # may go fast (a running qm keeps the pace it started with).
@@ -142,7 +144,7 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
 
     if creating:
         assert _locked(sim, vmid), "the create ended before the restart: nothing was tested"
-    again = await start_cairn("up", PVE_DRIVER=driver)
+    again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0" if creating else "1")
     async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
         settled = await read_sse(task)
     assert settled.closed, "the re-attached stream did not end"
@@ -160,6 +162,10 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
         f"VM {vmid} not found",
     )
     assert all(vm["vmid"] != vmid for vm in (await again.vm_list())["list"])
+    # No template left half built: any there is whole, for the next installs.
+    for tid, vm in sim.vms().items():
+        if tid >= 9000:
+            assert str(vm.config.get("template")) == "1", (tid, vm.config, last["message"])
     assert await again.stop() == 0
     # A Proxmox command runs to its end, as it would on a remote node (docs/vm.md).
     assert not still_alive(proxmox)
@@ -176,7 +182,8 @@ async def test_kill9_with_the_create_dying_too_settles_the_task(
     it settles the task, says why, and leaves the placeholder it cannot prove is its own."""
     vmid = 190
     sim.set_delay_scale(4)  # the create holds its placeholder for 8 s
-    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    # `qm create`'s placeholder (a clone's: test_kill9_templates.py).
+    cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0")
     await cairn.wait_log(r"cairn: ready")
     body = {"os": "debian", "version": "12", "id": vmid}
     async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
@@ -199,7 +206,7 @@ async def test_kill9_with_the_create_dying_too_settles_the_task(
     _end({p: c for p, c in tree.items() if not _proxmox_command(c[1])})
     sim.set_delay_scale(0.05)
 
-    again = await start_cairn("up", PVE_DRIVER=driver)
+    again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0")
     async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
         settled = await read_sse(task)
     assert settled.closed, "the re-attached stream did not end"

@@ -43,15 +43,16 @@ async def test_install_on_another_node_reads_the_same_and_copies_no_disk(
     migrated = [c for c in sim.commands() if " qm migrate " in f" {c} "]
     # The same stage table whichever driver runs: a node was asked for.
     assert sse.steps == [*STAGES[:13], MIGRATING, *STAGES[13:]]
-    if driver == "api":  # created where asked: nothing to migrate
+    # Both clone where asked: nothing to migrate.
+    assert shape([r for r in sse.records if r["step"] == MIGRATING]) == [
+        (MIGRATING, "processing", "[*] migrating VM to node pve2"),
+        (MIGRATING, "success", "[+] created on pve2 directly: nothing to migrate"),
+    ]
+    if driver == "api":
         assert migrated == []
         assert all(not c.startswith("pve1 qm create") for c in sim.commands())
-        assert shape([r for r in sse.records if r["step"] == MIGRATING]) == [
-            (MIGRATING, "processing", "[*] migrating VM to node pve2"),
-            (MIGRATING, "success", "[+] created on pve2 directly: nothing to migrate"),
-        ]
-    else:
-        assert migrated == ["pve1 qm migrate 120 pve2 --with-local-disks"]
+    else:  # the main node's template, copied to pve2 once while its disk is the image's size
+        assert migrated == ["pve1 qm migrate 9001 pve2 --with-local-disks"]
     # Same stages and the same messages, but for what names a file or a volume.
     ours = [r for r in shape(sse.records) if r[0] != MIGRATING]
     named = {"VM creation > importing disk image", "OS preparation > downloading OS image"}
@@ -71,9 +72,14 @@ async def test_a_token_lacking_one_privilege_fails_naming_it_and_leaves_nothing(
     if driver == "cli":  # root over SSH: the token is not used
         assert sse.last["status"] == "success"
         return
-    assert (sse.last["step"], sse.last["status"]) == ("VM creation > creating VM", "error")
-    assert "the API token lacks VM.Config.CDROM on /vms/121" in sse.last["message"]
+    # The first create is the template's, at the image's stage.
+    assert (sse.last["step"], sse.last["status"]) == (
+        "OS preparation > downloading OS image",
+        "error",
+    )
+    assert "the API token lacks VM.Config.CDROM on /vms/9000" in sse.last["message"]
     assert clean(sim, 121)
+    assert sim.vm(9000) is None
     assert await service.get("/vm/121/status") == (404, "VM 121 not found")
 
 
@@ -163,11 +169,11 @@ async def test_a_pool_scoped_token_never_touches_vms_outside_its_pool(
         PVE_API_POOL="cairn", PVE_API_TOKEN=f"cairn@pve!pool={secret}"
     )
     vmid = await service.installed(id=127)
-    assert sim.pool_members("cairn") == [vmid]
+    assert sim.pool_members("cairn") == [9000, vmid]  # its template is made in the pool too
     sim.add_gui_vm(128, "pve1", running=True)
     listing = await service.list()
     assert [r["vmid"] for r in listing["list"]] == [vmid]  # PVE shows the token its pool only
     assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
     assert await service.post(f"/vm/{vmid}/destroy") == (200, "ok")
-    assert sim.pool_members("cairn") == []
+    assert sim.pool_members("cairn") == [9000]  # installs still clone it
     assert sim.vm(128) is not None and sim.vm(128).status == "running"  # type: ignore[union-attr]

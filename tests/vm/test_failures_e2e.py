@@ -36,7 +36,8 @@ async def test_failure_at_each_vm_stage_removes_the_vm_and_frees_its_id(
     start_service: Any,
     driver: str,
 ) -> None:
-    service: Service = await start_service(VM_SSH_WAIT="2")
+    # The import path's commands: a clone has no create, import or migration of its own.
+    service: Service = await start_service(VM_SSH_WAIT="2", VM_TEMPLATES="0")
     sim = service.sim
     sim.inject_failure("qm create", vmid=110)
     sim.inject_failure("qm importdisk", vmid=111)

@@ -66,7 +66,8 @@ async def test_install_on_dir_storage_attaches_the_imported_file(
 ) -> None:
     sim.add_storage("vmfiles", "dir")  # a directory storage for VM disks
     sim.grant_api("/storage/vmfiles", ["Datastore.AllocateSpace", "Datastore.Audit"])
-    service: Service = await start_service(ASSIGN_STORAGE="vmfiles")
+    # The imported file itself (a clone's disk is an overlay of the template's).
+    service: Service = await start_service(ASSIGN_STORAGE="vmfiles", VM_TEMPLATES="0")
     sse = await service.install()
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
     vm = service.sim.vm(sse.last["vm_id"])

@@ -68,7 +68,10 @@ async def test_another_vm_taking_the_reserved_id_is_left_untouched(start_service
     """A GUI "Create VM" between cairn's reservation and its `qm create` gets the same id
     (`/cluster/nextid` knows nothing of cairn's reservations). The install fails cleanly naming
     the other VM, which keeps its config and disks byte for byte; the id and IP go back."""
-    service: Service = await start_service(ASSIGN_IP_START="150", ASSIGN_IP_END="151")
+    # The simulator injects the race at `qm create` of the VM: the import path's.
+    service: Service = await start_service(
+        ASSIGN_IP_START="150", ASSIGN_IP_END="151", VM_TEMPLATES="0"
+    )
     sim = service.sim
     sim.inject_id_race(150, node="pve2", running=True)
     sse = await service.install()
@@ -152,7 +155,10 @@ async def test_destroy_checks_the_mark_of_its_own_install(service: Service) -> N
     assert vm is not None
     task = sse.headers["X-Task-Id"]
     # The mark cairn wrote at create (the description shows percent-encoded in qm config).
-    assert vm.config["description"] == f"created by cairn, install task {task}\n"
+    # A linked clone's notes also name the template its disk depends on.
+    assert vm.config["description"] == (
+        f"created by cairn, install task {task}\ncairn linked clone of template 9000\n"
+    )
     assert await service.post("/vm/161/stop") == (200, "ok")
     assert await service.post("/vm/161/destroy") == (200, "ok")
     assert service.sim.vm(161) is None

@@ -37,9 +37,14 @@ async def mirror_url() -> AsyncIterator[str]:
 
 def services(tmp_path: Path, fake: FakePve, base_url: str, driver: str) -> Services:
     # Guests never answer here (nothing listens on their SSH port): an install ends at
-    # "waiting for ready", which is as far as Proxmox's side goes.
+    # "waiting for ready", which is as far as Proxmox's side goes. The import pipeline, step
+    # by step (templates and clones run against the simulator: test_templates_e2e.py).
     s = settings(
-        GATEWAY="127.0.0.1", VM_SSH_WAIT="0.2", VM_SSH_POLL="0.02", VM_SSH_PORT=str(free_port())
+        GATEWAY="127.0.0.1",
+        VM_SSH_WAIT="0.2",
+        VM_SSH_POLL="0.02",
+        VM_SSH_PORT=str(free_port()),
+        VM_TEMPLATES="0",
     )
     if driver == "api":
         api = ApiSettings(url="https://127.0.0.1:8006", token="cairn@pve!driver=x")

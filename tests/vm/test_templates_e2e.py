@@ -14,8 +14,9 @@ from pvesim.cluster import SimCluster
 
 from gateway.cli import common as cli_common
 from gateway.cli import vm as cli_vm
+from tests.pvesim.helpers import run
 from tests.vm import drivers
-from tests.vm.conftest import Service, Sse
+from tests.vm.conftest import Service, Sse, read_sse
 from tests.vm.mirror import IMAGE_BYTES, mirror_files
 from tests.vm.test_install_e2e import MESSAGE, STAGES
 
@@ -203,9 +204,10 @@ async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_nee
     for vmid in (first, second):
         assert await service.post(f"/vm/{vmid}/shutdown") == (200, "ok")
         assert await service.post(f"/vm/{vmid}/destroy") == (200, "ok")
-    pruned = await cli(service, tmp_path, "vm", "templates", "--prune")
-    assert pruned.splitlines() == ["removed: 9000", "kept 9001: installs clone it"]
+    # The destroy of its last linked clone took the superseded template with it.
     assert service.sim.vm(9000) is None
+    pruned = await cli(service, tmp_path, "vm", "templates", "--prune")
+    assert pruned.splitlines() == ["removed: none", "kept 9001: installs clone it"]
     # The clone of the newer template runs on, untouched.
     vm = service.sim.vm(new_clone)
     assert vm is not None and vm.status == "running"
@@ -221,3 +223,109 @@ async def test_prune_checks_allow_ips(start_service: Any) -> None:
     )
     status, text = await service.get("/vm/templates")  # a read: never checked
     assert (status, text) == (200, "[]")
+
+
+async def destroy_records(service: Service, vmid: int) -> list[str]:
+    assert await service.post(f"/vm/{vmid}/shutdown") == (200, "ok")
+    assert await service.post(f"/vm/{vmid}/destroy") == (200, "ok")
+    async with service.session.get(f"{service.api}/vm/{vmid}/task") as resp:
+        sse = await read_sse(resp)
+    assert sse.closed and sse.last["status"] == "success", sse.records
+    return [r["message"] for r in sse.records]
+
+
+async def test_the_last_clone_of_a_superseded_template_takes_it_along(
+    start_service: Any,
+) -> None:
+    """Both drivers: a template installs still clone stays when its last clone goes; one a
+    newer template replaced goes with its last clone, and the destroy's stream says so."""
+    service: Service = await start_service()  # templates are on by default
+    first = await service.installed()  # builds template 9000, then clones it
+    second = await service.installed()
+    said = await destroy_records(service, second)
+    assert not any("template" in m for m in said), said
+    assert service.sim.vm(9000) is not None  # installs clone it: kept
+    # A newer template of debian 12 (an admin's copy, as a refresh would build it): installs
+    # clone it from now on, and 9000 serves only its clone.
+    newer = "cairn template: debian 12 sha512:" + "ab" * 64
+    store = service.sim.store
+    r = run(store, "qm", "clone", "9000", "9001", "--full", "1", "--name", "cairn-debian-12",
+            "--description", "created by cairn, install task admin\n" + newer)  # fmt: skip
+    assert r.code == 0, r.err
+    assert run(store, "qm", "template", "9001").code == 0
+    status, text = await service.get("/vm/templates")
+    assert status == 200, text
+    rows = {row["vmid"]: row for row in json.loads(text)}
+    assert (rows[9000]["current"], rows[9000]["clones"]) == (False, [first])
+    assert rows[9001]["current"] is True
+
+    said = await destroy_records(service, first)
+    removed = [m for m in said if "template 9000" in m]
+    assert len(removed) == 1 and removed[0].startswith(
+        "[*] template 9000 (debian 12) removed from pve1: its last linked clone is gone and "
+        "installs clone a newer image's template ("
+    ), said
+    assert said[-1].startswith("[+] VM destroyed ("), said
+    assert service.sim.vm(9000) is None
+    assert service.sim.vm(9001) is not None
+
+
+def written(sim: SimCluster) -> dict[str, int]:
+    """Bytes each node's storages wrote for VM disks so far (imports, copies, migrations in)."""
+    with sim.store.locked() as txn:
+        return {n: int(v) for n, v in txn.cluster.get("written", {}).items()}
+
+
+async def test_an_install_on_another_node_is_cloned_there(start_service: Any, driver: str) -> None:
+    """Both drivers clone on the node the install names, and migrate nothing. The CLI
+    driver (whose image is on the main node) copies the main node's template there once."""
+    service: Service = await start_service()
+    sim = service.sim
+    first = await service.install(node="pve2")
+    assert first.closed and first.last["status"] == "success", first.records[-3:]
+    assert "VM initialization > migrating VM" in first.steps
+    download = messages(first, "OS preparation > downloading OS image")
+    tid = 9001 if driver == "cli" else 9000
+    if driver == "cli":  # the main node's template first, then its copy on pve2
+        assert any("copying template 9000 there" in m for m in download), download
+        copied = [m for m in download if m.startswith("[*] template 9001 (debian 12, sha512 ")]
+        assert copied and " copied to pve2 (" in copied[0], download
+    assert download[-1].startswith(f"[+] template {tid} (debian 12, sha512 "), download
+    assert " ready on pve2 (" in download[-1]
+    moved = messages(first, "VM initialization > migrating VM")
+    assert moved[-1].startswith("[+] created on pve2 directly: nothing to migrate ("), moved
+    vmid = first.last["vm_id"]
+    vm = sim.vm(vmid)
+    assert vm is not None and vm.node == "pve2" and vm.status == "running"
+    tpl = sim.vm(tid)
+    assert tpl is not None and tpl.node == "pve2" and str(tpl.config["template"]) == "1"
+    assert not any(f"qm migrate {vmid} " in c for c in sim.commands())
+
+    seen, before = len(sim.commands()), written(sim)
+    second = await service.installed(node="pve2")
+    later = sim.commands()[seen:]
+    assert any(c.startswith(f"pve2 qm clone {tid} {second} ") for c in later), later
+    assert not any("qm migrate" in c for c in later), later
+    assert imports(later) == []
+    assert written(sim) == before  # a linked clone on its node: nothing copied
+    vm = sim.vm(second)
+    assert vm is not None and vm.node == "pve2"
+    assert vm.config["scsi0"].startswith(f"local-lvm:vm-{second}-disk-0")
+
+
+async def test_on_shared_storage_one_template_serves_every_node(
+    sim: SimCluster, start_service: Any, driver: str
+) -> None:
+    drivers.cli_only(driver, "the API driver builds each node's template from its own download")
+    sim.add_storage("shared-vm", "nfs", content="images", shared=True)
+    service: Service = await start_service(ASSIGN_STORAGE="shared-vm")
+    await service.installed()  # builds template 9000 on pve1
+    seen = len(sim.commands())
+    vmid = await service.installed(node="pve2")
+    later = sim.commands()[seen:]
+    clones = [c for c in later if c.startswith(f"pve1 qm clone 9000 {vmid} ")]
+    assert clones and "--target pve2" in clones[0], later
+    assert not any("qm migrate" in c or "qm template" in c for c in later), later
+    vm = sim.vm(vmid)
+    assert vm is not None and vm.node == "pve2" and vm.status == "running"
+    assert [t for t in sim.vms() if t >= 9000] == [9000]

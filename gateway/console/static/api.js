@@ -102,6 +102,7 @@ export const api = {
 
   // VMs (the VM service, docs/vm.md)
   vms: () => getJson(svc("vm", "api/vm/list")),
+  templates: () => getJson(svc("vm", "api/vm/templates")),
   vm: (id) => getJson(svc("vm", `api/vm/${encodeURIComponent(id)}`)),
   install: (body, signal) => stream(svc("vm", "api/vm/install"), { json: body, signal }),
   streamed: (id, action, body, signal) =>

@@ -107,6 +107,42 @@ export function VmTable({ list, view = null, setView = null }) {
     ${sortable && rows.length === 0 ? html`<p class="muted" role="status">No VM matches the filter.</p>` : null}`;
 }
 
+// The templates installs clone, each with the VMs that are linked clones of it: a template
+// stays while one of them lives, so the list shows why it is still there.
+export function TemplateTable({ list }) {
+  if (list.length === 0) return html`<p class="muted">No templates yet: the first install of an image builds one.</p>`;
+  return html`
+    <div class="table" tabindex="0" role="region" aria-label="Templates"><table class="templates">
+      <thead><tr>
+        <th scope="col">ID</th><th scope="col">Node</th><th scope="col">OS</th>
+        <th scope="col">Image checksum</th><th scope="col">State</th><th scope="col">Linked clones</th>
+      </tr></thead>
+      <tbody>
+        ${list.map((t) => html`
+          <tr key=${t.vmid} data-template=${t.vmid}>
+            <td class="id">${t.vmid}</td>
+            <td data-label="Node">${t.node}</td>
+            <td data-label="OS">${osName(t.os, t.version)}</td>
+            <td data-label="Checksum"><code title=${t.checksum}>${t.checksum.slice(0, 19)}…</code></td>
+            <td data-label="State">${t.state}${t.current ? ", installs clone it" : ""}</td>
+            <td data-label="Linked clones">${t.clones.length === 0 ? "none" : t.clones.map((id, i) => html`${i ? ", " : ""}<a href=${`#/vm/${id}`}>${id}</a>`)}</td>
+          </tr>`)}
+      </tbody>
+    </table></div>`;
+}
+
+function Templates() {
+  const templates = useLoad(api.templates);
+  const reload = useThrottled(() => templates.reload(), 1000);
+  useEvents(() => reload(), ["vm.task_ended"]); // an install or a destroy changes the clones
+  return html`
+    <section aria-labelledby="templates-h">
+      <h2 id="templates-h">Templates</h2>
+      <${ErrorNote} error=${templates.error} />
+      ${templates.data ? html`<${TemplateTable} list=${templates.data} />` : templates.error ? null : html`<p aria-busy="true">Loading…</p>`}
+    </section>`;
+}
+
 export function VmList() {
   const vms = useLoad(api.vms);
   // However fast events come (a replay on opening, many tasks at once), at most one reload a
@@ -125,5 +161,6 @@ export function VmList() {
     ${vms.data ? html`
       <${Filters} list=${list} view=${view} setView=${setView} />
       <p class="muted" role="status">${`${shown === vms.data.count ? count(vms.data.count, "VM") : `${shown} of ${count(vms.data.count, "VM")}`} on the ${vms.data.simulated ? "simulated" : "Proxmox"} cluster`}</p>
-      <${VmTable} list=${list} view=${view} setView=${setView} />` : vms.error ? null : html`<p aria-busy="true">Loading…</p>`}`;
+      <${VmTable} list=${list} view=${view} setView=${setView} />` : vms.error ? null : html`<p aria-busy="true">Loading…</p>`}
+    <${Templates} />`;
 }

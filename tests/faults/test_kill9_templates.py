@@ -1,0 +1,157 @@
+"""kill -9 of cairn while an install builds a template or clones one (templates are on by
+default). Proxmox goes on with what it was asked (a `qm clone` or `qm create` run to its end, an
+API task too); the next start waits for it, then removes what the install left: its clone, or
+the template it had not finished. A clone whose own worker died is removed where cairn may
+(`--skiplock` over the CLI driver) and reported where only root may (the API's token)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+from pvesim.cluster import SimCluster
+
+from tests.conftest import wait_for
+from tests.faults.conftest import Cairn, StartCairn
+from tests.faults.test_kill9 import descendants, still_alive
+from tests.vm.conftest import Sse, read_sse
+
+CREATE = "VM creation > creating VM"
+
+
+def lock_of(sim: SimCluster, vmid: int) -> str | None:
+    vm = sim.vm(vmid)
+    return None if vm is None else vm.lock
+
+
+async def kill_when(cairn: Cairn, vmid: int, seen_enough: Any) -> dict[int, tuple[int, str]]:
+    """Install `vmid`, kill -9 cairn alone once `seen_enough(records)`; its process tree."""
+    body = {"os": "debian", "version": "12", "id": vmid}
+    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
+        seen: list[dict[str, Any]] = []
+        while not seen_enough(seen):
+            got = await read_sse(resp, stop_after=1)
+            assert got.records, f"the stream ended early: {seen[-2:]}"
+            seen += got.records
+        tree = descendants(cairn.proc.pid)
+        os.kill(cairn.proc.pid, signal.SIGKILL)
+        await cairn.proc.wait()
+    return tree
+
+
+async def settled(again: Cairn, vmid: int) -> dict[str, Any]:
+    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
+        got: Sse = await read_sse(task)
+    assert got.closed, "the re-attached stream did not end"
+    last: dict[str, Any] = got.records[-1]
+    assert (last["step"], last["status"]) == ("recovery", "error"), last
+    assert "interrupted by a restart" in last["message"], last
+    return last
+
+
+async def a_template(cairn: Cairn, sim: SimCluster) -> None:
+    first = await cairn.install(id=170)
+    assert first.last["status"] == "success", first.records[-3:]
+    tpl = sim.vm(9000)
+    assert tpl is not None and str(tpl.config.get("template")) == "1"
+
+
+def reached_the_clone(records: list[dict[str, Any]]) -> bool:
+    return any(r["step"] == CREATE for r in records)
+
+
+@pytest.mark.parametrize("driver", ["cli", "api"])
+async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
+    start_cairn: StartCairn, sim: SimCluster, driver: str
+) -> None:
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    await a_template(cairn, sim)
+    # The clone outlasts cairn's restart: over the CLI 4 s of start-up and 4 s of linking; an
+    # API task has no start-up of its own, so its linking takes longer.
+    sim.set_delay_scale(8 if driver == "cli" else 30)
+    await kill_when(cairn, 171, reached_the_clone)
+    # Proxmox's clone goes on without cairn: its new VM stays locked until it ends.
+    await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
+    sim.set_delay_scale(0.05)
+    again = await start_cairn("up", PVE_DRIVER=driver)
+    assert lock_of(sim, 171) == "clone", "the clone ended before the restart: nothing tested"
+    last = await settled(again, 171)
+    assert "VM 171 removed from node pve1" in last["message"], last
+    assert last["message"].endswith("VM left absent (0.00s)"), last
+    assert sim.vm(171) is None
+    template = sim.vm(9000)  # the template stays, for the next installs
+    assert template is not None and str(template.config.get("template")) == "1"
+    again_ok = await again.install(id=172)
+    assert again_ok.last["status"] == "success", again_ok.records[-3:]
+    assert await again.stop() == 0
+
+
+@pytest.mark.parametrize("driver", ["cli", "api"])
+async def test_a_clone_whose_worker_died_too(
+    start_cairn: StartCairn, sim: SimCluster, driver: str
+) -> None:
+    """The clone's worker dies with cairn (SIGKILL of `qm clone`; a pvedaemon restart for the
+    API's task): its placeholder stays, locked. cairn's CLI driver (root on the node) removes
+    it; the API's token may not unlock a VM, so cairn says how to."""
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    await a_template(cairn, sim)
+    sim.set_delay_scale(8)
+    tree = await kill_when(cairn, 171, reached_the_clone)
+    await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
+    if driver == "cli":
+        clones = {p: c for p, c in tree.items() if "pvesim.cli qm clone 9000 171" in c[1]}
+        assert clones, tree
+        for pid in clones:
+            os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: not still_alive(clones), timeout=10, what="qm clone to die")
+    else:
+        assert sim.kill_tasks(9000), "no API task was cloning template 9000"
+    sim.set_delay_scale(0.05)
+    assert lock_of(sim, 171) == "clone"
+    again = await start_cairn("up", PVE_DRIVER=driver)
+    last = await settled(again, 171)
+    if driver == "cli":
+        assert (
+            "VM 171 removed from node pve1 (a clone of template 9000 left half made)"
+            in last["message"]
+        ), last
+        assert sim.vm(171) is None
+        assert last["message"].endswith("VM left absent (0.00s)"), last
+    else:
+        assert (
+            "VM 171 on node pve1 is left locked by a clone of template 9000 that died half-way"
+            in last["message"]
+        ), last
+        assert "qm unlock 171 && qm destroy 171 --purge" in last["message"], last
+        assert lock_of(sim, 171) == "clone"  # left as Proxmox holds it
+    assert sim.vm(9000) is not None
+    assert await again.stop() == 0
+
+
+@pytest.mark.parametrize("driver", ["cli", "api"])
+async def test_a_half_built_template_is_removed_at_the_restart(
+    start_cairn: StartCairn, sim: SimCluster, driver: str
+) -> None:
+    sim.set_delay_scale(4)  # the template's create holds its placeholder for 8 s
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
+    await cairn.wait_log(r"cairn: ready")
+
+    def building(records: list[dict[str, Any]]) -> bool:
+        return any("creating template 9000 on pve1" in r["message"] for r in records)
+
+    await kill_when(cairn, 171, building)
+    await wait_for(lambda: sim.vm(9000) is not None, timeout=20, what="the template's create")
+    sim.set_delay_scale(0.05)
+    again = await start_cairn("up", PVE_DRIVER=driver)
+    last = await settled(again, 171)
+    assert "template 9000, left half built, removed from node pve1" in last["message"], last
+    assert sim.vm(9000) is None
+    assert sim.vm(171) is None
+    # The next install builds it again, whole.
+    got = await again.install(id=172)
+    assert got.last["status"] == "success", got.records[-3:]
+    template = sim.vm(9000)
+    assert template is not None and str(template.config.get("template")) == "1"
+    assert await again.stop() == 0
