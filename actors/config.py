@@ -46,21 +46,24 @@ def _raw(env: Mapping[str, str], name: str) -> str | None:
     return value.strip()
 
 
-def env_str(
-    env: Mapping[str, str], name: str, default: str | None = None, *, required: bool = False
-) -> str | None:
+def _present(env: Mapping[str, str], name: str, required: bool) -> str | None:
+    """The trimmed value, None when unset or blank, refused then if the variable is required."""
     value = _raw(env, name)
-    if value is None:
-        if required:
-            raise ConfigError(name, "is required")
-        return default
+    if value is None and required:
+        raise ConfigError(name, "is required")
     return value
 
 
+def env_str(
+    env: Mapping[str, str], name: str, default: str | None = None, *, required: bool = False
+) -> str | None:
+    value = _present(env, name, required)
+    return default if value is None else value
+
+
 def env_required(env: Mapping[str, str], name: str) -> str:
-    value = _raw(env, name)
-    if value is None:
-        raise ConfigError(name, "is required")
+    value = _present(env, name, required=True)
+    assert value is not None  # _present refused the missing value
     return value
 
 
@@ -73,10 +76,8 @@ def env_int(
     max: int | None = None,
     required: bool = False,
 ) -> int | None:
-    value = _raw(env, name)
+    value = _present(env, name, required)
     if value is None:
-        if required:
-            raise ConfigError(name, "is required")
         return default
     try:
         number = int(value)
