@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from dotenv import dotenv_values
+
+_N = TypeVar("_N", int, float)
 
 _SECRET_MARKERS = ("PASSWORD", "SECRET", "TOKEN", "KEY")
 
@@ -54,6 +57,14 @@ def _present(env: Mapping[str, str], name: str, required: bool) -> str | None:
     return value
 
 
+def _converted(name: str, value: str, convert: Callable[[str], _N], rule: str) -> _N:
+    """`value` as a number, or the variable's error naming `rule`."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise ConfigError(name, rule, value) from None
+
+
 def env_str(
     env: Mapping[str, str], name: str, default: str | None = None, *, required: bool = False
 ) -> str | None:
@@ -79,10 +90,7 @@ def env_int(
     value = _present(env, name, required)
     if value is None:
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(name, "must be an integer", value) from None
+    number = _converted(name, value, int, "must be an integer")
     if min is not None and number < min:
         raise ConfigError(name, f"must be at least {min}", value)
     if max is not None and number > max:
@@ -100,10 +108,7 @@ def env_float(
     value = _raw(env, name)
     if value is None:
         return default
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(name, "must be a number", value) from None
+    number = _converted(name, value, float, "must be a number")
     if number != number or (min is not None and number < min):  # NaN never passes
         raise ConfigError(name, f"must be a number of at least {min}", value)
     return number
