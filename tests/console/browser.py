@@ -306,6 +306,17 @@ def code_of(editor: Locator) -> str:
     return text
 
 
+def store_function(page: Page, stack: Stack, path: str, code: str) -> None:
+    """Store `code` as a Python function at `path` through the Functions page's form, and land
+    on the function's own page."""
+    page.goto(stack.url("functions"))
+    page.get_by_label("Path").fill(path)
+    page.get_by_label("Language").select_option("python")
+    paste_code(page.get_by_label("Code", exact=True), code)
+    page.get_by_role("button", name="Store").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(path)
+
+
 def paste_code(editor: Locator, text: str) -> None:
     """Replace a code editor's text as a user pasting it would: select all, paste. (Playwright's
     fill() types through the browser's own editing, which adds style attributes the console's
