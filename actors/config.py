@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from dotenv import dotenv_values
+
+_N = TypeVar("_N", int, float)
 
 _SECRET_MARKERS = ("PASSWORD", "SECRET", "TOKEN", "KEY")
 
@@ -46,21 +49,32 @@ def _raw(env: Mapping[str, str], name: str) -> str | None:
     return value.strip()
 
 
-def env_str(
-    env: Mapping[str, str], name: str, default: str | None = None, *, required: bool = False
-) -> str | None:
+def _present(env: Mapping[str, str], name: str, required: bool) -> str | None:
+    """The trimmed value, None when unset or blank, refused then if the variable is required."""
     value = _raw(env, name)
-    if value is None:
-        if required:
-            raise ConfigError(name, "is required")
-        return default
+    if value is None and required:
+        raise ConfigError(name, "is required")
     return value
 
 
+def _converted(name: str, value: str, convert: Callable[[str], _N], rule: str) -> _N:
+    """`value` as a number, or the variable's error naming `rule`."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise ConfigError(name, rule, value) from None
+
+
+def env_str(
+    env: Mapping[str, str], name: str, default: str | None = None, *, required: bool = False
+) -> str | None:
+    value = _present(env, name, required)
+    return default if value is None else value
+
+
 def env_required(env: Mapping[str, str], name: str) -> str:
-    value = _raw(env, name)
-    if value is None:
-        raise ConfigError(name, "is required")
+    value = _present(env, name, required=True)
+    assert value is not None  # _present refused the missing value
     return value
 
 
@@ -73,15 +87,10 @@ def env_int(
     max: int | None = None,
     required: bool = False,
 ) -> int | None:
-    value = _raw(env, name)
+    value = _present(env, name, required)
     if value is None:
-        if required:
-            raise ConfigError(name, "is required")
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(name, "must be an integer", value) from None
+    number = _converted(name, value, int, "must be an integer")
     if min is not None and number < min:
         raise ConfigError(name, f"must be at least {min}", value)
     if max is not None and number > max:
@@ -99,10 +108,7 @@ def env_float(
     value = _raw(env, name)
     if value is None:
         return default
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(name, "must be a number", value) from None
+    number = _converted(name, value, float, "must be a number")
     if number != number or (min is not None and number < min):  # NaN never passes
         raise ConfigError(name, f"must be a number of at least {min}", value)
     return number

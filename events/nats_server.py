@@ -42,6 +42,7 @@ from events.access import NatsAccess
 from events.children import end_child, kill_child, signal_child
 from events.credentials import Keyring, write_secret
 from events.permissions import Role, accounts_block
+from events.proc import command_lines
 
 log = logging.getLogger(__name__)
 
@@ -149,20 +150,13 @@ def servers_on(store_dir: Path, proc_root: Path = Path("/proc")) -> list[int]:
     """Pids of nats-server processes whose store directory is ``store_dir``."""
     wanted = str(store_dir)
     found = []
-    for entry in proc_root.iterdir() if proc_root.is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [a.decode(errors="replace") for a in argv if a]
+    for pid, args in command_lines(proc_root):
         if not args or Path(args[0]).name != "nats-server":
             continue
         if any(
             a == "-sd" and i + 1 < len(args) and args[i + 1] == wanted for i, a in enumerate(args)
         ):
-            found.append(int(entry.name))
+            found.append(pid)
     return found
 
 

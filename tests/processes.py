@@ -13,8 +13,25 @@ from typing import Any
 import attrs
 
 from tests.conftest import wait_for
+from tests.ports import free_ports
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
+
+
+def own_ports_env(root: Path, *more_ports: str) -> dict[str, str]:
+    """What a `cairn` process needs to keep off others' files and ports: its data and config
+    under `root`, a free port for cairn, vm, functions and images, and one for each variable
+    `more_ports` names (picked with the others, so no two are the same)."""
+    cairn, vm, functions, images, *more = free_ports(4 + len(more_ports))
+    return {
+        "CAIRN_DATA": str(root / "data"),
+        "XDG_CONFIG_HOME": str(root / "config"),
+        "CAIRN_PORT": str(cairn),
+        "VM_PORT": str(vm),
+        "FUNCTIONS_PORT": str(functions),
+        "IMAGES_PORT": str(images),
+        **dict(zip(more_ports, map(str, more), strict=True)),
+    }
 
 
 async def cairn_start(

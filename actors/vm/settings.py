@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import attrs
 
@@ -117,14 +118,26 @@ def _is_ip(value: str) -> bool:
     return True
 
 
-def _int(env: Mapping[str, str], name: str, lo: int | None, hi: int | None) -> int | None:
+_N = TypeVar("_N", int, float)
+
+
+def _number(
+    env: Mapping[str, str], name: str, convert: Callable[[str], _N], kind: str
+) -> _N | None:
+    """The variable read as a number, or None when unset or blank."""
     raw = env.get(name, "").strip()
     if not raw:
         return None
     try:
-        value = int(raw)
+        return convert(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+        raise SettingsError(f"{name} must be {kind}, got {raw!r}") from None
+
+
+def _int(env: Mapping[str, str], name: str, lo: int | None, hi: int | None) -> int | None:
+    value = _number(env, name, int, "an integer")
+    if value is None:
+        return None
     if lo is not None and value < lo:
         raise SettingsError(f"{name} must be at least {lo}, got {value}")
     if hi is not None and value > hi:
@@ -133,15 +146,11 @@ def _int(env: Mapping[str, str], name: str, lo: int | None, hi: int | None) -> i
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
+    value = _number(env, name, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
     if not value >= 0:
-        raise SettingsError(f"{name} must not be negative, got {raw!r}")
+        raise SettingsError(f"{name} must not be negative, got {env[name].strip()!r}")
     return value
 
 

@@ -18,20 +18,14 @@ def project_documents(records: Iterable[Recorded]) -> list[dict[str, Any]]:
     documents: dict[str, dict[str, Any]] = {}
     for record in records:
         event = record.event
+        # Indexed and dismissed differ only in their status and the one fact they carry.
         if isinstance(event, DocumentIndexed):
-            documents[event.source] = {
-                "source": event.source,
-                "status": "indexed",
-                "chunks": event.chunks,
-                "at": record.recorded_at,
-            }
+            facts: dict[str, Any] = {"status": "indexed", "chunks": event.chunks}
         elif isinstance(event, DocumentDismissed):
-            documents[event.source] = {
-                "source": event.source,
-                "status": "dismissed",
-                "reason": event.reason,
-                "at": record.recorded_at,
-            }
-        elif isinstance(event, DocumentRemoved):
-            documents.pop(event.source, None)
+            facts = {"status": "dismissed", "reason": event.reason}
+        else:
+            if isinstance(event, DocumentRemoved):
+                documents.pop(event.source, None)
+            continue
+        documents[event.source] = {"source": event.source, **facts, "at": record.recorded_at}
     return [documents[source] for source in sorted(documents)]

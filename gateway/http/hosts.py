@@ -31,6 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from actors.config import env_list
+from gateway.http.loopback import is_loopback_address
 
 ENV = "CAIRN_ALLOWED_HOSTS"
 REFUSED = "host not allowed"
@@ -72,15 +73,6 @@ def _is_ip(name: str) -> bool:
     return True
 
 
-def _is_loopback(name: str) -> bool:
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 @attrs.frozen
 class HostPolicy:
     names: frozenset[str]
@@ -107,7 +99,7 @@ class HostPolicy:
         name = host_name(header)
         if name is None:
             return False
-        if _is_loopback(name) or name in self.names:
+        if is_loopback_address(name) or name in self.names:
             return True
         return self.any_ip_literal and _is_ip(name)
 

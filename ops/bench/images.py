@@ -121,12 +121,19 @@ http {{
 """
     )
     proc = subprocess.Popen([_which("nginx") or "nginx", "-c", str(conf), "-p", str(workdir)])
-    try:
-        wait_http(f"http://127.0.0.1:{port}/c/img/bench.jpg", proc)
+    with _answering(proc, f"http://127.0.0.1:{port}/c/img/bench.jpg", grace=10):
         yield port
+
+
+@contextmanager
+def _answering(proc: subprocess.Popen[bytes], url: str, grace: float) -> Iterator[None]:
+    """The server `proc` once it answers `url`, stopped on the way out however the run ends."""
+    try:
+        wait_http(url, proc)
+        yield
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(grace)
 
 
 @contextmanager
@@ -134,21 +141,16 @@ def image_service(data: Path) -> Iterator[int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env |= {"CAIRN_DATA": str(data), "PORT": str(port), "PYTHONPATH": str(ROOT)}
-    log = open(data.parent / "service.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.main", "serve", "images"],
-        cwd=data.parent,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/check/state", proc)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
+    with open(data.parent / "service.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.main", "serve", "images"],
+            cwd=data.parent,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        with _answering(proc, f"http://127.0.0.1:{port}/check/state", grace=20):
+            yield port
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:

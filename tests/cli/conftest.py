@@ -22,7 +22,7 @@ from gateway.cli import common as cli_common
 from gateway.cli import functions as cli_fn
 from gateway.cli import images as cli_images
 from gateway.cli import vm as cli_vm
-from tests.ports import free_ports
+from tests.processes import own_ports_env
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 GROUPS = {"vm": cli_vm, "fn": cli_fn, "images": cli_images}
@@ -102,17 +102,7 @@ def cairn_env(root: Path, extra: Sequence[str] = ()) -> dict[str, str]:
         if k not in ("NATS_URL", "MAIN_NODE", "CAIRN_TOKEN", "CAIRN_TOKEN_FILE")
         and not k.startswith(("CAIRN_VM_", "CAIRN_FUNCTIONS_", "CAIRN_IMAGES_"))
     }
-    cairn, vm, functions, images = free_ports(4)
-    env.update(
-        CAIRN_DATA=str(root / "data"),
-        XDG_CONFIG_HOME=str(root / "config"),
-        CAIRN_PORT=str(cairn),
-        VM_PORT=str(vm),
-        FUNCTIONS_PORT=str(functions),
-        IMAGES_PORT=str(images),
-        CAIRN_SERVICES="vm,functions,images",
-        PYTHONUNBUFFERED="1",
-    )
+    env.update(own_ports_env(root), CAIRN_SERVICES="vm,functions,images", PYTHONUNBUFFERED="1")
     return env
 
 

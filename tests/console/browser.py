@@ -161,6 +161,35 @@ class Stack:
         return "".join(self.lines)
 
 
+def reading(
+    args: list[str], env: dict[str, str], cwd: Path, enough: Callable[[list[str]], bool]
+) -> tuple[subprocess.Popen[str], list[str], threading.Event]:
+    """`cairn ARGS` started, a thread copying its output (stderr too) line by line into the list
+    returned; the event is set once `enough(lines)` holds, or when the output ends (the process
+    exited: the waiter sees that, not a timeout)."""
+    proc = subprocess.Popen(
+        [CAIRN, *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def copy() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if not seen.is_set() and enough(lines):
+                seen.set()
+        seen.set()
+
+    threading.Thread(target=copy, daemon=True).start()
+    return proc, lines, seen
+
+
 def start_stack(
     root: Path,
     databases: dict[str, dict[str, str]] | None = None,
@@ -186,26 +215,7 @@ def start_stack(
         inbox.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (inbox / name).write_text(text)
-    proc = subprocess.Popen(
-        [CAIRN, "up"],
-        cwd=root,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def drain() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if "cairn: ready" in line:
-                ready.set()
-        ready.set()  # it exited: let the waiter see that
-
-    threading.Thread(target=drain, daemon=True).start()
+    proc, lines, ready = reading(["up"], env, root, lambda lines: "cairn: ready" in lines[-1])
     if not ready.wait(180) or proc.poll() is not None:
         proc.kill()
         raise AssertionError("cairn up did not start:\n" + "".join(lines))
@@ -273,26 +283,12 @@ def tail_until(
 ) -> list[str]:
     """Lines of `cairn events tail SUBJECT --since SINCE` until each of `wanted` has shown up
     (or `timeout` has passed: the caller's assertion then says what is missing)."""
-    proc = subprocess.Popen(
-        [CAIRN, "events", "tail", subject, "--since", since],
-        env=stack.env,
-        cwd=stack.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc, lines, done = reading(
+        ["events", "tail", subject, "--since", since],
+        stack.env,
+        stack.root,
+        lambda lines: all(any(w in seen for seen in lines) for w in wanted),
     )
-    lines: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if all(any(w in seen for seen in lines) for w in wanted):
-                break
-        done.set()
-
-    threading.Thread(target=read, daemon=True).start()
     try:
         done.wait(timeout)
     finally:
@@ -308,6 +304,17 @@ def code_of(editor: Locator) -> str:
         "el => [...el.querySelectorAll('.cm-line')].map((l) => l.textContent).join('\\n')"
     )
     return text
+
+
+def store_function(page: Page, stack: Stack, path: str, code: str) -> None:
+    """Store `code` as a Python function at `path` through the Functions page's form, and land
+    on the function's own page."""
+    page.goto(stack.url("functions"))
+    page.get_by_label("Path").fill(path)
+    page.get_by_label("Language").select_option("python")
+    paste_code(page.get_by_label("Code", exact=True), code)
+    page.get_by_role("button", name="Store").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(path)
 
 
 def paste_code(editor: Locator, text: str) -> None:

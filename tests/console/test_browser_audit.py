@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import CAIRN, Stack, paste_code, tail_until
+from tests.console.browser import CAIRN, Stack, paste_code, store_function, tail_until
 from tests.console.test_browser_login import sign_in
 
 CODE = "def handler(event):\n    return 1\n"
@@ -33,12 +33,7 @@ def test_the_events_page_the_tail_and_the_journal_name_who_changed_functions_and
     page: Page, stack: Stack, ada: str, tmp_path: Path
 ) -> None:
     sign_in(page, stack, ada)
-    page.goto(stack.url("functions"))
-    page.get_by_label("Path").fill("audit/greet")
-    page.get_by_label("Language").select_option("python")
-    paste_code(page.get_by_label("Code", exact=True), CODE)
-    page.get_by_role("button", name="Store").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text("audit/greet")
+    store_function(page, stack, "audit/greet", CODE)
     paste_code(page.get_by_label(re.compile("Code of version")), CODE.replace("1", "2"))
     page.get_by_role("button", name="Store as a new version").click()
     expect(page.get_by_role("status").filter(has_text="Stored as the version of")).to_be_visible()

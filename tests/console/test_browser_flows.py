@@ -16,7 +16,7 @@ from PIL import Image
 from playwright.sync_api import Page, expect
 from pvesim.cluster import SimCluster
 
-from tests.console.browser import Stack, code_of, paste_code, wait_until
+from tests.console.browser import Stack, code_of, paste_code, store_function, wait_until
 
 # Records every state the stage list went through, so a test can tell a stream that arrived
 # live from one that arrived at the end. Installed before the page's own scripts run.
@@ -224,12 +224,7 @@ return {"greeted": event["name"]}
 
 def test_store_a_function_and_run_it_while_its_output_streams(page: Page, stack: Stack) -> None:
     page.add_init_script(RECORD_OUTPUT)
-    page.goto(stack.url("functions"))
-    page.get_by_label("Path").fill("demo/greet")
-    page.get_by_label("Language").select_option("python")
-    paste_code(page.get_by_label("Code", exact=True), FUNCTION)
-    page.get_by_role("button", name="Store").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text("demo/greet")
+    store_function(page, stack, "demo/greet", FUNCTION)
     editor = page.get_by_label(re.compile("Code of version"))
     wait_until(lambda: code_of(editor) == FUNCTION, what="the stored code in the editor")
 

@@ -6,19 +6,13 @@ from __future__ import annotations
 import json
 
 from actors.platform import Runtime
-from gateway.http.tokens import Role, create
+from gateway.http.tokens import Role
 from tests.conftest import Serve
-from tests.gateway.test_snapshot_roles import call
+from tests.gateway.test_snapshot_roles import call, installed
 
 
 async def test_only_an_admin_may_change_a_vm(serve: Serve, runtime: Runtime) -> None:
-    path = runtime.data_dir / "tokens.json"
-    token = {role: create(path, role.label, role) for role in Role}
-    base = await serve("vm", flags=frozenset({"sim"}), PVESIM_DELAY_SCALE="0", VM_SSH_POLL="0.05")
-    api = f"{base}/api/vm"
-    body = {"os": "debian", "version": "12", "id": 131}
-    status, text = await call("POST", f"{api}/install", token[Role.ADMIN], body)
-    assert status == 200 and '"vm_id":131' in text, text
+    api, token = await installed(serve, runtime, 131)
 
     change = {"steps": [{"run": "echo hi > /root/x"}], "verify": {"ssh": True}}
     assert (await call("POST", f"{api}/131/change", None, change))[0] == 401

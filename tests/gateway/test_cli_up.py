@@ -15,8 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.ports import free_ports
-from tests.processes import cairn_run, cairn_start
+from tests.processes import cairn_run, cairn_start, own_ports_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,17 +24,7 @@ def up_env(tmp_path: Path, *more_ports: str) -> dict[str, str]:
     """The environment of a `cairn` process with ports of its own; `more_ports` names further
     variables to give a port, picked with the others so no two are the same."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
-    cairn, vm, functions, images, *more = free_ports(4 + len(more_ports))
-    env.update(zip(more_ports, map(str, more), strict=True))
-    env.update(
-        CAIRN_DATA=str(tmp_path / "data"),
-        XDG_CONFIG_HOME=str(tmp_path / "config"),
-        SEARCH_INBOX=str(tmp_path / "inbox"),
-        CAIRN_PORT=str(cairn),
-        VM_PORT=str(vm),
-        FUNCTIONS_PORT=str(functions),
-        IMAGES_PORT=str(images),
-    )
+    env.update(own_ports_env(tmp_path, *more_ports), SEARCH_INBOX=str(tmp_path / "inbox"))
     return env
 
 

@@ -28,6 +28,7 @@ from gateway.services import build_app
 from tests.conftest import Serve
 from tests.ops.test_nginx_console import certificate
 from tests.ports import free_port
+from tests.search.conftest import INITIALIZE, MCP_HEADERS
 
 BILLING = {"path": "team/billing", "language": "python", "code": "def handler(x):\n    return 1\n"}
 RUN = {"language": "python", "code": "def handler(x):\n    return 41 + 1\n"}
@@ -129,20 +130,11 @@ async def test_search_and_mcp_take_a_bearer(
     assert status == 401 and "role viewer" in json.loads(text)["error"]
     assert (await call("GET", f"{base}/api/list", tokens.viewer))[0] == 200
     assert (await call("GET", f"{base}/api/health"))[0] == 200
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-03-26",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    status, text, _ = await call("POST", f"{base}/mcp", None, json.dumps(init), **accept)
+    status, text, _ = await call("POST", f"{base}/mcp", None, json.dumps(INITIALIZE), **MCP_HEADERS)
     assert status == 401 and "needs a token" in json.loads(text)["error"]
-    status, text, _ = await call("POST", f"{base}/mcp", tokens.viewer, json.dumps(init), **accept)
+    status, text, _ = await call(
+        "POST", f"{base}/mcp", tokens.viewer, json.dumps(INITIALIZE), **MCP_HEADERS
+    )
     assert status == 200, text
     # `cairn search mcp` (stdio) and `cairn search status` reach it with CAIRN_TOKEN.
     env = {**runtime.env, "XDG_CONFIG_HOME": str(tmp_path / "config")}

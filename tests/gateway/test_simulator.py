@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from events.proc import command_lines
 from gateway.apps.simulator import SimulatorFailed, simulated_cluster
 from tests.conftest import wait_for
 from tests.gateway.test_cli_up import start, up_env
@@ -20,17 +21,11 @@ CAIRN = str(Path(sys.executable).parent / "cairn")
 
 def simulators(root: Path) -> list[int]:
     """The pids of simulator programs running on ``root``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"pvesim.cli" in argv and b"sim" in argv and str(root).encode() in argv:
-            found.append(int(entry.name))
-    return found
+    return [
+        pid
+        for pid, args in command_lines()
+        if "pvesim.cli" in args and "sim" in args and str(root) in args
+    ]
 
 
 async def test_the_simulator_runs_as_a_program_and_stops_with_its_owner(tmp_path: Path) -> None:

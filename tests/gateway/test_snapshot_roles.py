@@ -23,14 +23,21 @@ async def call(method: str, url: str, token: str | None, body: Any = None) -> tu
         return resp.status, await resp.text()
 
 
-async def test_a_viewer_may_list_but_not_change(serve: Serve, runtime: Runtime) -> None:
+async def installed(serve: Serve, runtime: Runtime, vmid: int) -> tuple[str, dict[Role, str]]:
+    """The VM API of a simulated cluster holding VM `vmid` (installed by an admin), and a token
+    of each role."""
     path = runtime.data_dir / "tokens.json"
     token = {role: create(path, role.label, role) for role in Role}
     base = await serve("vm", flags=frozenset({"sim"}), PVESIM_DELAY_SCALE="0", VM_SSH_POLL="0.05")
     api = f"{base}/api/vm"
-    body = {"os": "debian", "version": "12", "id": 130}
+    body = {"os": "debian", "version": "12", "id": vmid}
     status, text = await call("POST", f"{api}/install", token[Role.ADMIN], body)
-    assert status == 200 and '"vm_id":130' in text, text
+    assert status == 200 and f'"vm_id":{vmid}' in text, text
+    return api, token
+
+
+async def test_a_viewer_may_list_but_not_change(serve: Serve, runtime: Runtime) -> None:
+    api, token = await installed(serve, runtime, 130)
 
     snaps = f"{api}/130/snapshots"
     assert (await call("GET", snaps, None))[0] == 401  # not public

@@ -141,6 +141,20 @@ class SearchHarness:
         return path
 
 
+# An MCP client's opening message, and the headers its POSTs carry.
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[SearchHarness]:
     nats = EmbeddedNats(tmp_path / "nats")

@@ -24,7 +24,7 @@ from mcp_types import CallToolResult, TextContent
 
 from gateway.apps.search_mcp import ToolFailure, parse_search_arguments, serve_asgi
 from gateway.cli.search_client import ServiceError, read_endpoint
-from tests.search.conftest import SearchHarness
+from tests.search.conftest import INITIALIZE, MCP_HEADERS, SearchHarness
 
 NOTES = {
     "cats.md": "The cat sat on the mat and purred.",
@@ -196,19 +196,6 @@ async def test_semantic_failure_is_a_tool_error(harness: SearchHarness) -> None:
         # The default, hybrid, is BM25 alone without a provider.
         hybrid = body_of(await client.call_tool("search_rag", {"db": "notes", "q": "cats"}))
         assert [group["source"] for group in hybrid["hybrid"]] == ["cats.md"]
-
-
-INITIALIZE: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.mark.parametrize(

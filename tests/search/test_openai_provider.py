@@ -35,6 +35,18 @@ def provider_for(fake: FakeOpenAI, key: str | None = KEY) -> OpenAIProvider:
     return OpenAIProvider(fake.url, MODEL, key, attempts=4, base_delay=0.01)
 
 
+async def embedding_error(
+    provider: OpenAIProvider, texts: tuple[str, ...] = ("x",)
+) -> EmbeddingError:
+    """The error embedding `texts` ends in; the provider is closed either way."""
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await provider.embed_documents(list(texts))
+    finally:
+        await provider.close()
+    return caught.value
+
+
 async def test_request_shape_and_vectors(fake: FakeOpenAI) -> None:
     fake.shuffle = True  # the answer's `index`, not its order, places each vector
     provider = provider_for(fake)
@@ -95,14 +107,9 @@ async def test_base_url_or_full_endpoint(fake: FakeOpenAI, url: str, posted_to: 
 
 async def test_wrong_vector_length_is_a_clear_error_and_not_retried(fake: FakeOpenAI) -> None:
     fake.dims = 1536
-    provider = provider_for(fake)
-    try:
-        with pytest.raises(EmbeddingError) as caught:
-            await provider.embed_documents(["a", "b"])
-    finally:
-        await provider.close()
-    assert str(caught.value) == "provider returned a vector of 1536 dimensions, expected 512"
-    assert not caught.value.transient
+    error = await embedding_error(provider_for(fake), ("a", "b"))
+    assert str(error) == "provider returned a vector of 1536 dimensions, expected 512"
+    assert not error.transient
     assert len(fake.requests) == 1
 
 
@@ -165,13 +172,9 @@ async def test_gives_up_after_the_last_attempt(
     fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake.script = [500] * 10
-    provider = provider_for(fake)
-    try:
-        with pytest.raises(EmbeddingError, match="provider answered 500") as caught:
-            await provider.embed_documents(["x"])
-    finally:
-        await provider.close()
-    assert caught.value.transient
+    error = await embedding_error(provider_for(fake))
+    assert str(error).startswith("provider answered 500")
+    assert error.transient
     assert len(fake.requests) == 4
 
 
@@ -181,12 +184,9 @@ async def test_unreachable_provider_is_transient(caplog: pytest.LogCaptureFixtur
     provider = OpenAIProvider(
         f"http://127.0.0.1:{free_port()}/v1", MODEL, KEY, attempts=2, base_delay=0.01
     )
-    try:
-        with pytest.raises(EmbeddingError, match="provider unreachable") as caught:
-            await provider.embed_documents(["x"])
-    finally:
-        await provider.close()
-    assert caught.value.transient
+    error = await embedding_error(provider)
+    assert str(error).startswith("provider unreachable")
+    assert error.transient
     assert retry_delays(caplog) == [0.01]
 
 
@@ -197,16 +197,11 @@ async def test_client_errors_are_not_retried_and_never_show_the_key(
     # Some providers echo the key they refused; it must not reach our errors or logs.
     fake.error_body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}."}})
     fake.script = [401]
-    provider = provider_for(fake)
-    try:
-        with pytest.raises(EmbeddingError) as caught:
-            await provider.embed_documents(["x"])
-    finally:
-        await provider.close()
+    error = await embedding_error(provider_for(fake))
     assert len(fake.requests) == 1
-    assert str(caught.value).startswith("provider answered 401: ")
-    assert "Incorrect API key provided" in str(caught.value)
-    assert KEY not in str(caught.value)
+    assert str(error).startswith("provider answered 401: ")
+    assert "Incorrect API key provided" in str(error)
+    assert KEY not in str(error)
     assert KEY not in caplog.text
 
 

@@ -191,6 +191,23 @@ def follow_request(deliver: str = "cairn.deliver.attacker1") -> bytes:
     return json.dumps({"deliver": deliver, "subject": "cairn.evt.>", "after": 0}).encode()
 
 
+async def follow_events(
+    client: Client, deliver: str, timeout: float = 10
+) -> tuple[asyncio.Queue[Msg], Msg]:
+    """Follow the event stream into `deliver` as `client`: the queue its events arrive in (the
+    consumer's status messages left out) and the host's answer to the follow request."""
+    heard: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def hear(msg: Msg) -> None:
+        if not (msg.headers or {}).get("Status"):
+            heard.put_nowait(msg)
+
+    await client.subscribe(deliver, cb=hear)
+    await flush_all(client)
+    answer = await client.request("cairn.events.follow", follow_request(deliver), timeout=timeout)
+    return heard, answer
+
+
 # What each role sends with a forged reply: its own row (the requests it may make) and the
 # JetStream API calls a reader used to make, with bodies JetStream would act on.
 REQUESTS: dict[Role, list[tuple[str, bytes]]] = {
@@ -314,17 +331,7 @@ async def test_a_runner_never_receives_a_run_outside_the_queue_group(bus: Bus) -
 async def test_an_observer_still_reads_events(bus: Bus) -> None:
     """The observer's row: a consumer a host makes for it delivers the stream's events."""
     observer = await bus.client(Role.OBSERVER)
-    heard: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def hear(msg: Msg) -> None:
-        if not (msg.headers or {}).get("Status"):
-            heard.put_nowait(msg)
-
-    await observer.subscribe("cairn.deliver.reader01", cb=hear)
-    await flush_all(observer)
-    answer = await observer.request(
-        "cairn.events.follow", follow_request("cairn.deliver.reader01"), timeout=10
-    )
+    heard, answer = await follow_events(observer, "cairn.deliver.reader01")
     assert json.loads(answer.data)["after"] == 0
     first = await asyncio.wait_for(heard.get(), 10)
     assert (first.subject, json.loads(first.data)) == ("cairn.evt.vm.100", {"n": 0})

@@ -25,6 +25,7 @@ from events.jetstream import StreamSettings, ensure_stream
 from events.nats_server import end_server, find_binary, free_port
 from events.permissions import RUNNERS_QUEUE, Role
 from tests.conftest import wait_for
+from tests.security.test_forged_replies import follow_events
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 
@@ -80,16 +81,7 @@ async def test_old_and_new_keys_work_together_then_the_old_are_refused(tmp_path:
             reply = await gateway.request(subject, b"{}", timeout=5)
             assert json.loads(reply.data) == {"ok": 1}
         # An observer on the new keys reads events through a host on the old ones.
-        heard: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def hear(msg: Msg) -> None:
-            if not (msg.headers or {}).get("Status"):
-                heard.put_nowait(msg)
-
-        await observer.subscribe("cairn.deliver.rotation1", cb=hear)
-        await flush_all(observer)
-        ask = {"deliver": "cairn.deliver.rotation1", "after": 0}
-        await observer.request("cairn.events.follow", json.dumps(ask).encode(), timeout=5)
+        heard, _ = await follow_events(observer, "cairn.deliver.rotation1", timeout=5)
         await host.jetstream().publish("cairn.evt.vm.1", b'{"n":1}')
         assert (await asyncio.wait_for(heard.get(), 10)).data == b'{"n":1}'
         await broker.stop()

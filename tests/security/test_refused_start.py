@@ -21,7 +21,7 @@ from events.credentials import Keyring
 from events.nats_server import EmbeddedNats
 from events.permissions import Role
 from tests.gateway.test_cli_up import up_env
-from tests.processes import cairn_start
+from tests.processes import cairn_run, cairn_start
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
 # What the process may take to start Python and import cairn on a loaded machine: not the
@@ -45,15 +45,9 @@ async def test_cairn_up_with_a_wrong_key_exits_naming_the_refusal(
     closed: EmbeddedNats, tmp_path: Path
 ) -> None:
     env = wrong_keys_env(tmp_path, closed)
-    proc = await cairn_start("up", env=env, cwd=tmp_path)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), START_UP)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode(errors="replace")
-    assert proc.returncode == 1, text
+    code, out, err = await cairn_run("up", env=env, cwd=tmp_path, timeout=START_UP)
+    text = out + err
+    assert code == 1, text
     assert (
         f"cairn: NATS server {closed.url} refused the connection: Authorization Violation" in text
     ), text

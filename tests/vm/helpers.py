@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
+from pvesim.cluster import SimCluster
+
 from actors.vm.settings import VmSettings, load_settings
 from tests.conftest import wait_for
 
@@ -34,3 +36,15 @@ async def until(
     """`tests.conftest.wait_for` for async conditions, typed for mypy."""
     value: object = await wait_for(condition, timeout=timeout, what=what)
     return cast(T, value)
+
+
+def add_raw_disk(sim: SimCluster, vmid: int) -> None:
+    """Give VM `vmid` a second disk, raw, on a directory storage: a disk Proxmox cannot
+    snapshot, so a snapshot (or a change, which takes one) must be refused up front."""
+    sim.add_storage("files", "dir")
+    sim.grant_api("/storage/files", ["Datastore.Audit"])  # else the API driver cannot see it
+    with sim.store.locked() as txn:
+        rec = txn.vm_on("pve1", vmid)
+        assert rec is not None
+        rec["config"]["scsi1"] = f"files:{vmid}/vm-{vmid}-disk-1.raw,size=4G"
+        txn.save_vm("pve1", rec)

@@ -13,6 +13,7 @@ from pvesim.cluster import SimCluster
 
 from tests.vm import drivers
 from tests.vm.conftest import Service
+from tests.vm.helpers import add_raw_disk
 
 driver = drivers.driver
 start_service = drivers.start_service
@@ -153,13 +154,7 @@ async def test_a_storage_without_snapshots_is_refused_up_front(
 ) -> None:
     service: Service = await start_service()
     vmid = await service.installed(id=143)
-    sim.add_storage("files", "dir")
-    sim.grant_api("/storage/files", ["Datastore.Audit"])  # else the API driver cannot see it
-    with sim.store.locked() as txn:
-        rec = txn.vm_on("pve1", vmid)
-        assert rec is not None
-        rec["config"]["scsi1"] = f"files:{vmid}/vm-{vmid}-disk-1.raw,size=4G"
-        txn.save_vm("pve1", rec)
+    add_raw_disk(sim, vmid)
     before = sim.commands()
     body = {"steps": [{"set": {"cpu": 4}}], "verify": {"ssh": True}}
     assert await service.post(f"/vm/{vmid}/change", body) == (

@@ -13,6 +13,7 @@ from pvesim.cluster import SimCluster
 from tests.conftest import wait_for
 from tests.vm import drivers
 from tests.vm.conftest import Service, read_sse
+from tests.vm.helpers import add_raw_disk
 
 driver = drivers.driver
 start_service = drivers.start_service
@@ -135,13 +136,7 @@ async def test_refusals(sim: SimCluster, start_service: Any) -> None:
     )
 
     # A second disk on a directory storage in raw format: refused before anything changes.
-    sim.add_storage("files", "dir")
-    sim.grant_api("/storage/files", ["Datastore.Audit"])  # else the API driver cannot see it
-    with sim.store.locked() as txn:
-        rec = txn.vm_on("pve1", vmid)
-        assert rec is not None
-        rec["config"]["scsi1"] = f"files:{vmid}/vm-{vmid}-disk-1.raw,size=4G"
-        txn.save_vm("pve1", rec)
+    add_raw_disk(sim, vmid)
     before = [c for c in sim.commands() if " snapshot " in f" {c} "]
     assert await service.post(path, {"name": "two"}) == (
         409,
