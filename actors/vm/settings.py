@@ -88,9 +88,10 @@ class VmSettings:
     # on the others); `api` speaks pveproxy's REST API with a token (docs/vm.md).
     driver: str = "cli"
     api: ApiSettings | None = None
-    # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END);
-    # VM_TEMPLATES=0 imports the image for every install instead.
-    templates: bool = True
+    # VM_TEMPLATES=1: installs clone a template per image and node (TEMPLATE_ID_START/_END).
+    # Off by default: an API token made before templates lacks VM.Clone, and an upgrade must
+    # not turn every install into a permission error.
+    templates: bool = False
     template_start: int = TEMPLATE_ID_START
     template_end: int = TEMPLATE_ID_END
 
@@ -368,7 +369,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         simulated=simulated,
         driver=driver,
         api=api,
-        templates=_bool(env, "VM_TEMPLATES", default=True),
+        templates=_bool(env, "VM_TEMPLATES", default=False),
         template_start=t_start,
         template_end=t_end,
     )
