@@ -239,7 +239,7 @@ async def test_the_last_clone_of_a_superseded_template_takes_it_along(
 ) -> None:
     """Both drivers: a template installs still clone stays when its last clone goes; one a
     newer template replaced goes with its last clone, and the destroy's stream says so."""
-    service: Service = await start_service()  # templates are on by default
+    service: Service = await start_service(**TEMPLATES)
     first = await service.installed()  # builds template 9000, then clones it
     second = await service.installed()
     said = await destroy_records(service, second)
@@ -279,7 +279,7 @@ def written(sim: SimCluster) -> dict[str, int]:
 async def test_an_install_on_another_node_is_cloned_there(start_service: Any, driver: str) -> None:
     """Both drivers clone on the node the install names, and migrate nothing. The CLI
     driver (whose image is on the main node) copies the main node's template there once."""
-    service: Service = await start_service()
+    service: Service = await start_service(**TEMPLATES)
     sim = service.sim
     first = await service.install(node="pve2")
     assert first.closed and first.last["status"] == "success", first.records[-3:]
@@ -318,7 +318,7 @@ async def test_on_shared_storage_one_template_serves_every_node(
 ) -> None:
     drivers.cli_only(driver, "the API driver builds each node's template from its own download")
     sim.add_storage("shared-vm", "nfs", content="images", shared=True)
-    service: Service = await start_service(ASSIGN_STORAGE="shared-vm")
+    service: Service = await start_service(ASSIGN_STORAGE="shared-vm", **TEMPLATES)
     await service.installed()  # builds template 9000 on pve1
     seen = len(sim.commands())
     vmid = await service.installed(node="pve2")
