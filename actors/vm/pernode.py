@@ -81,13 +81,4 @@ async def _copy(
         templates.forget(svc, main.vmid)  # perhaps gone: the next install looks again
         raise StageFailed(f"copying template {main.vmid} to {node} failed: {exc.text}") from None
     st.note(f"template {tid} ({key.short()}) copied to {node}")
-    return templates.Template(
-        tid,
-        node,
-        key.os,
-        key.version,
-        key.algorithm,
-        key.digest,
-        True,
-        config.get("scsi0") or None,
-    )
+    return templates.Template.made(tid, node, key, config)

@@ -111,6 +111,12 @@ class Template:
     disk: str | None  # the boot disk's drive string
     built: int = 0  # seconds since the epoch Proxmox made it (`meta: ...,ctime=`)
 
+    @classmethod
+    def made(cls, vmid: int, node: str, key: Key, config: VmConfig) -> Template:
+        """The template of ``key`` that cairn has just made (built or copied) on ``node``."""
+        disk = config.get("scsi0") or None
+        return cls(vmid, node, key.os, key.version, key.algorithm, key.digest, True, disk)
+
 
 def described(config: VmConfig) -> tuple[str, str, str, str] | None:
     """(os, version, algorithm, digest) of a template's line, or None."""
@@ -238,16 +244,7 @@ async def ensure(
             text = exc.text if isinstance(exc, PveError) else str(exc)
             raise StageFailed(f"building template {vmid} failed: {text}") from None
         st.note(f"template {vmid} ({key.short()}) built on {node}")
-        here.found = Template(
-            vmid,
-            node,
-            key.os,
-            key.version,
-            key.algorithm,
-            key.digest,
-            True,
-            config.get("scsi0") or None,
-        )
+        here.found = Template.made(vmid, node, key, config)
         return here.found
 
 
