@@ -404,10 +404,11 @@ async def prepare(
     return cpu, ram, disk, cpu_type
 
 
-def _taken(exc: AlreadyExists, vmid: int) -> str:
-    """A create refused because the id is in use (a guest made after cairn reserved it)."""
+def _taken(exc: AlreadyExists, vmid: int, command: str) -> str:
+    """A create or clone refused because the id is in use (a guest made after cairn reserved
+    it)."""
     return (
-        f"qm create failed: {exc.text}. Another client created {exc.kind} {vmid} on "
+        f"{command} failed: {exc.text}. Another client created {exc.kind} {vmid} on "
         f"node {exc.node} after cairn reserved the id; cairn left it untouched and "
         "released the id: install again to get another"
     )
@@ -519,7 +520,7 @@ async def install(
             else:
                 await place.create(b, source)
         except AlreadyExists as exc:
-            raise StageFailed(_taken(exc, vmid)) from None
+            raise StageFailed(_taken(exc, vmid, "qm clone" if template else "qm create")) from None
         except PveError as exc:
             # Refused before anything was made: no VM; any other failure (a task's, a lost
             # answer) may have left one.

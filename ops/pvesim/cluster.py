@@ -457,9 +457,10 @@ class SimCluster:
         return view
 
     def inject_id_race(self, vmid: int, *, node: str, running: bool = True) -> None:
-        """Just before the next `qm create <vmid>` runs, someone else creates VM `vmid` on
-        `node` (a GUI "Create VM" in the gap between a client's choice of id and its create:
-        `/cluster/nextid` knows nothing of that client's reservations)."""
+        """Just before the next `qm create <vmid>` or `qm clone <template> <vmid>` runs (by
+        either driver), someone else creates VM `vmid` on `node` (a GUI "Create VM" in the gap
+        between a client's choice of id and its create: `/cluster/nextid` knows nothing of
+        that client's reservations)."""
         with self.store.locked() as txn:
             failures = txn.failures()
             failures.append({"command": "id race", "vmid": vmid, "node": None, "times": 1,

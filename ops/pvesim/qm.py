@@ -470,11 +470,6 @@ def cmd_create(ctx: Ctx, argv: Sequence[str]) -> int:
         opts["sshkeys"] = read_checked_sshkeys(ctx, str(opts["sshkeys"]))
     # No balloon <= memory check here: qemu-server makes it in `qm set` only.
     with ctx.store.locked() as txn:
-        race = take_injection(txn, "id race", ctx.node, vmid)
-        if race is not None:
-            # Someone else (a GUI "Create VM") took this id a moment before this command ran.
-            add_gui_vm(txn, str(race.get("target") or ctx.node), vmid, ctx.now(),
-                       running=bool(race.get("running", True)))  # fmt: skip
         ct = txn.containers.get(str(vmid))
         if ct is not None:
             raise CliError(
@@ -1277,8 +1272,28 @@ def usage_short() -> str:
     return "\n".join(lines) + "\n"
 
 
-HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
-    "create": cmd_create,
+Handler = Callable[[Ctx, Sequence[str]], int]
+
+
+def _raced(handler: Handler, at: int) -> Handler:
+    """`handler` of a command that makes VM `argv[at]` (create, clone), run after an injected
+    id race (`SimCluster.inject_id_race`) has let someone else, a GUI "Create VM", take that
+    id a moment before: the gap between a client's choice of id and its command."""
+
+    def run(ctx: Ctx, argv: Sequence[str]) -> int:
+        if len(argv) > at and argv[at].isdigit():
+            vmid = int(argv[at])
+            with ctx.store.locked() as txn:
+                if race := take_injection(txn, "id race", ctx.node, vmid):
+                    node = str(race.get("target") or ctx.node)
+                    add_gui_vm(txn, node, vmid, ctx.now(), running=bool(race.get("running")))
+        return handler(ctx, argv)
+
+    return run
+
+
+HANDLERS: dict[str, Handler] = {
+    "create": _raced(cmd_create, 0),
     "set": cmd_set,
     "start": cmd_start,
     "stop": cmd_stop,
@@ -1292,6 +1307,7 @@ HANDLERS: dict[str, Callable[[Ctx, Sequence[str]], int]] = {
     "unlock": cmd_unlock,
     **snapshots.HANDLERS,
     **clones.HANDLERS,
+    "clone": _raced(clones.cmd_clone, 1),
 }
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pvesim.cluster import SimCluster
 
 from actors.vm.cli.transport import LocalTransport
@@ -64,13 +65,24 @@ async def holdings(service: Service) -> list[int]:
         await store.close()
 
 
-async def test_another_vm_taking_the_reserved_id_is_left_untouched(start_service: Any) -> None:
-    """A GUI "Create VM" between cairn's reservation and its `qm create` gets the same id
-    (`/cluster/nextid` knows nothing of cairn's reservations). The install fails cleanly naming
-    the other VM, which keeps its config and disks byte for byte; the id and IP go back."""
-    # The simulator injects the race at `qm create` of the VM: the import path's.
+# How each path's command words the taken id: `qm create` (the import) and `qm clone` (from a
+# template) die with different punctuation in qemu-server.
+RACED = {
+    "0": "qm create failed: unable to create VM 150 - VM 150",
+    "1": "qm clone failed: unable to create VM 150: VM 150",
+}
+
+
+@pytest.mark.parametrize("templates", sorted(RACED))
+async def test_another_vm_taking_the_reserved_id_is_left_untouched(
+    start_service: Any, templates: str
+) -> None:
+    """A GUI "Create VM" between cairn's reservation and its `qm create` (or `qm clone` of the
+    template) gets the same id (`/cluster/nextid` knows nothing of cairn's reservations). The
+    install fails cleanly naming the other VM, which keeps its config and disks byte for byte;
+    the id and IP go back."""
     service: Service = await start_service(
-        ASSIGN_IP_START="150", ASSIGN_IP_END="151", VM_TEMPLATES="0"
+        ASSIGN_IP_START="150", ASSIGN_IP_END="151", VM_TEMPLATES=templates
     )
     sim = service.sim
     sim.inject_id_race(150, node="pve2", running=True)
@@ -78,10 +90,10 @@ async def test_another_vm_taking_the_reserved_id_is_left_untouched(start_service
     assert sse.closed and sse.last["status"] == "error", sse.records[-3:]
     assert sse.last["step"] == "VM creation > creating VM"
     assert sse.last["message"].startswith(
-        "[-] qm create failed: unable to create VM 150 - VM 150 already exists on node 'pve2'. "
-        "Another client created VM 150 on node pve2 after cairn reserved the id; cairn left it "
-        "untouched and released the id: install again to get another ("
-    )
+        f"[-] {RACED[templates]} already exists on node 'pve2'. Another client created VM 150 "
+        "on node pve2 after cairn reserved the id; cairn left it untouched and released the id: "
+        "install again to get another ("
+    ), sse.last["message"]
     assert not any("removing VM" in r["message"] for r in sse.records)
     other = sim.vm(150)
     assert other is not None and (other.node, other.status) == ("pve2", "running")
