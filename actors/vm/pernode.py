@@ -66,7 +66,7 @@ async def _copy(
     svc: Services, main: templates.Template, key: templates.Key, node: str, task: str, st: Stages
 ) -> templates.Template:
     tid = await templates.free_id(svc)
-    st.note(building_note(tid, main.node))
+    st.note(building_note(tid, main.node, main.vmid))
     spec = Clone(name=key.name, full=True, description=mark_line(task) + "\n" + key.line())
     where = main.node
     try:

@@ -21,7 +21,10 @@ So the settling waits for a clone task of that template to end, then:
   id cairn reserved for this install and was cloning into. Anything else is left to
   jobs.remove_vm, which leaves a VM without the mark untouched.
 A template whose build stopped before `qm template` (it carries the install's mark and no
-`template: 1`) is removed; a finished one is kept for later installs.
+`template: 1`) is removed; a finished one is kept for later installs. A template the CLI driver
+was copying to another node ("creating template N on NODE from template M", pernode.py) is a
+clone of template M: the settling waits for M's clone task, then removes the copy if it carries
+the install's mark or is still the bare temporary file, and it is not a template yet.
 """
 
 from __future__ import annotations
@@ -44,25 +47,35 @@ from events.store import Recorded
 log = logging.getLogger(__name__)
 
 _READY = re.compile(r"^\[\+\] template (\d+) \(.*\) ready on (\S+) \(")
-_BUILDING = re.compile(r"^\[\*\] creating template (\d+) on (\S+) \(")
+_BUILDING = re.compile(r"^\[\*\] creating template (\d+) on (\S+)(?: from template (\d+))? \(")
 # What qmclone's temporary file holds (`digest` is what `qm config` adds to any config).
 _BARE = frozenset({"lock", "digest"})
 
 
-def building_note(vmid: int, node: str) -> str:
-    """The note an install writes before it creates a template (read back by `read`)."""
-    return f"creating template {vmid} on {node}"
+def building_note(vmid: int, node: str, source: int | None = None) -> str:
+    """The note an install writes before it creates a template, or copies template `source`
+    into a new one (read back by `read`)."""
+    return f"creating template {vmid} on {node}" + (f" from template {source}" if source else "")
+
+
+@attrs.frozen
+class Building:
+    """A template build not finished: its id and node, and the template it was a copy of."""
+
+    vmid: int
+    node: str
+    source: int | None = None
 
 
 @attrs.frozen
 class Unfinished:
-    building: tuple[int, str] | None = None  # (template id, node) of a build not finished
+    building: Building | None = None
     cloning: tuple[int, str] | None = None  # (template id, its node) of a clone not finished
 
 
 def read(records: list[Recorded], task: str) -> Unfinished:
     """What install `task` had begun and not finished, from its progress records."""
-    building: tuple[int, str] | None = None
+    building: Building | None = None
     ready: tuple[int, str] | None = None
     creating = created = False
     for r in records:
@@ -71,7 +84,7 @@ def read(records: list[Recorded], task: str) -> Unfinished:
             continue
         if e.step == stages.DOWNLOAD:
             if m := _BUILDING.match(e.message):
-                building = int(m[1]), m[2]
+                building = Building(int(m[1]), m[2], int(m[3]) if m[3] else None)
             if e.status == "success" and (m := _READY.match(e.message)):
                 ready = int(m[1]), m[2]
         elif e.step == stages.CREATE:
@@ -87,7 +100,7 @@ async def settle(svc: Services, vmid: int, what: Unfinished, task: str) -> list[
     """Settle what `what` names; what was done, as sentences for the task's last record."""
     said: list[str] = []
     if what.building is not None:
-        said += await _build(svc, *what.building, task)
+        said += await _build(svc, what.building, task)
     if what.cloning is not None:
         said += await _clone(svc, vmid, *what.cloning, task)
     return said
@@ -116,15 +129,20 @@ async def _wait(
     return found
 
 
-async def _build(svc: Services, tid: int, node: str, task: str) -> list[str]:
-    found = await _wait(svc, tid, node, "create", node, tid)
+async def _build(svc: Services, b: Building, task: str) -> list[str]:
+    tid = b.vmid
+    if b.source is None:
+        found = await _wait(svc, tid, b.node, "create", b.node, tid)
+    else:  # a copy is a clone: a task of its source template makes it
+        found = await _wait(svc, tid, b.node, "clone", b.node, b.source)
     if found is None:
         return []
     where, config = found
-    if being_created(config.options) or task not in marks(config.options):
-        return []  # not provably this install's: left as Proxmox holds it
     if config.get("template") in ("1", "true"):
         return []  # built: later installs clone it
+    bare = b.source is not None and set(config.options) <= _BARE
+    if not bare and (being_created(config.options) or task not in marks(config.options)):
+        return []  # not provably this install's: left as Proxmox holds it
     try:
         await svc.pve.destroy(where, tid, cleanup=True)
     except PveError as exc:

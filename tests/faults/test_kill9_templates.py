@@ -26,15 +26,21 @@ def lock_of(sim: SimCluster, vmid: int) -> str | None:
     return None if vm is None else vm.lock
 
 
-async def kill_when(cairn: Cairn, vmid: int, seen_enough: Any) -> dict[int, tuple[int, str]]:
-    """Install `vmid`, kill -9 cairn alone once `seen_enough(records)`; its process tree."""
-    body = {"os": "debian", "version": "12", "id": vmid}
+async def kill_when(
+    cairn: Cairn, vmid: int, seen_enough: Any, until: Any = None, **extra: str
+) -> dict[int, tuple[int, str]]:
+    """Install `vmid` (and `extra` fields), kill -9 cairn alone once `seen_enough(records)`
+    and then `until()` (what the stream does not show: a command's effect on the cluster);
+    its process tree."""
+    body = {"os": "debian", "version": "12", "id": vmid, **extra}
     async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
         seen: list[dict[str, Any]] = []
         while not seen_enough(seen):
             got = await read_sse(resp, stop_after=1)
             assert got.records, f"the stream ended early: {seen[-2:]}"
             seen += got.records
+        if until is not None:
+            await wait_for(until, timeout=20, what="the cluster's side before the kill")
         tree = descendants(cairn.proc.pid)
         os.kill(cairn.proc.pid, signal.SIGKILL)
         await cairn.proc.wait()
@@ -154,4 +160,43 @@ async def test_a_half_built_template_is_removed_at_the_restart(
     assert got.last["status"] == "success", got.records[-3:]
     template = sim.vm(9000)
     assert template is not None and str(template.config.get("template")) == "1"
+    assert await again.stop() == 0
+
+
+@pytest.mark.parametrize("worker_dies", [False, True], ids=["copy-ends", "copy-killed"])
+async def test_a_template_copy_to_another_node_cut_short_is_removed(
+    start_cairn: StartCairn, sim: SimCluster, worker_dies: bool
+) -> None:
+    """The CLI driver gives another node its own template once: a full clone of the main
+    node's, then migrated and converted (pernode.py). A kill -9 during the copy leaves Proxmox's
+    clone at work, or with its worker killed too, its placeholder locked (`lock: clone`, the
+    bare temporary file or the config with the install's mark); the restart waits for the
+    clone, then removes the copy either way."""
+    cairn = await start_cairn("up", PVE_DRIVER="cli", VM_TEMPLATES="1")
+    await a_template(cairn, sim)
+    sim.set_delay_scale(4)  # the full copy of the 2 GiB disk: 32 s
+
+    def copying(records: list[dict[str, Any]]) -> bool:
+        note = "creating template 9001 on pve1 from template 9000"
+        return any(note in r["message"] for r in records)
+
+    # The note comes just before `qm clone` starts: the kill waits for the clone's placeholder.
+    tree = await kill_when(cairn, 171, copying, lambda: lock_of(sim, 9001) == "clone", node="pve2")
+    if worker_dies:
+        copies = {p: c for p, c in tree.items() if "pvesim.cli qm clone 9000 9001" in c[1]}
+        assert copies, tree
+        for pid in copies:
+            os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: not still_alive(copies), timeout=10, what="qm clone to die")
+        assert lock_of(sim, 9001) == "clone"  # left locked: its worker is gone
+    sim.set_delay_scale(0.05)
+    again = await start_cairn("up", PVE_DRIVER="cli", VM_TEMPLATES="1")
+    last = await settled(again, 171)
+    assert "template 9001, left half built, removed from node pve1" in last["message"], last
+    assert sim.vm(9001) is None and sim.vm(171) is None
+    # The main node's template stays; the next install on pve2 copies it there again, whole.
+    got = await again.install(id=172, node="pve2")
+    assert got.last["status"] == "success", got.records[-3:]
+    copied = [v for v in sim.vms().values() if v.node == "pve2" and v.vmid >= 9000]
+    assert [str(v.config.get("template")) for v in copied] == ["1"], copied
     assert await again.stop() == 0
