@@ -17,7 +17,17 @@ from typing import Any
 import attrs
 
 from actors.runtime import ActorHandle, AggregateActor, Rejected
-from actors.vm import change, drives, install, jobs, reshape, snapshots, stages, unfinished
+from actors.vm import (
+    change,
+    drives,
+    install,
+    jobs,
+    lifecycle_jobs,
+    reshape,
+    snapshots,
+    stages,
+    unfinished,
+)
 from actors.vm.allocator import Release
 from actors.vm.events import (
     Adopted,
@@ -383,7 +393,7 @@ class VmActor(AggregateActor):
             return self._run(cmd.task, cmd.command, report, changed)
         if cmd.command in _SNAPSHOT_COMMANDS:
             return self._run(cmd.task, cmd.command, report, snapshots.run(job, cmd.command))
-        power = jobs.power(
+        power = lifecycle_jobs.power(
             self.svc, cmd.command.value, self.vmid, node, self.facts, report, cmd.args, self.claim
         )
         return self._run(cmd.task, cmd.command, report, power)

@@ -17,8 +17,9 @@ from actors.vm.fakepve import FakePve
 from actors.vm.imagecache import ImageCache
 from actors.vm.initscripts import write_scripts
 from actors.vm.install import install
-from actors.vm.jobs import Services, power, remove_vm
+from actors.vm.jobs import Services, remove_vm
 from actors.vm.lifecycle import State
+from actors.vm.lifecycle_jobs import power
 from actors.vm.ownership import Claim, mark_line
 from actors.vm.pve import Create, PermissionDenied, TaskFailed
 from actors.vm.requests import InstallRequest
