@@ -68,8 +68,10 @@ async def test_vms_made_outside_cairn_are_listed_but_never_destroyed_or_migrated
     assert made.ok, made
 
     async def listed() -> dict[str, Any] | None:
+        # A poll that ran while `qm create` was at work saw its nameless placeholder ("VM
+        # 200"); the row is the finished VM's from the next poll on.
         rows = (await service.list())["list"]
-        return next((r for r in rows if r["vmid"] == 200), None)
+        return next((r for r in rows if r["vmid"] == 200 and r["name"] == "outside"), None)
 
     row: dict[str, Any] = await until(listed, timeout=10, what="VM 200 in the list")
     assert (row["name"], row["node"], row["running"], row["cpu"]) == ("outside", "pve1", False, 1)
