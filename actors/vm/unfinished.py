@@ -71,18 +71,23 @@ class Building:
 class Unfinished:
     building: Building | None = None
     cloning: tuple[int, str] | None = None  # (template id, its node) of a clone not finished
+    # Getting the image (a template build happens there) begun and not finished: a build may
+    # have begun although its note was not stored (see `_unnoted`).
+    fetching: bool = False
 
 
 def read(records: list[Recorded], task: str) -> Unfinished:
     """What install `task` had begun and not finished, from its progress records."""
     building: Building | None = None
     ready: tuple[int, str] | None = None
-    creating = created = False
+    creating = created = fetching = fetched = False
     for r in records:
         e = r.event
         if not isinstance(e, Progress) or e.task != task:
             continue
         if e.step == stages.DOWNLOAD:
+            fetching = True
+            fetched = fetched or e.status == "success"
             if m := _BUILDING.match(e.message):
                 building = Building(int(m[1]), m[2], int(m[3]) if m[3] else None)
             if e.status == "success" and (m := _READY.match(e.message)):
@@ -93,6 +98,7 @@ def read(records: list[Recorded], task: str) -> Unfinished:
     return Unfinished(
         building=building if ready is None else None,
         cloning=ready if creating and not created else None,
+        fetching=fetching and not fetched,
     )
 
 
@@ -101,6 +107,9 @@ async def settle(svc: Services, vmid: int, what: Unfinished, task: str) -> list[
     said: list[str] = []
     if what.building is not None:
         said += await _build(svc, what.building, task)
+    elif what.fetching:
+        for b in await _unnoted(svc):
+            said += await _build(svc, b, task)
     if what.cloning is not None:
         said += await _clone(svc, vmid, *what.cloning, task)
     return said
@@ -129,6 +138,19 @@ async def _wait(
     return found
 
 
+async def _unnoted(svc: Services) -> list[Building]:
+    """Templates not finished (no `template: 1`) in cairn's template range: a job's notes reach
+    the store a moment after it said them, so a kill -9 can fall between a template's create
+    and its note. `_build` removes only one that carries this install's mark."""
+    try:
+        resources = await svc.pve.cluster_vms()
+    except PveError as exc:
+        log.warning("cannot list the cluster's VMs to settle a template build: %s", exc.text)
+        return []
+    span = svc.settings.template_range
+    return [Building(r.vmid, r.node) for r in resources if r.vmid in span and not r.template]
+
+
 async def _build(svc: Services, b: Building, task: str) -> list[str]:
     tid = b.vmid
     if b.source is None:
@@ -140,6 +162,8 @@ async def _build(svc: Services, b: Building, task: str) -> list[str]:
     where, config = found
     if config.get("template") in ("1", "true"):
         return []  # built: later installs clone it
+    if b.source is None and config.lock == "clone":
+        return []  # a copy at work whose source is not known: the next build removes it
     bare = b.source is not None and set(config.options) <= _BARE
     if not bare and (being_created(config.options) or task not in marks(config.options)):
         return []  # not provably this install's: left as Proxmox holds it
