@@ -161,6 +161,15 @@ def env_networks(
     return tuple(networks)
 
 
+def is_ip(text: str) -> bool:
+    """Whether ``text`` is an IP address literal (v4 or v6), not a name."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def data_dir(env: Mapping[str, str], cwd: Path | None = None) -> Path:
     """``CAIRN_DATA``, default ``./data`` under the working directory; created if missing."""
     path = Path(env_str(env, "CAIRN_DATA") or (cwd or Path.cwd()) / "data")

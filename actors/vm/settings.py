@@ -9,6 +9,8 @@ from typing import TypeVar
 
 import attrs
 
+from actors.config import is_ip
+
 VMID_MIN = 100
 VMID_MAX = 254
 DEFAULT_PORT = 8100
@@ -109,14 +111,6 @@ class VmSettings:
     @property
     def template_range(self) -> range:
         return range(self.template_start, self.template_end + 1)
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 _N = TypeVar("_N", int, float)
@@ -247,7 +241,7 @@ def _node_variables(env: Mapping[str, str]) -> dict[str, str]:
     found = {}
     for key, value in env.items():
         name = key[len(_NODE_PREFIX) :]
-        if key.startswith(_NODE_PREFIX) and _NODE_NAME.match(name) and _is_ip(value.strip()):
+        if key.startswith(_NODE_PREFIX) and _NODE_NAME.match(name) and is_ip(value.strip()):
             found[key] = value.strip()
     return found
 

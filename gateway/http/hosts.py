@@ -30,7 +30,7 @@ import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from actors.config import env_list
+from actors.config import env_list, is_ip
 from gateway.http.loopback import is_loopback_address
 
 ENV = "CAIRN_ALLOWED_HOSTS"
@@ -65,14 +65,6 @@ def host_name(header: str) -> str | None:
     return value or None
 
 
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
 @attrs.frozen
 class HostPolicy:
     names: frozenset[str]
@@ -101,7 +93,7 @@ class HostPolicy:
             return False
         if is_loopback_address(name) or name in self.names:
             return True
-        return self.any_ip_literal and _is_ip(name)
+        return self.any_ip_literal and is_ip(name)
 
 
 def message(header: str | None) -> str:

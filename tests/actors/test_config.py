@@ -13,6 +13,7 @@ from actors.config import (
     env_list,
     env_networks,
     env_required,
+    is_ip,
     load_env,
 )
 
@@ -66,3 +67,9 @@ def test_lists_bools_and_networks() -> None:
     assert [str(n) for n in nets] == ["127.0.0.1/32", "10.0.0.0/8"]
     with pytest.raises(ConfigError, match="TRUSTED_PROXIES: entries must be"):
         env_networks({"TRUSTED_PROXIES": "not-an-ip"}, "TRUSTED_PROXIES")
+
+
+def test_ip_literals_are_told_from_names() -> None:
+    assert is_ip("10.0.0.5") and is_ip("::1") and is_ip("fe80::1")
+    for text in ("pve1", "localhost", "10.0.0.256", "10.0.0.5/24", "[::1]", " 10.0.0.5", ""):
+        assert not is_ip(text), text
