@@ -21,17 +21,17 @@ Every secret file is mode 0600 in a directory of mode 0700.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from events.certificates import alt_names, certificate, new_key, pem_cert, pem_key
 from events.credentials import Keyring, write_secret
 from events.permissions import accounts_block_for
 
@@ -76,28 +76,6 @@ def write_auth(path: Path, keyrings: Sequence[Keyring]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def _names(addresses: Iterable[str]) -> list[x509.GeneralName]:
-    names: list[x509.GeneralName] = []
-    for address in addresses:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(address)))
-        except ValueError:
-            names.append(x509.DNSName(address))
-    return names
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-
-
-def _pem_cert(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 @attrs.frozen
@@ -152,47 +130,33 @@ class ClusterKit:
             key = serialization.load_pem_private_key(key_path.read_bytes(), None)
             assert isinstance(key, ec.EllipticCurvePrivateKey)
             return key, x509.load_pem_x509_certificate(self.ca_file.read_bytes())
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = new_key()
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_CA_USAGE, critical=True)
-            .sign(key, hashes.SHA256())
-        )
-        write_secret(key_path, _pem_key(key).strip())
-        self.ca_file.write_text(_pem_cert(cert))
+        ca_extensions = [
+            (x509.BasicConstraints(ca=True, path_length=0), True),
+            (_CA_USAGE, True),
+        ]
+        cert = certificate(key, name, VALIDITY, ca_extensions)
+        write_secret(key_path, pem_key(key).strip())
+        self.ca_file.write_text(pem_cert(cert))
         return key, cert
 
     def _certify(
         self, member: Member, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
     ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, member.name)]))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + VALIDITY)
-            .add_extension(x509.SubjectAlternativeName(_names(member.addresses)), critical=False)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(ca_key, hashes.SHA256())
+        key = new_key()
+        usage = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        extensions = [
+            (alt_names(member.addresses), False),
+            (x509.ExtendedKeyUsage(usage), False),
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+        ]
+        cert = certificate(
+            key,
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, member.name)]),
+            VALIDITY,
+            extensions,
+            issuer=(ca_cert.subject, ca_key),
         )
-        write_secret(self.key_file(member.name), _pem_key(key).strip())
-        self.cert_file(member.name).write_text(_pem_cert(cert))
+        write_secret(self.key_file(member.name), pem_key(key).strip())
+        self.cert_file(member.name).write_text(pem_cert(cert))

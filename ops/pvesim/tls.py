@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import ipaddress
 import os
 import ssl
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
+
+from events.certificates import alt_names, certificate, new_key, pem_cert, pem_key
 
 
 def make_certificate(folder: Path, node: str, address: str) -> tuple[Path, Path]:
@@ -26,44 +26,19 @@ def make_certificate(folder: Path, node: str, address: str) -> tuple[Path, Path]
     if cert_path.is_file() and key_path.is_file():
         return cert_path, key_path
     folder.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = new_key()
     name = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
             x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.invalid"),
         ]
     )
-    now = datetime.datetime.now(datetime.UTC)
-    san = x509.SubjectAlternativeName(
-        [
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("::1")),
-            x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address(address)),
-            x509.DNSName(node),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=730))
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    san = alt_names(["127.0.0.1", "::1", "localhost", address, node])
+    extensions = [(san, False), (x509.BasicConstraints(ca=True, path_length=None), True)]
+    cert = certificate(key, name, datetime.timedelta(days=730), extensions)
+    key_path.write_text(pem_key(key))
     os.chmod(key_path, 0o600)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    cert_path.write_text(pem_cert(cert))
     return cert_path, key_path
 
 
