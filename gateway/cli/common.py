@@ -39,6 +39,13 @@ class Io:
     def document(self, value: Any) -> None:
         print(json.dumps(value, ensure_ascii=False), file=self.out, flush=True)
 
+    def show(self, value: Any, text: Callable[[Any], str]) -> None:
+        """What a service answered: as it is with --json, else as ``text(value)`` reads it."""
+        if self.json:
+            self.document(value)
+        else:
+            self.say(text(value))
+
     @property
     def live(self) -> TextIO | None:
         """Where live progress goes: stdout, or with --json stderr when it is a terminal."""
@@ -74,6 +81,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
     )
+
+
+def listing(
+    headers: Sequence[str],
+    items: Sequence[Any],
+    row: Callable[[Any], Sequence[Any]],
+    empty: str,
+) -> str:
+    """A table of ``items``, ``row(item)`` each; ``empty`` (e.g. "no snapshots") if none."""
+    return table(headers, [row(item) for item in items]) if items else empty
 
 
 def size_mb(mb: Any) -> str:

@@ -28,7 +28,7 @@ from gateway.cli.client import (
     call,
     stream,
 )
-from gateway.cli.common import Io, add_command, clean, size_gb, size_mb, table
+from gateway.cli.common import Io, add_command, clean, listing, size_gb, size_mb, table
 
 SERVICE = "vm"
 
@@ -77,10 +77,7 @@ def list_table(body: dict[str, Any]) -> str:
 
 def cmd_list(args: Any, t: Target, io: Io) -> int:
     body = call(t, "GET", "/vm/list").json()
-    if io.json:
-        io.document(body)
-    else:
-        io.say(list_table(body))
+    io.show(body, list_table)
     return 0
 
 
@@ -120,10 +117,7 @@ def show_text(vm: dict[str, Any]) -> str:
 
 def cmd_show(args: Any, t: Target, io: Io) -> int:
     body = call(t, "GET", f"/vm/{args.id}").json()
-    if io.json:
-        io.document(body)
-    else:
-        io.say(show_text(body))
+    io.show(body, show_text)
     return 0
 
 
@@ -335,29 +329,24 @@ def cmd_set(args: Any, t: Target, io: Io) -> int:
 SNAPSHOT_COLUMNS = ("NAME", "CREATED", "PARENT", "RAM", "BY", "DESCRIPTION")
 
 
+def _snapshot_row(s: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        s.get("name"),
+        s.get("created"),
+        s.get("parent"),
+        "yes" if s.get("vmstate") else "no",
+        s.get("by"),
+        str(s.get("description") or "").split("\n")[0] or None,
+    )
+
+
 def snapshot_table(snaps: list[dict[str, Any]]) -> str:
-    if not snaps:
-        return "no snapshots"
-    rows = [
-        (
-            s.get("name"),
-            s.get("created"),
-            s.get("parent"),
-            "yes" if s.get("vmstate") else "no",
-            s.get("by"),
-            str(s.get("description") or "").split("\n")[0] or None,
-        )
-        for s in snaps
-    ]
-    return table(SNAPSHOT_COLUMNS, rows)
+    return listing(SNAPSHOT_COLUMNS, snaps, _snapshot_row, "no snapshots")
 
 
 def cmd_snapshot_list(args: Any, t: Target, io: Io) -> int:
     snaps = call(t, "GET", f"/vm/{args.id}/snapshots").json()
-    if io.json:
-        io.document(snaps)
-    else:
-        io.say(snapshot_table(snaps))
+    io.show(snaps, snapshot_table)
     return 0
 
 
@@ -444,22 +433,20 @@ def register_change(sub: Any) -> None:
 TEMPLATE_COLUMNS = ("VMID", "NODE", "OS", "VERSION", "CHECKSUM", "STATE", "CLONES")
 
 
+def _template_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        r.get("vmid"),
+        r.get("node"),
+        r.get("os"),
+        r.get("version"),
+        str(r.get("checksum") or "")[:19],
+        f"{r.get('state')}{', current' if r.get('current') else ''}",
+        ", ".join(str(v) for v in r.get("clones") or []) or None,
+    )
+
+
 def template_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no templates"
-    shown = [
-        (
-            r.get("vmid"),
-            r.get("node"),
-            r.get("os"),
-            r.get("version"),
-            str(r.get("checksum") or "")[:19],
-            f"{r.get('state')}{', current' if r.get('current') else ''}",
-            ", ".join(str(v) for v in r.get("clones") or []) or None,
-        )
-        for r in rows
-    ]
-    return table(TEMPLATE_COLUMNS, shown)
+    return listing(TEMPLATE_COLUMNS, rows, _template_row, "no templates")
 
 
 def cmd_templates(args: Any, t: Target, io: Io) -> int:
@@ -474,10 +461,7 @@ def cmd_templates(args: Any, t: Target, io: Io) -> int:
             io.say(f"kept {kept.get('vmid')}: {clean(str(kept.get('reason')))}")
         return 0
     rows = call(t, "GET", "/vm/templates").json()
-    if io.json:
-        io.document(rows)
-    else:
-        io.say(template_table(rows))
+    io.show(rows, template_table)
     return 0
 
 
