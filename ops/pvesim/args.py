@@ -231,8 +231,10 @@ def property_string(value: str, default_key: str | None = None) -> dict[str, str
     return out
 
 
-def _format_errors(key: str, sub_errors: Mapping[str, str]) -> str:
+def _format_errors(key: str, sub_errors: Mapping[str, str]) -> str | None:
     # PVE nests property-string errors: "format error" on the parameter, one line per sub-key.
+    if not sub_errors:
+        return None
     lines = ["invalid format - format error"]
     lines += [f"{key}.{k}: invalid format - {v}" for k, v in sorted(sub_errors.items())]
     return "\n".join(lines)
@@ -272,9 +274,7 @@ def make_ipconfig_check(key: str) -> Check:
                 errors["gw"] = "value does not look like a valid IPv4 address"
             if ip is None:
                 errors["gw"] = "property 'gw' requires property 'ip'"
-        if errors:
-            return _format_errors(key, errors)
-        return None
+        return _format_errors(key, errors)
 
     return check
 
@@ -337,9 +337,7 @@ def make_net_check(key: str) -> Check:
                 errors[k] = NOT_IN_SCHEMA
         if model is None:
             errors["model"] = "property is missing and it is not optional"
-        if errors:
-            return _format_errors(key, errors)
-        return None
+        return _format_errors(key, errors)
 
     return check
 
