@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -17,7 +18,7 @@ from nats.aio.client import Client
 
 from actors.platform import Runtime, open_runtime
 from events.nats_server import EmbeddedNats
-from events.store import EventStore, default_store_url
+from events.store import EventStore, RetryPolicy, default_store_url
 from gateway import server as root
 from gateway.server import domain_events, journal
 from gateway.services import build_app
@@ -56,11 +57,20 @@ async def nc(nats_server: EmbeddedNats) -> AsyncIterator[Client]:
     await client.close()
 
 
+@contextlib.asynccontextmanager
+async def opened_store(url: str, retry: RetryPolicy | None = None) -> AsyncIterator[EventStore]:
+    """The event store at ``url`` (SQLite or PostgreSQL) for the block; a fixture's store."""
+    store = await EventStore.open(url, retry)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    s = await EventStore.open(default_store_url(tmp_path))
-    yield s
-    await s.close()
+    async with opened_store(default_store_url(tmp_path)) as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from actors.runtime import ActorHost, AggregateActor
 from events.errors import DamagedEvent, StoreWriteFailed
 from events.model import Event
 from events.store import EventStore, RetryPolicy, default_store_url
-from tests.conftest import wait_for
+from tests.conftest import opened_store, wait_for
 from tests.events.sample_events import Incremented, Noted
 
 
@@ -72,9 +72,8 @@ class Ledger(AggregateActor):
 
 @pytest.fixture
 async def short_store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    store = await EventStore.open(default_store_url(tmp_path), RetryPolicy(budget=0.5))
-    yield store
-    await store.close()
+    async with opened_store(default_store_url(tmp_path), RetryPolicy(budget=0.5)) as store:
+        yield store
 
 
 @pytest.fixture

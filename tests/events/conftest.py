@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from events.store import EventStore, default_store_url
+from tests.conftest import opened_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -21,6 +22,5 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def store(store_url: str) -> AsyncIterator[EventStore]:
-    s = await EventStore.open(store_url)
-    yield s
-    await s.close()
+    async with opened_store(store_url) as s:
+        yield s

@@ -19,15 +19,14 @@ from nats.aio.client import Client
 from events.errors import DamagedEvent, StoreWriteFailed, disk_full, reason
 from events.relay import OutboxRelay
 from events.store import EventStore, RetryPolicy, default_store_url
-from tests.conftest import wait_for
+from tests.conftest import opened_store, wait_for
 from tests.events.sample_events import Incremented, Noted
 
 
 @pytest.fixture
 async def budget_store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    store = await EventStore.open(default_store_url(tmp_path), RetryPolicy(budget=1.5))
-    yield store
-    await store.close()
+    async with opened_store(default_store_url(tmp_path), RetryPolicy(budget=1.5)) as store:
+        yield store
 
 
 @pytest.fixture

@@ -23,16 +23,15 @@ from events.store import (
     EventStore,
     RetryPolicy,
 )
-from tests.conftest import wait_for
+from tests.conftest import opened_store, wait_for
 from tests.events.sample_events import Incremented
 from tests.postgres import PostgresServer
 
 
 @pytest.fixture
 async def budget_store(postgres_url: str) -> AsyncIterator[EventStore]:
-    store = await EventStore.open(postgres_url, RetryPolicy(budget=2.5))
-    yield store
-    await store.close()
+    async with opened_store(postgres_url, RetryPolicy(budget=2.5)) as store:
+        yield store
 
 
 @pytest.fixture

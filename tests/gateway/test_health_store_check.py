@@ -4,27 +4,17 @@ it found clears once the store takes writes again, without waiting for a request
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
-from events.store import EventStore, default_store_url
+from events.store import EventStore
 from gateway.http.health import StoreCheck
 from tests.conftest import wait_for
 
 
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    store = await EventStore.open(default_store_url(tmp_path))
-    yield store
-    await store.close()
-
-
 async def test_a_store_problem_is_looked_at_again_until_it_clears(
-    sqlite_store: EventStore, tmp_path: Path
+    store: EventStore, tmp_path: Path
 ) -> None:
-    check = StoreCheck(sqlite_store)
+    check = StoreCheck(store)
     # Another client holds SQLite's write lock: the look's write is refused.
     other = sqlite3.connect(tmp_path / "events.sqlite3", isolation_level=None)
     try:
