@@ -81,6 +81,21 @@ def _error(status: int, message: str) -> dict[str, Any]:
     return {"error": {"status": status, "message": message}}
 
 
+def _one_vm(
+    answer: Callable[[VmService, int], Awaitable[dict[str, Any]]],
+) -> Callable[[VmService, Any], Awaitable[dict[str, Any]]]:
+    """A query about one VM: the payload's ``vmid`` is checked first, a bad one answered 400."""
+
+    async def handler(self: VmService, payload: Any) -> dict[str, Any]:
+        try:
+            vmid = parse_vmid(payload)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        return await answer(self, vmid)
+
+    return handler
+
+
 @attrs.define
 class Inventory:
     """The list's read model: actor infos (kept fresh from the store) plus the cluster's view."""
@@ -664,12 +679,9 @@ class VmService:
             )
         return None
 
-    async def _on_snapshots(self, payload: Any) -> dict[str, Any]:
+    @_one_vm
+    async def _on_snapshots(self, vmid: int) -> dict[str, Any]:
         """A VM's snapshots as Proxmox lists them, with who asked for each one cairn took."""
-        try:
-            vmid = parse_vmid(payload)
-        except BadRequest as exc:
-            return _error(400, str(exc))
         info = await self._info(vmid)
         if info is None or info.state is State.ABSENT:
             return _error(404, f"VM {vmid} not found")
@@ -704,11 +716,8 @@ class VmService:
         except StageFailed as exc:
             return _error(502, str(exc))
 
-    async def _on_status(self, payload: Any) -> dict[str, Any]:
-        try:
-            vmid = parse_vmid(payload)
-        except BadRequest as exc:
-            return _error(400, str(exc))
+    @_one_vm
+    async def _on_status(self, vmid: int) -> dict[str, Any]:
         info = self.inventory.infos.get(vmid)
         handle = self.runtime.actors.get(VmActor, vmid)
         if handle is not None:
@@ -717,11 +726,8 @@ class VmService:
             return _error(404, f"VM {vmid} not found")
         return {"status": info.power, "state": info.state.value}
 
-    async def _on_detail(self, payload: Any) -> dict[str, Any]:
-        try:
-            vmid = parse_vmid(payload)
-        except BadRequest as exc:
-            return _error(400, str(exc))
+    @_one_vm
+    async def _on_detail(self, vmid: int) -> dict[str, Any]:
         info = await self._info(vmid)
         detail = self.inventory.detail(vmid, info)
         if detail is None:

@@ -16,7 +16,13 @@ import pytest
 from actors.functions import protocol
 from actors.functions.settings import DEFAULT_CODE_MAX_SIZE
 from actors.platform import Runtime
-from actors.vm.host import SUBJECT_DO, SUBJECT_INSTALL
+from actors.vm.host import (
+    SUBJECT_DETAIL,
+    SUBJECT_DO,
+    SUBJECT_INSTALL,
+    SUBJECT_SNAPSHOTS,
+    SUBJECT_STATUS,
+)
 from actors.vm.messages import install_payload
 from actors.vm.shacrypt import sha512_crypt
 from events.bus import CommandFailed, command
@@ -125,6 +131,22 @@ async def test_an_unknown_command_or_a_bad_vmid_is_refused(served: Served) -> No
         SUBJECT_DO, {"task": task, "vmid": "100; qm destroy 101", "command": "stop"}
     )
     assert status == 400 and message.startswith("invalid VM id")
+
+
+@pytest.mark.parametrize("subject", [SUBJECT_STATUS, SUBJECT_DETAIL, SUBJECT_SNAPSHOTS])
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"vmid": "100; qm destroy 101"}, "invalid VM id '100; qm destroy 101'"),
+        ({"vmid": -1}, "invalid VM id '-1'"),
+        ({}, "invalid VM id 'None'"),
+        ([100], "command: must be a JSON object"),
+    ],
+)
+async def test_a_query_about_one_vm_refuses_a_bad_vmid(
+    served: Served, subject: str, payload: Any, message: str
+) -> None:
+    assert await served.over_nats(subject, payload) == (400, message)
 
 
 @pytest.mark.parametrize(
