@@ -164,6 +164,95 @@ def children_named(pid: int, name: str) -> list[int]:
     return found
 
 
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process; None once it is gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def descendants(root: int) -> dict[int, tuple[int, str]]:
+    """Every process under ``root``: pid -> (start time, command line)."""
+    parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)], starts[int(entry.name)] = found
+    tree: dict[int, tuple[int, str]] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                try:
+                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                tree[pid] = (starts[pid], raw.replace(b"\0", b" ").decode(errors="replace"))
+                frontier.append(pid)
+    return tree
+
+
+def still_alive(tree: dict[int, tuple[int, str]]) -> list[str]:
+    """The processes of ``tree`` still running (the same process: same start time)."""
+    return [
+        f"{pid}: {cmdline[:160]}"
+        for pid, (start, cmdline) in tree.items()
+        if (now := _stat(pid)) is not None and now[1] == start
+    ]
+
+
+CREATE = "VM creation > creating VM"
+Records = list[dict[str, Any]]
+
+
+def reached(step: str) -> Callable[[Records], bool]:
+    """Whether an install's records have come to ``step``."""
+    return lambda records: any(r["step"] == step for r in records)
+
+
+async def kill_when(
+    cairn: Cairn,
+    vmid: int,
+    seen_enough: Callable[[Records], bool],
+    until: Callable[[], bool] | None = None,
+    **extra: str,
+) -> tuple[Records, dict[int, tuple[int, str]]]:
+    """Install ``vmid`` (and ``extra`` fields), kill -9 cairn alone once
+    ``seen_enough(records)`` and then ``until()`` (what the stream does not show: a command's
+    effect on the cluster): the records seen and cairn's process tree just before."""
+    body = {"os": "debian", "version": "12", "id": vmid, **extra}
+    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
+        seen: Records = []
+        while not seen_enough(seen):
+            got = await read_sse(resp, stop_after=1)
+            assert got.records, f"the stream ended early: {seen[-2:]}"
+            seen += got.records
+        if until is not None:
+            await wait_for(until, timeout=20, what="the cluster's side before the kill")
+        tree = descendants(cairn.proc.pid)
+        os.kill(cairn.proc.pid, signal.SIGKILL)
+        await cairn.proc.wait()
+    return seen, tree
+
+
+async def settled(again: Cairn, vmid: int) -> dict[str, Any]:
+    """The last record of ``vmid``'s task re-attached after a restart: its recovery, which says
+    the restart interrupted it."""
+    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
+        got: Sse = await read_sse(task)
+    assert got.closed, "the re-attached stream did not end"
+    last: dict[str, Any] = got.records[-1]
+    assert (last["step"], last["status"]) == ("recovery", "error"), last
+    assert "interrupted by a restart" in last["message"], last
+    return last
+
+
 StartCairn = Callable[..., Awaitable[Cairn]]
 
 

@@ -10,14 +10,19 @@ import contextlib
 import os
 import re
 import signal
-from pathlib import Path
-from typing import Any
 
 import pytest
 from pvesim.cluster import SimCluster
 
 from tests.conftest import wait_for
-from tests.faults.conftest import StartCairn
+from tests.faults.conftest import (
+    CREATE,
+    StartCairn,
+    kill_when,
+    reached,
+    settled,
+    still_alive,
+)
 from tests.vm.conftest import read_sse
 
 # The stages around which Proxmox's state changes, in the install's order.
@@ -32,49 +37,6 @@ STAGES = [
     "VM initialization > rebooting VM",
     "VM initialization > finalizing",
 ]
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time) of a live process; None once it is gone (or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[1]), int(fields[19])
-
-
-def descendants(root: int) -> dict[int, tuple[int, str]]:
-    """Every process under ``root``: pid -> (start time, command line)."""
-    parents: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (found := _stat(int(entry.name))) is not None:
-            parents[int(entry.name)], starts[int(entry.name)] = found
-    tree: dict[int, tuple[int, str]] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                try:
-                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                tree[pid] = (starts[pid], raw.replace(b"\0", b" ").decode(errors="replace"))
-                frontier.append(pid)
-    return tree
-
-
-def still_alive(tree: dict[int, tuple[int, str]]) -> list[str]:
-    """The processes of ``tree`` still running (the same process: same start time)."""
-    return [
-        f"{pid}: {cmdline[:160]}"
-        for pid, (start, cmdline) in tree.items()
-        if (now := _stat(pid)) is not None and now[1] == start
-    ]
 
 
 def _locked(sim: SimCluster, vmid: int) -> bool:
@@ -119,16 +81,7 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
     cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0" if creating else "1")
     # A warm sandbox (bwrap, python3) is ready for functions by now.
     await cairn.wait_log(r"cairn: ready")
-    body = {"os": "debian", "version": "12", "id": vmid}
-    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
-        seen: list[dict[str, Any]] = []
-        while not any(r["step"] == step for r in seen):
-            got = await read_sse(resp, stop_after=1)
-            assert got.records, f"the stream ended before {step!r}: {seen[-2:]}"
-            seen += got.records
-        tree = descendants(cairn.proc.pid)
-        os.kill(cairn.proc.pid, signal.SIGKILL)  # the process alone, not its group
-        await cairn.proc.wait()
+    _, tree = await kill_when(cairn, vmid, reached(step))
     if creating:
         # qm create may still be starting: once it holds the new VM's config locked, the rest
         # may go fast (a running qm keeps the pace it started with).
@@ -185,16 +138,7 @@ async def test_kill9_with_the_create_dying_too_settles_the_task(
     # `qm create`'s placeholder (a clone's: test_kill9_templates.py).
     cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0")
     await cairn.wait_log(r"cairn: ready")
-    body = {"os": "debian", "version": "12", "id": vmid}
-    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
-        seen: list[dict[str, Any]] = []
-        while not any(r["step"] == "VM creation > creating VM" for r in seen):
-            got = await read_sse(resp, stop_after=1)
-            assert got.records, f"the stream ended before the create: {seen[-2:]}"
-            seen += got.records
-        tree = descendants(cairn.proc.pid)
-        os.kill(cairn.proc.pid, signal.SIGKILL)
-        await cairn.proc.wait()
+    seen, tree = await kill_when(cairn, vmid, reached(CREATE))
     assert seen[-1]["message"].startswith(f"[*] creating VM {vmid} ("), seen[-1]
     await wait_for(lambda: _locked(sim, vmid), timeout=10, what="the create's placeholder")
     if driver == "cli":
@@ -207,12 +151,7 @@ async def test_kill9_with_the_create_dying_too_settles_the_task(
     sim.set_delay_scale(0.05)
 
     again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0")
-    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
-        settled = await read_sse(task)
-    assert settled.closed, "the re-attached stream did not end"
-    last = settled.records[-1]
-    assert (last["step"], last["status"]) == ("recovery", "error"), last
-    assert "interrupted by a restart" in last["message"], last
+    last = await settled(again, vmid)
     assert f"VM {vmid} on node pve1 is locked by a create that no longer runs" in last["message"]
     assert last["message"].endswith("cairn no longer tracks this id (0.00s)"), last
     # Left as Proxmox holds it: no mark proves it is cairn's.

@@ -10,8 +10,8 @@ import signal
 import pytest
 
 from tests.conftest import wait_for
-from tests.faults.conftest import StartCairn
-from tests.faults.test_kill9 import _end, descendants, still_alive
+from tests.faults.conftest import StartCairn, descendants, still_alive
+from tests.faults.test_kill9 import _end
 
 SANDBOX = ("bwrap", "/cairn/run.py", "/cairn/run.js")
 

@@ -14,11 +14,15 @@ import pytest
 from pvesim.cluster import SimCluster
 
 from tests.conftest import wait_for
-from tests.faults.conftest import Cairn, StartCairn
-from tests.faults.test_kill9 import descendants, still_alive
-from tests.vm.conftest import Sse, read_sse
-
-CREATE = "VM creation > creating VM"
+from tests.faults.conftest import (
+    CREATE,
+    Cairn,
+    StartCairn,
+    kill_when,
+    reached,
+    settled,
+    still_alive,
+)
 
 
 def lock_of(sim: SimCluster, vmid: int) -> str | None:
@@ -26,46 +30,11 @@ def lock_of(sim: SimCluster, vmid: int) -> str | None:
     return None if vm is None else vm.lock
 
 
-async def kill_when(
-    cairn: Cairn, vmid: int, seen_enough: Any, until: Any = None, **extra: str
-) -> dict[int, tuple[int, str]]:
-    """Install `vmid` (and `extra` fields), kill -9 cairn alone once `seen_enough(records)`
-    and then `until()` (what the stream does not show: a command's effect on the cluster);
-    its process tree."""
-    body = {"os": "debian", "version": "12", "id": vmid, **extra}
-    async with cairn.session.post(cairn.api + "/vm/install", json=body) as resp:
-        seen: list[dict[str, Any]] = []
-        while not seen_enough(seen):
-            got = await read_sse(resp, stop_after=1)
-            assert got.records, f"the stream ended early: {seen[-2:]}"
-            seen += got.records
-        if until is not None:
-            await wait_for(until, timeout=20, what="the cluster's side before the kill")
-        tree = descendants(cairn.proc.pid)
-        os.kill(cairn.proc.pid, signal.SIGKILL)
-        await cairn.proc.wait()
-    return tree
-
-
-async def settled(again: Cairn, vmid: int) -> dict[str, Any]:
-    async with again.session.get(again.api + f"/vm/{vmid}/task") as task:
-        got: Sse = await read_sse(task)
-    assert got.closed, "the re-attached stream did not end"
-    last: dict[str, Any] = got.records[-1]
-    assert (last["step"], last["status"]) == ("recovery", "error"), last
-    assert "interrupted by a restart" in last["message"], last
-    return last
-
-
 async def a_template(cairn: Cairn, sim: SimCluster) -> None:
     first = await cairn.install(id=170)
     assert first.last["status"] == "success", first.records[-3:]
     tpl = sim.vm(9000)
     assert tpl is not None and str(tpl.config.get("template")) == "1"
-
-
-def reached_the_clone(records: list[dict[str, Any]]) -> bool:
-    return any(r["step"] == CREATE for r in records)
 
 
 @pytest.mark.parametrize("driver", ["cli", "api"])
@@ -77,7 +46,7 @@ async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
     # The clone outlasts cairn's restart: over the CLI 4 s of start-up and 4 s of linking; an
     # API task has no start-up of its own, so its linking takes longer.
     sim.set_delay_scale(8 if driver == "cli" else 30)
-    await kill_when(cairn, 171, reached_the_clone)
+    await kill_when(cairn, 171, reached(CREATE))
     # Proxmox's clone goes on without cairn: its new VM stays locked until it ends.
     await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
     sim.set_delay_scale(0.05)
@@ -104,7 +73,7 @@ async def test_a_clone_whose_worker_died_too(
     cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
     await a_template(cairn, sim)
     sim.set_delay_scale(8)
-    tree = await kill_when(cairn, 171, reached_the_clone)
+    _, tree = await kill_when(cairn, 171, reached(CREATE))
     await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
     if driver == "cli":
         clones = {p: c for p, c in tree.items() if "pvesim.cli qm clone 9000 171" in c[1]}
@@ -181,7 +150,10 @@ async def test_a_template_copy_to_another_node_cut_short_is_removed(
         return any(note in r["message"] for r in records)
 
     # The note comes just before `qm clone` starts: the kill waits for the clone's placeholder.
-    tree = await kill_when(cairn, 171, copying, lambda: lock_of(sim, 9001) == "clone", node="pve2")
+    def cloning() -> bool:
+        return lock_of(sim, 9001) == "clone"
+
+    _, tree = await kill_when(cairn, 171, copying, cloning, node="pve2")
     if worker_dies:
         copies = {p: c for p, c in tree.items() if "pvesim.cli qm clone 9000 9001" in c[1]}
         assert copies, tree
