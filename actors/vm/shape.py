@@ -146,13 +146,21 @@ def parse_bridge(data: Mapping[str, Any]) -> str | None:
     return bridge
 
 
-def parse_nameserver(data: Mapping[str, Any]) -> str | None:
-    text = _text(data, "nameserver")
+def _spaced(data: Mapping[str, Any], field: str, most: int, what: str) -> list[str] | None:
+    """The words of a field Proxmox takes as one space-separated string: 1 to ``most``."""
+    text = _text(data, field)
     if text is None:
         return None
     words = text.split(" ")
-    if not 1 <= len(words) <= NAMESERVERS_MAX:
-        raise ShapeError(f"nameserver: 1 to {NAMESERVERS_MAX} IP addresses separated by spaces")
+    if not 1 <= len(words) <= most:
+        raise ShapeError(f"{field}: 1 to {most} {what} separated by spaces")
+    return words
+
+
+def parse_nameserver(data: Mapping[str, Any]) -> str | None:
+    words = _spaced(data, "nameserver", NAMESERVERS_MAX, "IP addresses")
+    if words is None:
+        return None
     for word in words:
         try:
             # Plain addresses only: no IPv6 zone (`%eth0`), which resolv.conf does not take.
@@ -164,17 +172,16 @@ def parse_nameserver(data: Mapping[str, Any]) -> str | None:
                 f"nameserver: {_shown(word)} is not an IP address (give 1 to "
                 f"{NAMESERVERS_MAX} separated by spaces)"
             ) from None
-    return text
+    return " ".join(words)
 
 
 def parse_searchdomain(data: Mapping[str, Any]) -> str | None:
-    text = _text(data, "searchdomain")
-    if text is None:
+    words = _spaced(data, "searchdomain", SEARCHDOMAINS_MAX, "DNS domains")
+    if words is None:
         return None
-    words = text.split(" ")
-    if not 1 <= len(words) <= SEARCHDOMAINS_MAX or not all(_DOMAIN.match(w) for w in words):
+    if not all(_DOMAIN.match(w) for w in words):
         raise ShapeError(f"searchdomain: 1 to {SEARCHDOMAINS_MAX} DNS domains separated by spaces")
-    return text
+    return " ".join(words)
 
 
 def parse_disks(data: Mapping[str, Any], storage: str, max_disk: int | None) -> tuple[NewDisk, ...]:
