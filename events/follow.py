@@ -37,6 +37,7 @@ from events.consumers import INACTIVE_THRESHOLD, FollowRequest, consumer_config,
 from events.jetstream import STREAM
 from events.permissions import FOLLOW
 from events.signing import EventSigner
+from events.tasks import cancel
 
 __all__ = ["HEARTBEAT", "INACTIVE_THRESHOLD", "EventCallback", "Follower"]
 
@@ -108,11 +109,8 @@ class Follower:
 
     async def stop(self) -> None:
         self._closed = True
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
-            self._watchdog = None
+        await cancel(self._watchdog)
+        self._watchdog = None
         await self._drop_subscription()
 
     async def __aenter__(self) -> Follower:

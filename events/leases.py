@@ -47,6 +47,8 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from events.tasks import cancel
+
 log = logging.getLogger(__name__)
 
 BUCKET = "CAIRN_LEASES"
@@ -428,10 +430,7 @@ class Lease:
         held = self.state is LeaseState.HELD
         self.state = LeaseState.STOPPED
         for task in (self._task, self._watcher, self._reaction):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel(task)
         if held and self.nc.is_connected:
             await self._release()
             log.info("lease %s: released by %s", self.name, self.holder)

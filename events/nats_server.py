@@ -43,6 +43,7 @@ from events.children import end_child, kill_child, signal_child
 from events.credentials import Keyring, write_secret
 from events.permissions import Role, accounts_block
 from events.proc import command_lines
+from events.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -381,11 +382,8 @@ class EmbeddedNats:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-            self._supervisor = None
+        await cancel(self._supervisor)
+        self._supervisor = None
         with contextlib.suppress(OSError):
             self.url_file.unlink()
         await self._stop_and_collect()

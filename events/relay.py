@@ -48,6 +48,7 @@ from events.jetstream import MSG_ID_HEADER, STREAM, StreamSettings, ensure_strea
 from events.signing import SIG_HEADER, EventSigner
 from events.store import EventStore, Recorded
 from events.subjects import EVENT_SUBJECT_PREFIX, subject_for
+from events.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,7 @@ class OutboxRelay:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout)
             except TimeoutError:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await cancel(self._task)
             self._task = None
         if self.cursor != self._saved_cursor:
             await self._store.save_cursor(self._name, self.cursor)

@@ -10,7 +10,6 @@ queue group), so any gateway answers and every host takes runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Protocol
 
 from nats.aio.client import Client
@@ -26,6 +25,7 @@ from actors.leased import Leased, Stop
 from actors.platform import ClusterMode
 from events.bus import unsubscribe_all
 from events.leases import Lease
+from events.tasks import cancel
 
 LEASE = "functions"
 
@@ -76,10 +76,7 @@ class FunctionsHost:
         return cls(runtime, registry, runner, healer)
 
     async def stop(self) -> None:
-        if self.healer is not None:
-            self.healer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.healer
+        await cancel(self.healer)
         if self.runner is not None:
             await self.runner.stop()
         if isinstance(self.registry, Leased):

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import resource
@@ -25,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from events.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -273,9 +274,7 @@ def body_guard(idle: float) -> Any:
         try:
             return await handler(request)
         finally:
-            watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watchdog
+            await cancel(watchdog)
 
     return guard
 

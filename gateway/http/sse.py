@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from events.tasks import cancel
 from gateway.http import revocation
 
 SSE_HEADERS = {
@@ -167,10 +168,7 @@ class EventStream:
         _forget(self)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
-        if self._pinger is not None:
-            self._pinger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pinger
+        await cancel(self._pinger)
         if exc_type is asyncio.CancelledError or self.closed:
             return
         if self._close_event:
