@@ -21,6 +21,7 @@ from typing import NoReturn
 
 from events.children import end_child, signal_child
 from events.nats_server import _TIED_TO_PARENT
+from events.printed_env import printed_env
 
 # The simulator's program: the same Python, its module run as a script.
 PROGRAM = (sys.executable, "-m", "pvesim.cli", "sim")
@@ -53,7 +54,7 @@ async def simulated_cluster(root: Path, delay_scale: float) -> AsyncIterator[dic
     drain: asyncio.Task[None] | None = None
     try:
         try:
-            env = await asyncio.wait_for(printed_env(proc.stdout), START_TIMEOUT)
+            env = await asyncio.wait_for(printed_env(proc.stdout, "the simulator"), START_TIMEOUT)
         except (TimeoutError, EOFError):
             raise SimulatorFailed(
                 f"the simulated cluster did not start in {root} (its errors are above)"
@@ -69,20 +70,6 @@ async def simulated_cluster(root: Path, delay_scale: float) -> AsyncIterator[dic
             await end_child(proc)
         if drain is not None:
             drain.cancel()
-
-
-async def printed_env(stdout: asyncio.StreamReader) -> dict[str, str]:
-    """The ``NAME=value`` lines the simulator prints once it runs (after a ``#`` comment,
-    ``PATH`` last). Raises EOFError if its output ends first."""
-    env: dict[str, str] = {}
-    while "PATH" not in env:
-        line = (await stdout.readline()).decode()
-        if not line:
-            raise EOFError("the simulator ended before printing its environment")
-        if "=" in line and not line.startswith("#"):
-            key, value = line.rstrip("\n").split("=", 1)
-            env[key] = value
-    return env
 
 
 async def _discard(stdout: asyncio.StreamReader) -> None:

@@ -62,18 +62,12 @@ def sim_parser() -> argparse.ArgumentParser:
 
 
 async def read_printed_env(stdout: asyncio.StreamReader) -> dict[str, str]:
-    """The environment `cairn sim` prints once its cluster runs (`NAME=value` lines after a
-    `#` comment, `PATH` last), read from its standard output. Raises EOFError if the output
-    ends first (the simulator did not start)."""
-    env: dict[str, str] = {}
-    while "PATH" not in env:
-        line = (await stdout.readline()).decode()
-        if not line:
-            raise EOFError("cairn sim ended before printing its environment")
-        if "=" in line and not line.startswith("#"):
-            key, value = line.rstrip("\n").split("=", 1)
-            env[key] = value
-    return env
+    """The environment `cairn sim` prints once its cluster runs, read from its standard
+    output. Raises EOFError if the output ends first (the simulator did not start)."""
+    # Imported here: the fake commands that import this module must not pay for asyncio.
+    from events.printed_env import printed_env
+
+    return await printed_env(stdout, "cairn sim")
 
 
 def run_sim(args: Sequence[str] | None = None) -> int:
