@@ -85,46 +85,52 @@ def test_status_to_exit_code(
     assert result.json()["exit"] == code
 
 
-def test_a_stream_cut_short_is_exit_3_and_says_how_to_follow_the_task(
-    cairn: Cairn, answering: Answering
-) -> None:
-    cut = (
-        b'id: 150:1\ndata: {"step":"start > starting VM","status":"processing",'
-        b'"message":"[*] starting VM 150 (0.00s)"}\n\n'
-    )
-    result = run_against(cairn, answering, (200, "text/event-stream", cut), "vm", "start", "150")
-    assert result.code == 3
-    assert (
-        result.out == "start: VM 150, task t1\nstart > starting VM\n  [*] starting VM 150 (0.00s)\n"
-    )
-    assert result.err == (
-        "cairn: the stream of the start ended before the task did; it goes on in cairn: "
-        "follow it with `cairn vm task 150`\n"
-    )
+CUT = (
+    b'id: 150:1\ndata: {"step":"start > starting VM","status":"processing",'
+    b'"message":"[*] starting VM 150 (0.00s)"}\n\n'
+)
+HOSTILE = (
+    b'data: {"step":"x\\u001b]0;pwned\\u0007","status":"error",'
+    b'"message":"[-] \\u001b[2Jgone"}\n\nevent: close\ndata: {}\n\n'
+)
+STOPPING = (
+    b'event: stopping\ndata: {"step":"stopping","status":"processing","message":"[*] cairn '
+    b'is stopping: this stream ends here (GET /api/vm/150/task, with Last-Event-ID)"}\n\n'
+)
 
 
-def test_hostile_text_from_a_service_reaches_the_terminal_escaped(
-    cairn: Cairn, answering: Answering
+@pytest.mark.parametrize(
+    ("stream", "code", "out", "err"),
+    [
+        # Cut short: exit 3, saying how to follow the task that goes on.
+        (
+            CUT,
+            3,
+            "start: VM 150, task t1\nstart > starting VM\n  [*] starting VM 150 (0.00s)\n",
+            "cairn: the stream of the start ended before the task did; it goes on in cairn: "
+            "follow it with `cairn vm task 150`\n",
+        ),
+        # Escape sequences from the service reach the terminal escaped, never as they are.
+        (
+            HOSTILE,
+            1,
+            "start: VM 150, task t1\nx\\x1b]0;pwned\\x07\n  [-] \\x1b[2Jgone\n",
+            "cairn: start failed: [-] \\x1b[2Jgone\n",
+        ),
+        # cairn stopping mid-task: exit 3, as for a cut.
+        (
+            STOPPING,
+            3,
+            "start: VM 150, task t1\n",
+            "cairn: [*] cairn is stopping: this stream ends here (GET /api/vm/150/task, with "
+            "Last-Event-ID): follow it with `cairn vm task 150`\n",
+        ),
+    ],
+    ids=["cut", "hostile", "stopping"],
+)
+def test_how_a_task_stream_ends_on_the_terminal(
+    cairn: Cairn, answering: Answering, stream: bytes, code: int, out: str, err: str
 ) -> None:
-    body = (
-        b'data: {"step":"x\\u001b]0;pwned\\u0007","status":"error",'
-        b'"message":"[-] \\u001b[2Jgone"}\n\nevent: close\ndata: {}\n\n'
-    )
-    result = run_against(cairn, answering, (200, "text/event-stream", body), "vm", "start", "150")
-    assert result.code == 1
+    result = run_against(cairn, answering, (200, "text/event-stream", stream), "vm", "start", "150")
+    assert (result.code, result.out, result.err) == (code, out, err)
     assert "\x1b" not in result.out + result.err and "\x07" not in result.out + result.err
-    assert "x\\x1b]0;pwned\\x07\n  [-] \\x1b[2Jgone\n" in result.out
-    assert result.err == "cairn: start failed: [-] \\x1b[2Jgone\n"
-
-
-def test_cairn_stopping_mid_task_is_exit_3(cairn: Cairn, answering: Answering) -> None:
-    body = (
-        b'event: stopping\ndata: {"step":"stopping","status":"processing","message":"[*] cairn '
-        b'is stopping: this stream ends here (GET /api/vm/150/task, with Last-Event-ID)"}\n\n'
-    )
-    result = run_against(cairn, answering, (200, "text/event-stream", body), "vm", "start", "150")
-    assert result.code == 3
-    assert result.err == (
-        "cairn: [*] cairn is stopping: this stream ends here (GET /api/vm/150/task, with "
-        "Last-Event-ID): follow it with `cairn vm task 150`\n"
-    )
