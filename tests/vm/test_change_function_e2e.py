@@ -38,9 +38,9 @@ SLOW = "import time\ntime.sleep(2.5)\nreturn True\n"
 @pytest.fixture
 async def cairn(
     tmp_path: Path, nats_server: EmbeddedNats, sim: SimCluster, mirror: Mirror, driver: str
-) -> AsyncIterator[tuple[Service, str]]:
-    """The VM service and the functions service on one runtime; the VM service as a Service
-    and the functions service's base URL."""
+) -> AsyncIterator[tuple[Service, int]]:
+    """The VM service and the functions service on one runtime, the checks stored: the VM
+    service as a Service, and the id of a VM it installed (2048 MB) for the changes."""
     env = {**service_env(tmp_path, nats_server, sim, mirror, PVE_DRIVER=driver), **SERVICE_ENV}
     async with open_runtime(env, tmp_path / "data", journal=journal()) as runtime:
         runners = []
@@ -59,7 +59,7 @@ async def cairn(
                     upload = {"path": path, "language": "python", "code": code}
                     async with session.post(urls[0] + "/upload", json=upload) as resp:
                         assert resp.status == 200, await resp.text()
-                yield service, urls[0]
+                yield service, await service.installed(id=170, ram=2048)
         finally:
             for runner in reversed(runners):
                 await runner.cleanup()
@@ -72,10 +72,9 @@ def memory(sim: SimCluster, vmid: int) -> str:
 
 
 async def test_a_function_check_keeps_or_rolls_back_the_change(
-    cairn: tuple[Service, str], sim: SimCluster
+    cairn: tuple[Service, int], sim: SimCluster
 ) -> None:
-    service, _ = cairn
-    vmid = await service.installed(id=170, ram=2048)
+    service, vmid = cairn
     path = f"/vm/{vmid}/change"
 
     probe = {"function": "/checks/probe", "input": {"want": "ok"}}
@@ -122,10 +121,9 @@ async def test_a_function_check_keeps_or_rolls_back_the_change(
 
 
 async def test_bad_function_checks_are_refused_before_anything_changes(
-    cairn: tuple[Service, str], sim: SimCluster
+    cairn: tuple[Service, int], sim: SimCluster
 ) -> None:
-    service, _ = cairn
-    vmid = await service.installed(id=171, ram=2048)
+    service, vmid = cairn
     path = f"/vm/{vmid}/change"
     step = [{"set": {"memory": 4096}}]
     cases: list[tuple[Any, str]] = [
