@@ -40,6 +40,12 @@ def random_chunks(rng: random.Random) -> list[str]:
     return [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 5))]
 
 
+def randomized(tmp_path: Path, seed: int) -> tuple[random.Random, Database, list[str]]:
+    """A random source from ``seed``, an empty database, and queries to rank in it."""
+    rng = random.Random(seed)
+    return rng, Database(tmp_path / "db.sqlite"), random_queries(rng)
+
+
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small blocks make a few hundred chunks cross many block boundaries.
@@ -49,9 +55,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ranking_matches_brute_force_through_adds_replaces_and_removes(
     tmp_path: Path, small_blocks: None
 ) -> None:
-    rng = random.Random(5)
-    db = Database(tmp_path / "db.sqlite")
-    queries = random_queries(rng)
+    rng, db, queries = randomized(tmp_path, 5)
     for round_ in range(6):
         for doc in range(12):
             if rng.random() < 0.3 and round_:
@@ -79,9 +83,7 @@ def postings(db: Database) -> list[tuple[str, int]]:
 def test_batches_that_change_and_remove_many_files_at_once_leave_the_exact_postings(
     tmp_path: Path, small_blocks: None
 ) -> None:
-    rng = random.Random(11)
-    db = Database(tmp_path / "db.sqlite")
-    queries = random_queries(rng)
+    rng, db, queries = randomized(tmp_path, 11)
     for _ in range(8):
         batch: list[Replace | Remove] = []
         for doc in rng.sample(range(40), 25):
