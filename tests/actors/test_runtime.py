@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -94,13 +93,6 @@ class Counter(AggregateActor):
                 self.record(Noted("job done"))
                 return None
         raise Rejected(400, f"unknown command {message!r}")
-
-
-@pytest.fixture
-async def host(store: EventStore) -> AsyncIterator[ActorHost]:
-    h = ActorHost(store)
-    yield h
-    await h.stop_all()
 
 
 async def test_commands_record_events_and_replies_wait_for_the_store(

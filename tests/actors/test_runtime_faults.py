@@ -71,20 +71,15 @@ class Ledger(AggregateActor):
 
 
 @pytest.fixture
-async def short_store(tmp_path: Path) -> AsyncIterator[EventStore]:
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    """The store the actors' host writes to, with a short retry budget: a write the store
+    keeps refusing fails within half a second."""
     async with opened_store(default_store_url(tmp_path), RetryPolicy(budget=0.5)) as store:
         yield store
 
 
-@pytest.fixture
-async def host(short_store: EventStore) -> AsyncIterator[ActorHost]:
-    h = ActorHost(short_store)
-    yield h
-    await h.stop_all()
-
-
 async def test_an_actor_the_store_refuses_stops_then_restarts_and_recovers_once_it_writes(
-    host: ActorHost, short_store: EventStore, tmp_path: Path
+    host: ActorHost, store: EventStore, tmp_path: Path
 ) -> None:
     ledger = await host.spawn(Ledger, "a")
     assert await ledger.ask(Add(1)) == 1
@@ -103,11 +98,11 @@ async def test_an_actor_the_store_refuses_stops_then_restarts_and_recovers_once_
         blocker.close()
 
     async def settled() -> bool:
-        stored = await short_store.read_stream("ledger:a")
+        stored = await store.read_stream("ledger:a")
         return any(isinstance(r.event, Noted) for r in stored)
 
     await wait_for(settled, what="the restarted actor's recovery")
-    stored = [r.event for r in await short_store.read_stream("ledger:a")]
+    stored = [r.event for r in await store.read_stream("ledger:a")]
     assert stored[0] == Incremented(1)
     assert isinstance(stored[1], Noted)
     assert stored[1].text.startswith("settled: the event store refuses writes: database is locked")
@@ -116,10 +111,10 @@ async def test_an_actor_the_store_refuses_stops_then_restarts_and_recovers_once_
 
 
 async def test_a_stream_that_cannot_be_replayed_is_quarantined_alone(
-    host: ActorHost, short_store: EventStore
+    host: ActorHost, store: EventStore
 ) -> None:
-    await short_store.append("ledger:bad", 0, [Incremented(1), Noted("poison")])
-    await short_store.append("ledger:good", 0, [Incremented(7)])
+    await store.append("ledger:bad", 0, [Incremented(1), Noted("poison")])
+    await store.append("ledger:good", 0, [Incremented(7)])
     bad = await host.spawn(Ledger, "bad")
     good = await host.spawn(Ledger, "good")
     with pytest.raises(DamagedEvent) as info:
