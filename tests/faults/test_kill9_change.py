@@ -19,6 +19,7 @@ from tests.vm.conftest import read_sse
 
 MARKER = "/root/cairn-marker"
 RUNNING_STEP = "change > step 2: run"
+CLI_VM = 232
 
 
 async def change_cut_off(cairn: Cairn, sim: SimCluster, vmid: int, *, keep: bool = False) -> str:
@@ -56,6 +57,12 @@ async def prepared(start_cairn: StartCairn, sim: SimCluster, vmid: int, driver: 
     async with cairn.session.post(cairn.api + f"/vm/{vmid}/change", json=first) as resp:
         assert (await read_sse(resp)).last["status"] == "success"
     return cairn
+
+
+@pytest.fixture
+async def over_cli(start_cairn: StartCairn, sim: SimCluster) -> Cairn:
+    """cairn over the CLI driver, VM `CLI_VM` prepared."""
+    return await prepared(start_cairn, sim, CLI_VM, "cli")
 
 
 async def reattached(cairn: Cairn, vmid: int) -> dict[str, Any]:
@@ -97,11 +104,10 @@ async def test_kill9_mid_change_rolls_it_back_at_the_next_start(
 
 
 async def test_kill9_mid_change_with_its_snapshot_gone_asks_for_attention(
-    start_cairn: StartCairn, sim: SimCluster
+    over_cli: Cairn, start_cairn: StartCairn, sim: SimCluster
 ) -> None:
-    vmid = 232
-    cairn = await prepared(start_cairn, sim, vmid, "cli")
-    task = await change_cut_off(cairn, sim, vmid)
+    vmid = CLI_VM
+    task = await change_cut_off(over_cli, sim, vmid)
     name = f"cairn-change-{task[:16]}"
     # Someone deletes the snapshot in Proxmox before cairn is back.
     with sim.store.locked() as txn:
@@ -128,10 +134,9 @@ async def test_kill9_mid_change_with_its_snapshot_gone_asks_for_attention(
 
 
 async def test_kill9_after_the_checks_passed_keeps_the_change(
-    start_cairn: StartCairn, sim: SimCluster
+    over_cli: Cairn, start_cairn: StartCairn, sim: SimCluster
 ) -> None:
-    vmid = 233
-    cairn = await prepared(start_cairn, sim, vmid, "cli")
+    vmid, cairn = CLI_VM, over_cli
     body = {"steps": [{"set": {"memory": 4096}}], "verify": {"ssh": True}}
     async with cairn.session.post(cairn.api + f"/vm/{vmid}/change", json=body) as resp:
         assert resp.status == 200, await resp.text()
