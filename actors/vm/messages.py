@@ -140,22 +140,43 @@ def parse_reshape(command: Command, body: Any) -> dict[str, Any]:
         raise BadRequest(str(exc)) from None
 
 
+def set_args(command: Command, body: Any, settings: VmSettings) -> dict[str, Any]:
+    """The arguments of a ``set/...`` command from its route's body: the HTTP body itself, or
+    what a command over NATS carries (``_args``), under the same rules."""
+    if command is Command.SET_CPU:
+        return {"cpu": parse_set_cpu(body, settings)}
+    if command is Command.SET_MEMORY:
+        return {"memory": parse_set_memory(body, settings)}
+    if command is Command.SET_NODE:
+        return {"node": parse_set_node(body, settings)}
+    if command is Command.SET_DISK:
+        args: dict[str, Any] = {"grow_gb": parse_set_disk(body)}
+        if isinstance(body, dict) and "drive" in body:
+            args["drive"] = parse_drive(body["drive"])
+        return args
+    return parse_reshape(command, body)
+
+
+_SETS = (
+    Command.SET_CPU,
+    Command.SET_MEMORY,
+    Command.SET_NODE,
+    Command.SET_TAGS,
+    Command.SET_DESCRIPTION,
+    Command.SET_NETWORK,
+)
+
+
 def _args(command: Command, args: dict[str, Any], settings: VmSettings) -> dict[str, Any]:
     """The arguments of ``command``, checked as the HTTP body they came from was."""
-    if command is Command.SET_CPU:
-        return {"cpu": parse_set_cpu({"cpu": args.get("cpu")}, settings)}
-    if command is Command.SET_MEMORY:
-        return {"memory": parse_set_memory({"memory": args.get("memory")}, settings)}
+    if command in _SETS:
+        return set_args(command, args, settings)
     if command is Command.SET_DISK:
+        # The arguments hold the growth as a number of GB; the route's body said it as text.
         grow = args.get("grow_gb")
         if type(grow) is not int:
             raise BadRequest("disk: must be a whole number followed by G, like 16G")
-        drive = {"drive": parse_drive(args["drive"])} if "drive" in args else {}
-        return {"grow_gb": parse_set_disk({"disk": f"{grow}G"}), **drive}
-    if command is Command.SET_NODE:
-        return {"node": parse_set_node({"node": args.get("node")}, settings)}
-    if command in (Command.SET_TAGS, Command.SET_DESCRIPTION, Command.SET_NETWORK):
-        return parse_reshape(command, args)
+        return set_args(command, {**args, "disk": f"{grow}G"}, settings)
     if command is Command.SNAPSHOT:
         return parse_snapshot(args)
     if command is Command.CHANGE:

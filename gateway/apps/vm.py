@@ -32,7 +32,6 @@ from actors.functions.stored import StoredFunctions
 from actors.platform import Runtime
 from actors.vm import stages
 from actors.vm.change_request import parse_change
-from actors.vm.drives import parse_drive
 from actors.vm.events import Adopted, Installed, Observed, TaskEnded, TaskStarted
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.host import (
@@ -49,14 +48,10 @@ from actors.vm.host import (
 from actors.vm.initscripts import write_scripts
 from actors.vm.leased import VmTenure
 from actors.vm.lifecycle import Command, State
-from actors.vm.messages import do_payload, install_payload, parse_reshape
+from actors.vm.messages import do_payload, install_payload, set_args
 from actors.vm.requests import (
     BadRequest,
     parse_install,
-    parse_set_cpu,
-    parse_set_disk,
-    parse_set_memory,
-    parse_set_node,
     parse_snapshot,
     parse_snapshot_name,
 )
@@ -582,23 +577,11 @@ class VmGateway:
         vmid = self.target(request, bad_id=400 if what == "node" else 500)
         if isinstance(vmid, web.Response):
             return vmid
+        command = Command(f"set/{what}")
         try:
-            body = await self.body(request)
-            if what == "cpu":
-                args: dict[str, Any] = {"cpu": parse_set_cpu(body, self.settings)}
-            elif what == "memory":
-                args = {"memory": parse_set_memory(body, self.settings)}
-            elif what == "disk":
-                args = {"grow_gb": parse_set_disk(body)}
-                if isinstance(body, dict) and "drive" in body:
-                    args["drive"] = parse_drive(body["drive"])
-            elif what in ("tags", "description", "network"):
-                args = parse_reshape(Command(f"set/{what}"), body)
-            else:
-                args = {"node": parse_set_node(body, self.settings)}
+            args = set_args(command, await self.body(request), self.settings)
         except BadRequest as exc:
             return web.Response(status=400, text=str(exc))
-        command = Command(f"set/{what}")
         if command in _STREAMING:
             return await self._streamed(request, vmid, command, args)
         return await self._synchronous(vmid, command, args, self.who(request))

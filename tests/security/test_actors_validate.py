@@ -111,8 +111,19 @@ async def test_an_install_with_a_clear_password_or_no_hash_is_refused(served: Se
             "/api/vm/100/set/node",
             {"node": "evil"},
         ),
+        ({"command": "set/disk", "args": {"grow_gb": 0}}, "/api/vm/100/set/disk", {"disk": "0G"}),
+        (
+            {"command": "set/disk", "args": {"grow_gb": 2, "drive": "scsi0; rm"}},
+            "/api/vm/100/set/disk",
+            {"disk": "2G", "drive": "scsi0; rm"},
+        ),
+        (
+            {"command": "set/tags", "args": {"tags": ["a b"]}},
+            "/api/vm/100/set/tags",
+            {"tags": ["a b"]},
+        ),
     ],
-    ids=["cpu", "memory", "node"],
+    ids=["cpu", "memory", "node", "disk", "drive", "tags"],
 )
 async def test_a_vm_command_on_nats_is_refused_as_over_http(
     served: Served, do: dict[str, Any], http_path: str, http_body: dict[str, Any]
