@@ -79,6 +79,12 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
+async def last_once_revoked(tokens: Tokens, label: str, stream: Stream) -> tuple[str, Any]:
+    """Revoke the token ``label``: the last frame of ``stream``, which must end with it."""
+    assert revoke(tokens.path, label)
+    return (await stream.ended())[-1]
+
+
 async def attach(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> Stream:
     resp = await http.request(method, url, **kw)
     assert resp.status == 200, await resp.text()
@@ -117,9 +123,7 @@ async def test_revoking_a_token_ends_its_task_streams_and_no_other(
     )
     await wait_for(lambda: sim.vm(VMID) is not None, timeout=30, what="the install to create")
     follow = await attach(http, "GET", f"{api}/vm/{VMID}/task", headers=tokens.bearer(Role.VIEWER))
-    assert revoke(tokens.path, "viewer")
-    frames = await follow.ended()
-    assert frames[-1] == (
+    assert await last_once_revoked(tokens, "viewer", follow) == (
         "revoked",
         {
             "step": "revoked",
@@ -131,10 +135,9 @@ async def test_revoking_a_token_ends_its_task_streams_and_no_other(
     assert install.open  # the admin's token still holds
     async with http.get(f"{api}/vm/{VMID}/task", headers=tokens.bearer(Role.VIEWER)) as resp:
         assert resp.status == 401
-    assert revoke(tokens.path, "admin")
-    frames = await install.ended()
-    assert frames[-1][0] == "revoked"
-    assert frames[-1][1]["message"].startswith("[-] token 'admin' was revoked: this stream ends")
+    event, data = await last_once_revoked(tokens, "admin", install)
+    assert event == "revoked"
+    assert data["message"].startswith("[-] token 'admin' was revoked: this stream ends")
 
 
 async def test_revoking_a_token_ends_the_console_event_feed(
@@ -145,9 +148,7 @@ async def test_revoking_a_token_ends_the_console_event_feed(
     other = await attach(
         http, "GET", f"{base}/console/events", headers=tokens.bearer(Role.OPERATOR)
     )
-    assert revoke(tokens.path, "viewer")
-    frames = await feed.ended()
-    assert frames[-1] == (
+    assert await last_once_revoked(tokens, "viewer", feed) == (
         "revoked",
         {"message": "token 'viewer' was revoked: this stream ends here"},
     )
@@ -206,9 +207,7 @@ async def test_revoking_a_token_cancels_its_function_run(
     )
     await wait_for(lambda: run.frames, timeout=30, what="the run to print")
     assert run.frames == [("message", {"event": "log", "data": "started", "type": "text"})]
-    assert revoke(tokens.path, "operator")
-    frames = await run.ended()
-    assert frames[-1] == (
+    assert await last_once_revoked(tokens, "operator", run) == (
         "message",
         {
             "event": "error",
