@@ -125,6 +125,12 @@ class Service:
         vmid: int = sse.last["vm_id"]
         return vmid
 
+    async def stopped(self, **body: Any) -> int:
+        """Install, then stop the new VM (both asserted); its id."""
+        vmid = await self.installed(**body)
+        assert await self.post(f"/vm/{vmid}/stop") == (200, "ok")
+        return vmid
+
     async def install_until(
         self, vmid: int, step: str, then: Callable[[], Awaitable[None]]
     ) -> None:

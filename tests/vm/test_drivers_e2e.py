@@ -85,8 +85,7 @@ async def test_a_token_lacking_one_privilege_fails_naming_it_and_leaves_nothing(
 
 async def test_a_lock_held_by_another_task(sim: SimCluster, start_service: Any) -> None:
     service: Service = await start_service()
-    vmid = await service.installed(id=122)
-    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    vmid = await service.stopped(id=122)
     with sim.store.locked() as txn:  # a backup job holds the VM
         found = txn.find_vm(vmid)
         assert found is not None

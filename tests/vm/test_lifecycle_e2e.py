@@ -143,8 +143,7 @@ async def test_busy_vm_answers_409_at_once(start_service: Any) -> None:
     # The start waits VM_SSH_WAIT for a guest that never answers: long enough for the two
     # requests below on a loaded machine.
     service: Service = await start_service(VM_SSH_WAIT="4")
-    vmid = await service.installed()
-    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    vmid = await service.stopped()
     service.sim.inject_failure("guest boot", vmid=vmid)
     async with service.session.post(f"{service.api}/vm/{vmid}/start") as resp:
         from tests.vm.conftest import read_sse

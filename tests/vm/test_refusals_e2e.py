@@ -50,8 +50,7 @@ async def test_more_vcpus_than_the_node_has_is_a_400_naming_the_node(service: Se
 
 async def test_the_simulated_node_refuses_to_start_too_many_vcpus(service: Service) -> None:
     """Raised behind cairn's back, the VM no longer starts: the real node's message."""
-    vmid = await service.installed()
-    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    vmid = await service.stopped()
     qm = LocalTransport(service.sim.env())
     assert (await qm.run(["qm", "set", str(vmid), "--cores", "10", "--sockets", "2"])).ok
     started = await service.post_sse(f"/vm/{vmid}/start")

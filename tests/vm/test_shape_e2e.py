@@ -301,8 +301,7 @@ async def test_bad_changes_are_refused_and_change_nothing(
     sim: SimCluster, start_service: Any
 ) -> None:
     service: Service = await start_service()
-    vmid = await service.installed(id=152)
-    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    vmid = await service.stopped(id=152)
     before = dict(sim.vm(vmid).config)  # type: ignore[union-attr]
     for what, body, message in SET_BAD:
         status, text = await service.post(f"/vm/{vmid}/set/{what}", body)

@@ -178,8 +178,7 @@ async def test_a_stopped_vm_gets_no_ram_and_stays_stopped(
     sim: SimCluster, start_service: Any
 ) -> None:
     service: Service = await start_service()
-    vmid = await service.installed(id=124)
-    assert await service.post(f"/vm/{vmid}/stop") == (200, "ok")
+    vmid = await service.stopped(id=124)
     sse = await service.post_sse(f"/vm/{vmid}/snapshots", {"name": "cold", "vmstate": True})
     assert sse.last["status"] == "success", sse.records
     [cold] = await snapshots(service, vmid)
