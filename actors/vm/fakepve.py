@@ -47,6 +47,8 @@ class FakePve:
     volumes: dict[str, set[str]] = attrs.field(factory=dict)  # node -> volids
     calls: list[tuple[str, str, int | None]] = attrs.field(factory=list)
     running: dict[int, list[str]] = attrs.field(factory=dict)  # vmid -> UPIDs of live tasks
+    # What the credentials may do on every ACL path (None: root over SSH, no ACL checked).
+    granted: frozenset[str] | None = None
     _failures: dict[tuple[str, int | None], list[pve.PveError]] = attrs.field(factory=dict)
 
     # -- the test's handles ----------------------------------------------------------------
@@ -163,6 +165,10 @@ class FakePve:
     async def active_tasks(self, node: str, vmid: int) -> list[str]:
         self._ask("active_tasks", node, vmid)
         return list(self.running.get(vmid, []))
+
+    async def privileges(self, path: str) -> frozenset[str] | None:
+        self._ask("privileges", self.nodes[0])
+        return self.granted
 
     # -- VM tasks --------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import aiohttp
 import asyncssh
 import attrs
 
-from actors.vm import pernode, stages, templates
+from actors.vm import pernode, stages, template_access, templates
 from actors.vm.firstboot import run_script, shaped, with_packages
 from actors.vm.guest import GuestError, ensure_key, run_init
 from actors.vm.imagecache import ImageError
@@ -481,7 +481,11 @@ async def install(
         st.begin(stages.DOWNLOAD, "getting the OS image")
         template: templates.Template | None = None
         target: str | None = None  # the clone's node, when not the template's
-        if s.templates:
+        use_templates = s.templates
+        if use_templates and (off := await template_access.refusal(pve, s, svc.template_access)):
+            st.note(off)  # an older token: the import path, never a permission error
+            use_templates = False
+        if use_templates:
             published = await published_digest(svc, image)
             algorithm, digest = published or (image.algorithm, "unpublished")
             key = templates.Key(image.os, image.version, algorithm, digest, made_on)
@@ -525,6 +529,8 @@ async def install(
             # Refused before anything was made: no VM; any other failure (a task's, a lost
             # answer) may have left one.
             create_unsure = not isinstance(exc, Refused)
+            if template is not None:
+                template_access.refused(svc.template_access, exc)
             raise failed("qm clone" if template else "qm create", exc) from None
         created_on = made_on
         st.done("VM created successfully")

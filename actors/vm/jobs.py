@@ -35,6 +35,7 @@ from actors.vm.ownership import (
 )
 from actors.vm.pve import Pve, PveError, VmConfig
 from actors.vm.settings import VmSettings
+from actors.vm.template_access import Access
 
 log = logging.getLogger(__name__)
 Report = Callable[..., None]  # report(step, status, message, vm_id=None, ip=None)
@@ -85,6 +86,8 @@ class Services:
     cpu_type: str | None = None
     # Per template key: its lock and the template last found (actors/vm/templates.py).
     templates: dict[Any, Any] = attrs.field(factory=dict)
+    # Whether the credentials may build and clone templates, as last asked (template_access).
+    template_access: Access = attrs.field(factory=Access)
     # The functions service, for a safe change's function checks (None: not wired).
     functions: FunctionRuns | None = None
 

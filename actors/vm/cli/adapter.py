@@ -184,6 +184,9 @@ class CliPve:
         data = await self._json(node, argv)
         return [str(e["upid"]) for e in _objects(data) if "upid" in e]
 
+    async def privileges(self, path: str) -> frozenset[str] | None:
+        return None  # qm runs as root on the node: Proxmox checks no ACL for it
+
     # -- VM tasks --------------------------------------------------------------------------
 
     async def create(self, node: str, vmid: int, spec: pve.Create) -> pve.Task:

@@ -17,6 +17,7 @@ from actors.vm import pve
 from actors.vm.pve import LineSink, Runner
 from actors.vm.pveapi import errors
 from actors.vm.pveapi.client import PveClient
+from actors.vm.pveapi.privileges import effective
 from actors.vm.pveapi.tasks import TaskLost, TaskOutcome, wait_task
 from actors.vm.pveapi.wire import looks_like_upid, sshkeys_param
 
@@ -187,6 +188,14 @@ class RestPve:
         params = {"source": "active", "vmid": str(vmid)}
         data = await self._get(node, f"/nodes/{node}/tasks", params)
         return [str(e["upid"]) for e in _objects(data) if "upid" in e]
+
+    async def privileges(self, path: str) -> frozenset[str] | None:
+        # The token's own permissions (any token may read its own), as `cairn pve check` reads
+        # them: per ACL path, so what is granted above `path` counts too.
+        data = await self._get(self._main, "/access/permissions")
+        if not isinstance(data, dict):
+            raise pve.Unreadable("/access/permissions did not answer an object")
+        return frozenset(effective(data, path))
 
     # -- VM tasks --------------------------------------------------------------------------
 

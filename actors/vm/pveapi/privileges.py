@@ -17,6 +17,12 @@ VM_PRIVS = (
     "VM.Config.Options", "VM.PowerMgmt", "VM.Migrate", "VM.Snapshot", "VM.Clone", "VM.Console",
 )  # fmt: skip
 
+# What templates need beyond an import per install: VM.Clone on the template (PVE's clone_vm
+# checks it on the source VM). Making a VM a template wants VM.Allocate, which a create has.
+TEMPLATE_PRIVS = ("VM.Clone",)
+# The role `bootstrap` gives the VM privileges to (0.1.0's did too, without VM.Clone).
+VM_ROLE = "CairnVM"
+
 
 @attrs.frozen
 class Role:
@@ -55,13 +61,13 @@ LOCAL_BRIDGES = "/sdn/zones/localnetwork"
 def roles(layout: Layout) -> list[Role]:
     space = ("Datastore.AllocateSpace", "Datastore.Audit")
     if layout.pool:
-        vms = [Role("CairnVM", VM_PRIVS, (f"/pool/{layout.pool}",))]
+        vms = [Role(VM_ROLE, VM_PRIVS, (f"/pool/{layout.pool}",))]
     else:
         # VM.Console on /vms would open every VM's serial line (a login or a root prompt) to
         # the token: only cairn's ids get it.
         first, last = layout.vm_ids
         vms = [
-            Role("CairnVM", tuple(p for p in VM_PRIVS if p != "VM.Console"), ("/vms",)),
+            Role(VM_ROLE, tuple(p for p in VM_PRIVS if p != "VM.Console"), ("/vms",)),
             Role(CONSOLE, ("VM.Console",), tuple(f"/vms/{i}" for i in range(first, last + 1))),
         ]
     out = [
@@ -144,7 +150,7 @@ def needs(layout: Layout, node: str) -> list[Need]:
         Need("migrate", vm, ("VM.Migrate",)),
         Need("serial console", vm if layout.pool else f"/vms/{layout.vm_ids[0]}", ("VM.Console",)),
         Need("snapshots", vm, ("VM.Snapshot",)),
-        Need("install: clone a template", vm, ("VM.Clone",)),
+        Need("install: clone a template", vm, TEMPLATE_PRIVS),
     ]  # fmt: skip
     if _at_least(layout.release, (8, 2)):
         out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))
