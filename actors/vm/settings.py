@@ -90,10 +90,10 @@ class VmSettings:
     # on the others); `api` speaks pveproxy's REST API with a token (docs/vm.md).
     driver: str = "cli"
     api: ApiSettings | None = None
-    # VM_TEMPLATES=1: installs clone a template per image and node (TEMPLATE_ID_START/_END).
-    # Off by default: an API token made before templates lacks VM.Clone, and an upgrade must
-    # not turn every install into a permission error.
-    templates: bool = False
+    # Installs clone a template per image and node (VM_TEMPLATES, TEMPLATE_ID_START/_END);
+    # VM_TEMPLATES=0 imports the image for every install instead, as does an install whose API
+    # token lacks what templates need (template_access.py).
+    templates: bool = True
     template_start: int = TEMPLATE_ID_START
     template_end: int = TEMPLATE_ID_END
 
@@ -363,7 +363,7 @@ def load_settings(env: Mapping[str, str]) -> VmSettings:
         simulated=simulated,
         driver=driver,
         api=api,
-        templates=_bool(env, "VM_TEMPLATES", default=False),
+        templates=_bool(env, "VM_TEMPLATES", default=True),
         template_start=t_start,
         template_end=t_end,
     )

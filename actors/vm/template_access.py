@@ -47,11 +47,11 @@ def acl_path(settings: VmSettings) -> str:
 def sentence(missing: list[str], path: str) -> str:
     """The one line an install says when it imports because the token lacks `missing`."""
     privs = ", ".join(missing)
+    grant = f"pveum role modify {VM_ROLE} --append 1 --privs {','.join(missing)}"
     return (
         f"templates off for this install: the API token lacks {privs} on {path}; importing the "
-        f"image instead (grant it: pveum role modify {VM_ROLE} --privs {','.join(missing)} "
-        f"--append 1, for the role cairn pve bootstrap made; cairn asks again within "
-        f"{RECHECK_AFTER / 60:.0f} minutes; docs/vm.md, Templates and linked clones)"
+        f"image instead (grant it: {grant}, for the role cairn pve bootstrap made; cairn asks "
+        f"again within {RECHECK_AFTER / 60:.0f} minutes; docs/vm.md, Templates and linked clones)"
     )
 
 

@@ -307,11 +307,28 @@ def test_a_change_from_the_command_line(cairn: Cairn, tmp_path: Any) -> None:
     assert broken.code == 2 and "the change is not JSON: " in broken.err, broken
 
 
-def test_templates_from_the_command_line_when_there_are_none(cairn: Cairn) -> None:
-    # This cairn installs without templates (VM_TEMPLATES unset); with templates the command
-    # is tested in tests/vm/test_templates_e2e.py.
+def test_templates_from_the_command_line(cairn: Cairn) -> None:
+    # Templates are on by default: an install builds (or finds) the Debian 12 template on the
+    # main node and clones it.
+    vmid = installed(cairn)
     listed = cairn.run("vm", "templates")
-    assert (listed.code, listed.out) == (0, "no templates\n"), listed
-    assert cairn.run("vm", "templates", "--json").json() == []
+    assert listed.code == 0, listed
+    header, *rows = [line.split() for line in listed.out.splitlines()]
+    assert header == ["VMID", "NODE", "OS", "VERSION", "CHECKSUM", "STATE", "CLONES"]
+    row = next(r for r in rows if r[0] == "9000")
+    assert row[1:4] == ["pve1", "debian", "12"] and row[5:7] == ["ready,", "current"], row
+    assert str(vmid) in " ".join(row[7:]), row
+    as_json = cairn.run("vm", "templates", "--json").json()
+    tpl = next(t for t in as_json if t["vmid"] == 9000)
+    assert (tpl["os"], tpl["version"], tpl["state"], tpl["current"]) == (
+        "debian",
+        "12",
+        "ready",
+        True,
+    )
+    assert vmid in tpl["clones"]
     pruned = cairn.run("vm", "templates", "--prune")
-    assert (pruned.code, pruned.out) == (0, "removed: none\n"), pruned
+    assert pruned.code == 0, pruned
+    assert pruned.out.splitlines()[0] == "removed: none"
+    assert "kept 9000: installs clone it" in pruned.out.splitlines()
+    assert cli_vm.template_table([]) == "no templates"  # what a cairn that never cloned lists

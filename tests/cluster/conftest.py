@@ -30,6 +30,7 @@ from tests.ports import free_ports
 from tests.postgres import PostgresServer
 from tests.vm import conftest as vm_fixtures
 from tests.vm.conftest import Sse, read_sse
+from tests.vm.helpers import guests
 from tests.vm.mirror import Mirror
 
 CAIRN = str(Path(sys.executable).parent / "cairn")
@@ -139,6 +140,10 @@ class Cluster:
 
     def vms(self) -> dict[int, VmView]:
         return self.sim().vms()
+
+    def guests(self) -> set[int]:
+        """The VMs' ids, without the template their installs cloned."""
+        return guests(self.sim())
 
     def commands(self) -> list[str]:
         return self.sim().commands()

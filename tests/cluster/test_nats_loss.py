@@ -45,7 +45,7 @@ async def test_kill_one_nats_server_during_installs(cluster: Cluster, led: str) 
     hosts = cluster.hosts
     installs = [asyncio.create_task(hosts[i % len(hosts)].install(id=160 + i)) for i in range(6)]
     # Every install has begun in Proxmox before the server goes.
-    await wait_for(lambda: len(cluster.vms()) >= 3, timeout=60, what="installs under way")
+    await wait_for(lambda: len(cluster.guests()) >= 3, timeout=60, what="installs under way")
     owner = await cluster.owner()
     nc = await cluster.nats.connect()
     try:
@@ -59,7 +59,7 @@ async def test_kill_one_nats_server_during_installs(cluster: Cluster, led: str) 
     results: list[Sse] = await asyncio.gather(*installs)
     failed = [outcome(r) for r in results if outcome(r).get("status") != "success"]
     assert not failed, f"{failed}\n{dump(cluster)}"
-    assert set(cluster.vms()) == {160 + i for i in range(6)}
+    assert cluster.guests() == {160 + i for i in range(6)}
     assert await owner.runs_vm_actors(), "the VM actors moved: the lease did not survive"
 
     # JetStream (through the two servers left) holds each stored event exactly once.

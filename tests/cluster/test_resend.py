@@ -40,4 +40,4 @@ async def test_an_install_the_dead_holder_swallowed_runs_on_the_next(cluster: Cl
     # The lease's TTL, then one re-send interval at most, then the install: far from 120 s.
     assert took < LeaseSettings().ttl + 40, took
     assert journal(client, r"sending it again"), dump(cluster)
-    assert set(cluster.vms()) == {190}  # installed once
+    assert cluster.guests() == {190}  # installed once

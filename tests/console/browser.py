@@ -202,8 +202,6 @@ def start_stack(
         PVESIM_DELAY_SCALE="0",
         VM_SSH_POLL="0.05",
         VM_POLL_INTERVAL="1",
-        # The console shows templates with their clones (the VM list's Templates section).
-        VM_TEMPLATES="1",
         # A guest made never to answer SSH holds its install this long, then fails it.
         VM_SSH_WAIT="15",
         RUN_WARM="0",

@@ -1,6 +1,6 @@
 """The templates on the VM list page, in a real Chromium against a real `cairn up` (simulated
-cluster, VM_TEMPLATES=1 as tests/console/browser.py starts it): each template with its node,
-image, state and the VMs that are linked clones of it, each a link to its VM."""
+cluster, templates on by default): each template with its node, image, state and the VMs that
+are linked clones of it, each a link to its VM."""
 
 from __future__ import annotations
 

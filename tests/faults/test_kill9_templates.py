@@ -1,5 +1,5 @@
-"""kill -9 of cairn while an install builds a template or clones one (VM_TEMPLATES=1).
-Proxmox goes on with what it was asked (a `qm clone` or `qm create` run to its end, an
+"""kill -9 of cairn while an install builds a template or clones one (templates are on by
+default). Proxmox goes on with what it was asked (a `qm clone` or `qm create` run to its end, an
 API task too); the next start waits for it, then removes what the install left: its clone, or
 the template it had not finished. A clone whose own worker died is removed where cairn may
 (`--skiplock` over the CLI driver) and reported where only root may (the API's token)."""
@@ -41,7 +41,7 @@ async def a_template(cairn: Cairn, sim: SimCluster) -> None:
 async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
     start_cairn: StartCairn, sim: SimCluster, driver: str
 ) -> None:
-    cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
     await a_template(cairn, sim)
     # The clone outlasts cairn's restart: over the CLI 4 s of start-up and 4 s of linking; an
     # API task has no start-up of its own, so its linking takes longer.
@@ -50,7 +50,7 @@ async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
     # Proxmox's clone goes on without cairn: its new VM stays locked until it ends.
     await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
     sim.set_delay_scale(0.05)
-    again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    again = await start_cairn("up", PVE_DRIVER=driver)
     assert lock_of(sim, 171) == "clone", "the clone ended before the restart: nothing tested"
     last = await settled(again, 171)
     assert "VM 171 removed from node pve1" in last["message"], last
@@ -70,7 +70,7 @@ async def test_a_clone_whose_worker_died_too(
     """The clone's worker dies with cairn (SIGKILL of `qm clone`; a pvedaemon restart for the
     API's task): its placeholder stays, locked. cairn's CLI driver (root on the node) removes
     it; the API's token may not unlock a VM, so cairn says how to."""
-    cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
     await a_template(cairn, sim)
     sim.set_delay_scale(8)
     _, tree = await kill_when(cairn, 171, reached(CREATE))
@@ -85,7 +85,7 @@ async def test_a_clone_whose_worker_died_too(
         assert sim.kill_tasks(9000), "no API task was cloning template 9000"
     sim.set_delay_scale(0.05)
     assert lock_of(sim, 171) == "clone"
-    again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    again = await start_cairn("up", PVE_DRIVER=driver)
     last = await settled(again, 171)
     if driver == "cli":
         assert (
@@ -110,7 +110,7 @@ async def test_a_half_built_template_is_removed_at_the_restart(
     start_cairn: StartCairn, sim: SimCluster, driver: str
 ) -> None:
     sim.set_delay_scale(4)  # the template's create holds its placeholder for 8 s
-    cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    cairn = await start_cairn("up", PVE_DRIVER=driver)
     await cairn.wait_log(r"cairn: ready")
 
     def building(records: list[dict[str, Any]]) -> bool:
@@ -119,7 +119,7 @@ async def test_a_half_built_template_is_removed_at_the_restart(
     await kill_when(cairn, 171, building)
     await wait_for(lambda: sim.vm(9000) is not None, timeout=20, what="the template's create")
     sim.set_delay_scale(0.05)
-    again = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="1")
+    again = await start_cairn("up", PVE_DRIVER=driver)
     last = await settled(again, 171)
     assert "template 9000, left half built, removed from node pve1" in last["message"], last
     assert sim.vm(9000) is None

@@ -22,7 +22,6 @@ async def test_a_viewer_may_list_templates_but_only_an_admin_prunes(
         flags=frozenset({"sim"}),
         PVESIM_DELAY_SCALE="0",
         VM_SSH_POLL="0.05",
-        VM_TEMPLATES="1",
     )
     api = f"{base}/api/vm"
     status, text = await call(

@@ -32,6 +32,14 @@ LIFECYCLE: list[tuple[str, dict[str, Any] | None]] = [
     ("set/disk", {"disk": "4G"}), ("set/node", {"node": "pve3"}), ("start", None),
     ("reboot", None), ("shutdown", None), ("destroy", None),
 ]  # fmt: skip
+# The endpoints of a template build and a clone, which the trimmed schema files were cut
+# without: their requests are checked by the simulated pveproxy's parameter tables (read from
+# PVE's API2/Qemu.pm), which refuse any other parameter, in tests/vm/test_templates_e2e.py with
+# the API driver; here they must be seen, and are not checked against the schema.
+NOT_IN_SCHEMA = {
+    "POST /nodes/{node}/qemu/{vmid}/template",
+    "POST /nodes/{node}/qemu/{vmid}/clone",
+}
 sim = vm_fixtures.sim
 mirror = vm_fixtures.mirror
 start_service = vm_fixtures.start_service
@@ -58,14 +66,17 @@ def test_the_validator_reports_what_pve_reports() -> None:
     }
 
 
+@pytest.mark.parametrize("templates", ["1", "0"], ids=["templates", "import"])
 @pytest.mark.parametrize("release", ["8.4", "9.1"])
 async def test_every_request_and_answer_of_an_install_and_the_lifecycle_fits_the_schema(
-    sim: SimCluster, start_service: Any, release: str
+    sim: SimCluster, start_service: Any, release: str, templates: str
 ) -> None:
+    """Both install paths: the default (a template built, then cloned) and the import of the
+    image into the VM itself (VM_TEMPLATES=0)."""
     endpoints = schema_or_skip(release)
     sim.set_api_version(release)
     assert sim.pveproxy is not None
-    service: Service = await start_service(PVE_DRIVER="api")
+    service: Service = await start_service(PVE_DRIVER="api", VM_TEMPLATES=templates)
     await answering(service)
     sse = await service.install(id=130, node="pve2", disk="20G", pubkey=vm_fixtures_pubkey())
     assert sse.closed, sse.text
@@ -75,7 +86,12 @@ async def test_every_request_and_answer_of_an_install_and_the_lifecycle_fits_the
         assert status == 200 and "error" not in text, (command, text)
     problems: list[str] = []
     seen: set[str] = set()
+    unchecked: set[str] = set()
     for ex in list(sim.pveproxy.journal):
+        beyond = {u for u in NOT_IN_SCHEMA if template_for(_one(u), ex.path) is not None}
+        if beyond and ex.method == "POST":
+            unchecked |= beyond
+            continue
         found = template_for(endpoints, ex.path)
         assert found is not None, f"{ex.method} {ex.path}: not an endpoint of PVE {release}"
         template, values = found
@@ -102,6 +118,17 @@ async def test_every_request_and_answer_of_an_install_and_the_lifecycle_fits_the
         "GET /cluster/resources",
         "GET /version",
     } <= seen
+    if templates == "1":  # built, cloned, and the token's permissions asked first
+        assert unchecked == NOT_IN_SCHEMA
+        assert "GET /access/permissions" in seen
+    else:
+        assert unchecked == set()
+
+
+def _one(endpoint: str) -> dict[str, Any]:
+    """An endpoint (`METHOD /path`) as a one-path schema, to match paths against it."""
+    method, path = endpoint.split(" ", 1)
+    return {path: {method: {}}}
 
 
 def vm_fixtures_pubkey() -> str:

@@ -38,6 +38,12 @@ async def until(
     return cast(T, value)
 
 
+def guests(sim: SimCluster) -> set[int]:
+    """The ids of the cluster's VMs, leaving out templates (`template: 1`): with templates on
+    by default an install's first clone brings one along, and it is no install's VM."""
+    return {vmid for vmid, vm in sim.vms().items() if str(vm.config.get("template")) != "1"}
+
+
 def add_raw_disk(sim: SimCluster, vmid: int) -> None:
     """Give VM `vmid` a second disk, raw, on a directory storage: a disk Proxmox cannot
     snapshot, so a snapshot (or a change, which takes one) must be refused up front."""

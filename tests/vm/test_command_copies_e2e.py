@@ -14,6 +14,7 @@ from events.nats_server import EmbeddedNats
 from events.permissions import Role
 from tests.vm import drivers
 from tests.vm.conftest import Service, read_sse
+from tests.vm.helpers import guests
 
 driver = drivers.driver
 start_service = drivers.start_service
@@ -38,7 +39,7 @@ async def test_copies_of_a_command_run_it_once(service: Service, nats_server: Em
         assert whole.closed and whole.last["status"] == "success", whole.last
         third = await command(gateway, SUBJECT_INSTALL, payload, 60)
         assert third == first
-        assert set(service.sim.vms()) == {130}  # one VM: the install ran once
+        assert guests(service.sim) == {130}  # one VM: the install ran once
         starts = [r for r in whole.records if r["message"].startswith("[*] start VM installation")]
         assert len(starts) == 1
 

@@ -32,7 +32,7 @@ def clean(sim: SimCluster, vmid: int) -> bool:
 async def test_install_on_another_node_reads_the_same_and_copies_no_disk(
     sim: SimCluster, start_service: Any, driver: str
 ) -> None:
-    service: Service = await start_service(VM_TEMPLATES="1")
+    service: Service = await start_service()
     sse = await service.install(id=120, cpu=2, ram=2048, disk="20G", node="pve2", passwd="pw")
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
     vm = sim.vm(120)
@@ -66,7 +66,7 @@ async def test_a_token_lacking_one_privilege_fails_naming_it_and_leaves_nothing(
     sim: SimCluster, start_service: Any, driver: str
 ) -> None:
     sim.revoke_api("/vms", ["VM.Config.CDROM"])  # the cloud-init drive needs it
-    service: Service = await start_service(VM_TEMPLATES="1")
+    service: Service = await start_service()
     sse = await service.install(id=121)
     assert sse.closed, sse.text
     if driver == "cli":  # root over SSH: the token is not used
@@ -165,7 +165,7 @@ async def test_a_pool_scoped_token_never_touches_vms_outside_its_pool(
     sim.add_pool("cairn")
     secret = sim.add_api_token("cairn@pve!pool", sim.cairn_acl(pool="cairn"))
     service: Service = await start_service(
-        PVE_API_POOL="cairn", PVE_API_TOKEN=f"cairn@pve!pool={secret}", VM_TEMPLATES="1"
+        PVE_API_POOL="cairn", PVE_API_TOKEN=f"cairn@pve!pool={secret}"
     )
     vmid = await service.installed(id=127)
     assert sim.pool_members("cairn") == [9000, vmid]  # its template is made in the pool too

@@ -167,7 +167,10 @@ async def test_destroy_checks_the_mark_of_its_own_install(service: Service) -> N
     assert vm is not None
     task = sse.headers["X-Task-Id"]
     # The mark cairn wrote at create (the description shows percent-encoded in qm config).
-    assert vm.config["description"] == f"created by cairn, install task {task}\n"
+    # A linked clone's notes also name the template its disk depends on.
+    assert vm.config["description"] == (
+        f"created by cairn, install task {task}\ncairn linked clone of template 9000\n"
+    )
     assert await service.post("/vm/161/stop") == (200, "ok")
     assert await service.post("/vm/161/destroy") == (200, "ok")
     assert service.sim.vm(161) is None

@@ -17,7 +17,7 @@ API = {
 OLD_TOKEN = frozenset({"VM.Allocate", "VM.Audit", "VM.Config.Disk", "VM.PowerMgmt"})
 LACKS_CLONE = (
     "templates off for this install: the API token lacks VM.Clone on /vms; importing the image "
-    "instead (grant it: pveum role modify CairnVM --privs VM.Clone --append 1, for the role "
+    "instead (grant it: pveum role modify CairnVM --append 1 --privs VM.Clone, for the role "
     "cairn pve bootstrap made; cairn asks again within 5 minutes; docs/vm.md, Templates and "
     "linked clones)"
 )
@@ -48,7 +48,7 @@ async def test_a_privilege_granted_meanwhile_counts_at_the_next_check() -> None:
     fake, cache, clock = FakePve(granted=OLD_TOKEN), Access(), Clock()
     s = settings(**API)
     assert await refusal(fake, s, cache, clock) is not None
-    fake.granted = OLD_TOKEN | {"VM.Clone"}  # pveum role modify CairnVM --privs VM.Clone ...
+    fake.granted = OLD_TOKEN | {"VM.Clone"}  # the admin ran pveum role modify ...
     clock.now += RECHECK_AFTER
     assert await refusal(fake, s, cache, clock) is None
     assert asked(fake) == 2

@@ -22,7 +22,7 @@ DOWNLOAD = "OS preparation > downloading OS image"
 SAID = re.compile(
     re.escape(
         "[*] templates off for this install: the API token lacks VM.Clone on /vms; importing "
-        "the image instead (grant it: pveum role modify CairnVM --privs VM.Clone --append 1, "
+        "the image instead (grant it: pveum role modify CairnVM --append 1 --privs VM.Clone, "
         "for the role cairn pve bootstrap made; cairn asks again within 5 minutes; docs/vm.md, "
         "Templates and linked clones)"
     )
@@ -39,7 +39,7 @@ async def test_a_token_without_vm_clone_imports_says_why_and_clones_once_granted
     sim: SimCluster, start_service: Any, driver: str
 ) -> None:
     sim.revoke_api("/vms", ["VM.Clone"])  # what a 0.1.0 token holds on /vms
-    service: Service = await start_service(VM_TEMPLATES="1")
+    service: Service = await start_service()
     first = await service.install()
     assert first.closed and first.last["status"] == "success", first.records[-3:]
     assert first.steps == STAGES
@@ -63,11 +63,11 @@ async def test_a_token_without_vm_clone_imports_says_why_and_clones_once_granted
     assert any(SAID.fullmatch(m) for m in messages(second, DOWNLOAD))
     assert permission_checks(sim) == 1
 
-    # The admin grants it (pveum role modify CairnVM --privs VM.Clone --append 1); the next
+    # The admin grants it (pveum role modify CairnVM --append 1 --privs VM.Clone); the next
     # run of cairn asks at its first install, and clones.
     sim.grant_api("/vms", ["VM.Clone"])
     await start_service.stop_last()
-    service = await start_service(VM_TEMPLATES="1")
+    service = await start_service()
     third = await service.install()
     assert third.closed and third.last["status"] == "success", third.records[-3:]
     download = messages(third, DOWNLOAD)
@@ -89,7 +89,7 @@ async def test_a_pool_scoped_token_without_vm_clone_is_told_about_its_pool(
     acl["/pool/cairn"] = [p for p in acl["/pool/cairn"] if p != "VM.Clone"]
     secret = sim.add_api_token("cairn@pve!pool", acl)
     service: Service = await start_service(
-        PVE_API_POOL="cairn", PVE_API_TOKEN=f"cairn@pve!pool={secret}", VM_TEMPLATES="1"
+        PVE_API_POOL="cairn", PVE_API_TOKEN=f"cairn@pve!pool={secret}"
     )
     sse = await service.install()
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]

@@ -10,10 +10,9 @@ from actors.vm.settings import SettingsError, load_settings
 from tests.vm.helpers import BASE_ENV, settings
 
 
-def test_defaults_keep_templates_off_and_their_ids_apart_from_the_vms() -> None:
+def test_defaults_turn_templates_on_and_keep_their_ids_apart_from_the_vms() -> None:
     s = settings()
-    assert s.templates is False
-    assert settings(VM_TEMPLATES="1").templates is True
+    assert s.templates is True
     assert (s.template_start, s.template_end) == (9000, 9099)
     assert not set(s.template_range) & set(s.id_range)
     assert settings(VM_TEMPLATES="0").templates is False

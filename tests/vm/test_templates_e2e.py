@@ -1,6 +1,6 @@
 """Templates and linked clones end to end (docs/vm.md "Templates and linked clones"), with
-both drivers against the simulated cluster: the first install of an image on a node builds its
-template, every later one clones it."""
+both drivers against the simulated cluster, templates being on by default: the first install of
+an image on a node builds its template, every later one clones it."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from tests.vm.test_install_e2e import MESSAGE, STAGES
 driver = drivers.driver
 start_service = drivers.start_service
 
-TEMPLATES = {"VM_TEMPLATES": "1"}
-
 
 def messages(sse: Sse, step: str) -> list[str]:
     return [r["message"] for r in sse.records if r["step"] == step]
@@ -38,7 +36,7 @@ def imports(commands: list[str]) -> list[str]:
 async def test_first_install_builds_the_template_and_the_second_clones_it(
     start_service: Any,
 ) -> None:
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     first = await service.install()
     assert first.closed and first.last["status"] == "success", first.records[-3:]
     assert first.steps == STAGES
@@ -77,7 +75,7 @@ async def test_first_install_builds_the_template_and_the_second_clones_it(
 async def test_a_clone_is_shaped_as_the_caller_asked(sim: SimCluster, start_service: Any) -> None:
     sim.add_bridge("vmbr1", mtu=9000)
     sim.grant_api("/sdn/zones/localnetwork/vmbr1", ["SDN.Use"])  # the token's, for a new bridge
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     await service.installed()  # builds the template
     sse = await service.install(
         id=140, bridge="vmbr1", vlan=20, mtu=9000, nameserver="10.0.0.53",
@@ -97,7 +95,7 @@ async def test_a_clone_is_shaped_as_the_caller_asked(sim: SimCluster, start_serv
 
 
 async def test_concurrent_first_installs_build_one_template(start_service: Any) -> None:
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     a, b = await asyncio.gather(service.install(), service.install())
     for sse in (a, b):
         assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
@@ -113,7 +111,7 @@ async def test_a_storage_without_linked_clones_full_clones_and_says_so(
 ) -> None:
     sim.add_storage("thick", "lvm")
     sim.grant_api("/storage/thick", ["Datastore.AllocateSpace", "Datastore.Audit"])
-    service: Service = await start_service(ASSIGN_STORAGE="thick", **TEMPLATES)
+    service: Service = await start_service(ASSIGN_STORAGE="thick")
     await service.installed()
     sse = await service.install()
     assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
@@ -152,7 +150,7 @@ async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_nee
         "the node's download-url refuses to overwrite the older image's file, which has the "
         "same name (so does an install without templates)",
     )
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     first = await service.installed()  # builds template 9000, then clones it
     second = await service.installed()  # a linked clone of 9000
     # The distribution publishes a new image: its checksum changes.
@@ -216,7 +214,7 @@ async def test_a_new_image_builds_a_new_template_and_prune_keeps_what_clones_nee
 
 
 async def test_prune_checks_allow_ips(start_service: Any) -> None:
-    service: Service = await start_service(ALLOW_IPS="192.0.2.1", **TEMPLATES)
+    service: Service = await start_service(ALLOW_IPS="192.0.2.1")
     assert await service.post("/vm/templates/prune") == (
         403,
         "this IP is not allowed to perform this action (client address 127.0.0.1)",
@@ -239,7 +237,7 @@ async def test_the_last_clone_of_a_superseded_template_takes_it_along(
 ) -> None:
     """Both drivers: a template installs still clone stays when its last clone goes; one a
     newer template replaced goes with its last clone, and the destroy's stream says so."""
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     first = await service.installed()  # builds template 9000, then clones it
     second = await service.installed()
     said = await destroy_records(service, second)
@@ -279,7 +277,7 @@ def written(sim: SimCluster) -> dict[str, int]:
 async def test_an_install_on_another_node_is_cloned_there(start_service: Any, driver: str) -> None:
     """Both drivers clone on the node the install names, and migrate nothing. The CLI
     driver (whose image is on the main node) copies the main node's template there once."""
-    service: Service = await start_service(**TEMPLATES)
+    service: Service = await start_service()
     sim = service.sim
     first = await service.install(node="pve2")
     assert first.closed and first.last["status"] == "success", first.records[-3:]
@@ -318,7 +316,7 @@ async def test_on_shared_storage_one_template_serves_every_node(
 ) -> None:
     drivers.cli_only(driver, "the API driver builds each node's template from its own download")
     sim.add_storage("shared-vm", "nfs", content="images", shared=True)
-    service: Service = await start_service(ASSIGN_STORAGE="shared-vm", **TEMPLATES)
+    service: Service = await start_service(ASSIGN_STORAGE="shared-vm")
     await service.installed()  # builds template 9000 on pve1
     seen = len(sim.commands())
     vmid = await service.installed(node="pve2")
