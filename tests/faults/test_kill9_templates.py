@@ -141,7 +141,7 @@ async def test_a_template_copy_to_another_node_cut_short_is_removed(
     clone at work, or with its worker killed too, its placeholder locked (`lock: clone`, the
     bare temporary file or the config with the install's mark); the restart waits for the
     clone, then removes the copy either way."""
-    cairn = await start_cairn("up", PVE_DRIVER="cli", VM_TEMPLATES="1")
+    cairn = await start_cairn("up", PVE_DRIVER="cli")
     await a_template(cairn, sim)
     sim.set_delay_scale(4)  # the full copy of the 2 GiB disk: 32 s
 
@@ -162,7 +162,7 @@ async def test_a_template_copy_to_another_node_cut_short_is_removed(
         await wait_for(lambda: not still_alive(copies), timeout=10, what="qm clone to die")
         assert lock_of(sim, 9001) == "clone"  # left locked: its worker is gone
     sim.set_delay_scale(0.05)
-    again = await start_cairn("up", PVE_DRIVER="cli", VM_TEMPLATES="1")
+    again = await start_cairn("up", PVE_DRIVER="cli")
     last = await settled(again, 171)
     assert "template 9001, left half built, removed from node pve1" in last["message"], last
     assert sim.vm(9001) is None and sim.vm(171) is None
