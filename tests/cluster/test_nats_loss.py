@@ -12,6 +12,7 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
+from events.bus import CommandTimeout
 from events.follow import Follower
 from events.jetstream import STREAM
 from events.leases import BUCKET
@@ -72,12 +73,12 @@ async def test_kill_one_nats_server_during_installs(cluster: Cluster, led: str) 
 
     nc = await attrs.evolve(cluster.nats.access, url=",".join(alive)).connect(Role.HOST)
     try:
-        # The stream may still be electing its new leader: a consumer is refused meanwhile
-        # (the gateways' followers retry the same way).
+        # The stream may still be electing its new leader: a consumer is refused meanwhile, or
+        # its request goes unanswered (the gateways' followers retry the same way).
         started: list[Follower] = []
 
         async def follow() -> bool:
-            with contextlib.suppress(NatsError, TimeoutError):
+            with contextlib.suppress(NatsError, TimeoutError, CommandTimeout):
                 started.append(await Follower(nc, "cairn.evt.vm.>", on_event, after=0).start())
             return bool(started)
 
