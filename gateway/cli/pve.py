@@ -82,7 +82,8 @@ def client_from_env(env: Mapping[str, str]) -> PveClient:
 
 
 async def check(env: Mapping[str, str], node: str | None, args: argparse.Namespace) -> list[str]:
-    """The report's lines: `ok   <operation>` or `FAIL <operation>: <what is missing>`."""
+    """The report's lines: `ok   <operation>`, `FAIL <operation>: <what is missing>`, or
+    `WARN` where cairn falls back without it."""
     lines: list[str] = []
     client = client_from_env(env)
     try:
@@ -106,7 +107,8 @@ async def check(env: Mapping[str, str], node: str | None, args: argparse.Namespa
                 missing = []
             if missing:
                 what = " or ".join(missing) if need.any_of else ", ".join(missing)
-                lines.append(f"FAIL {need.operation}: the token lacks {what} on {need.path}")
+                lacks = f"{need.operation}: the token lacks {what} on {need.path}"
+                lines.append(f"WARN {lacks}: {need.without}" if need.without else f"FAIL {lacks}")
             else:
                 lines.append(f"ok   {need.operation}")
         major, _, minor = release.partition(".")

@@ -4,6 +4,7 @@ simulated pveproxy: what works, and what is missing, per operation."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 import pytest
 from pvesim.cluster import SimCluster
@@ -110,7 +111,7 @@ async def test_check_with_the_bootstrapped_token_says_ok_to_everything(sim: SimC
 
 
 async def test_check_names_what_is_missing(sim: SimCluster) -> None:
-    sim.revoke_api("/vms", ["VM.Migrate"])
+    sim.revoke_api("/vms", ["VM.Migrate", "VM.Clone"])
     sim.revoke_api("/sdn/zones/localnetwork", ["SDN.Use"])
     sim.set_api_version("8.2")
     env = {**sim.api_env(), "ASSIGN_STORAGE": "local-lvm", "PVE_IMPORT_STORAGE": "local-lvm"}
@@ -127,6 +128,24 @@ async def test_check_names_what_is_missing(sim: SimCluster) -> None:
         "FAIL storage local-lvm on pve2: no 'import' content (has images,rootdir); "
         "`pvesm set local-lvm --content images,rootdir,import`",
     ]
+    # Without VM.Clone installs fall back to an import: said, but not a failure.
+    assert [line for line in lines if line.startswith("WARN")] == [
+        "WARN install: clone a template: the token lacks VM.Clone on /vms: installs import the "
+        "image each time instead (slower, nothing fails)"
+    ]
+
+
+async def test_check_exits_0_when_only_a_fallback_is_missing(
+    sim: SimCluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim.revoke_api("/vms", ["VM.Clone"])
+    env = {**sim.api_env(), "ASSIGN_STORAGE": "local-lvm", "MAIN_NODE": "pve1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert await asyncio.to_thread(main, ["pve", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN install: clone a template: the token lacks VM.Clone on /vms" in out
+    assert "FAIL" not in out
 
 
 async def test_check_refuses_a_wrong_fingerprint(sim: SimCluster) -> None:

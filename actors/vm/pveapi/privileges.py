@@ -129,6 +129,8 @@ class Need:
     path: str
     privs: tuple[str, ...]
     any_of: bool = False
+    # What cairn does without it, when that is a fallback rather than a failure.
+    without: str | None = None
 
 
 def needs(layout: Layout, node: str) -> list[Need]:
@@ -150,7 +152,8 @@ def needs(layout: Layout, node: str) -> list[Need]:
         Need("migrate", vm, ("VM.Migrate",)),
         Need("serial console", vm if layout.pool else f"/vms/{layout.vm_ids[0]}", ("VM.Console",)),
         Need("snapshots", vm, ("VM.Snapshot",)),
-        Need("install: clone a template", vm, TEMPLATE_PRIVS),
+        Need("install: clone a template", vm, TEMPLATE_PRIVS,
+             without="installs import the image each time instead (slower, nothing fails)"),
     ]  # fmt: skip
     if _at_least(layout.release, (8, 2)):
         out.append(Need("install: download the image", f"/nodes/{node}", ("Sys.AccessNetwork",)))
