@@ -112,6 +112,11 @@ class VmSettings:
     def template_range(self) -> range:
         return range(self.template_start, self.template_end + 1)
 
+    @property
+    def pool(self) -> str | None:
+        """The resource pool the API driver's VMs go in (PVE_API_POOL), or None."""
+        return self.api.pool if self.api is not None else None
+
 
 _N = TypeVar("_N", int, float)
 

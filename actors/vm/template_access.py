@@ -40,8 +40,7 @@ class Access:
 
 def acl_path(settings: VmSettings) -> str:
     """Where the token's VM privileges are: its pool, or every VM."""
-    pool = settings.api.pool if settings.api is not None else None
-    return f"/pool/{pool}" if pool else "/vms"
+    return f"/pool/{settings.pool}" if settings.pool else "/vms"
 
 
 def sentence(missing: list[str], path: str) -> str:

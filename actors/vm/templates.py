@@ -308,8 +308,9 @@ async def clone(
     if not full:  # the template must stay while this VM lives: say so where anyone sees it
         description += f"\n{CLONE_LINE}{t.vmid}"
     # A pool-scoped token may allocate ids in its pool only: the clone goes there, as a create.
-    pool = svc.settings.api.pool if svc.settings.api is not None else None
-    spec = Clone(name=name, full=full, description=description, target=target, pool=pool)
+    spec = Clone(
+        name=name, full=full, description=description, target=target, pool=svc.settings.pool
+    )
     try:
         await svc.pve.clone(t.node, t.vmid, vmid, spec)
     except PveError:
