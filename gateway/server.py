@@ -19,7 +19,6 @@ leaves out is never imported (a VM-only host loads no embedding model).
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -66,48 +65,84 @@ class Service:
     commands: tuple[CommandGroup, ...] = ()
 
 
-def _loader(module: str, name: str) -> Callable[[], Any]:
-    """A loader of ``module.name``: the module is imported when the loader is called, not
-    when this one is."""
+def _status_app() -> ServiceDef:
+    from gateway.apps.status import SERVICE
 
-    def load() -> Any:
-        return getattr(importlib.import_module(module), name)
-
-    return load
+    return SERVICE
 
 
-def _app(service: str) -> Callable[[], ServiceDef]:
-    return _loader(f"gateway.apps.{service}", "SERVICE")
+def _vm_app() -> ServiceDef:
+    from gateway.apps.vm import SERVICE
+
+    return SERVICE
 
 
-def _cli(group: str) -> Callable[[], Register]:
-    return _loader(f"gateway.cli.{group}", "register")
+def _functions_app() -> ServiceDef:
+    from gateway.apps.functions import SERVICE
+
+    return SERVICE
+
+
+def _search_app() -> ServiceDef:
+    from gateway.apps.search import SERVICE
+
+    return SERVICE
+
+
+def _images_app() -> ServiceDef:
+    from gateway.apps.images import SERVICE
+
+    return SERVICE
+
+
+def _vm_cli() -> Register:
+    from gateway.cli.vm import register
+
+    return register
+
+
+def _functions_cli() -> Register:
+    from gateway.cli.functions import register
+
+    return register
+
+
+def _search_cli() -> Register:
+    from gateway.cli.search import register
+
+    return register
+
+
+def _images_cli() -> Register:
+    from gateway.cli.images import register
+
+    return register
 
 
 # Order is start-up order. "status" is the gateway's own: health and what runs where.
 SERVICES = (
-    Service("status", _app("status")),
-    Service("vm", _app("vm"), actors.vm.events, vm_journal, (CommandGroup("vm", _cli("vm")),)),
+    Service("status", _status_app),
+    Service("vm", _vm_app, actors.vm.events, vm_journal, (CommandGroup("vm", _vm_cli),)),
     Service(
         "functions",
-        _app("functions"),
+        _functions_app,
         actors.functions.events,
         functions_journal,
-        (CommandGroup("fn", _cli("functions")),),
+        (CommandGroup("fn", _functions_cli),),
     ),
     Service(
         "search",
-        _app("search"),
+        _search_app,
         actors.search.events,
         search_journal,
-        (CommandGroup("search", _cli("search"), client=False),),
+        (CommandGroup("search", _search_cli, client=False),),
     ),
     Service(
         "images",
-        _app("images"),
+        _images_app,
         actors.images.events,
         images_journal,
-        (CommandGroup("images", _cli("images")),),
+        (CommandGroup("images", _images_cli),),
     ),
 )
 
