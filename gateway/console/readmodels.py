@@ -18,14 +18,15 @@ def project_documents(records: Iterable[Recorded]) -> list[dict[str, Any]]:
     documents: dict[str, dict[str, Any]] = {}
     for record in records:
         event = record.event
+        if isinstance(event, DocumentRemoved):
+            documents.pop(event.source, None)
+            continue
         # Indexed and dismissed differ only in their status and the one fact they carry.
         if isinstance(event, DocumentIndexed):
             facts: dict[str, Any] = {"status": "indexed", "chunks": event.chunks}
         elif isinstance(event, DocumentDismissed):
             facts = {"status": "dismissed", "reason": event.reason}
         else:
-            if isinstance(event, DocumentRemoved):
-                documents.pop(event.source, None)
-            continue
+            continue  # the inbox's other events say nothing of a file's state
         documents[event.source] = {"source": event.source, **facts, "at": record.recorded_at}
     return [documents[source] for source in sorted(documents)]
