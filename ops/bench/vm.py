@@ -187,8 +187,12 @@ async def bench_cluster(delay_scale: float = 0.0) -> AsyncIterator[BenchCluster]
 
 
 async def read_stream(
-    resp: aiohttp.ClientResponse, seen: dict[str, float] | None = None
+    resp: aiohttp.ClientResponse,
+    seen: dict[str, float] | None = None,
+    arrived: list[float] | None = None,
 ) -> list[dict[str, Any]]:
+    """The stream's records; `seen` gets the time each event id arrived, `arrived` the time
+    of each record, in order."""
     records: list[dict[str, Any]] = []
     current: str | None = None
     async for raw in resp.content:
@@ -201,6 +205,8 @@ async def read_stream(
             break
         elif line.startswith("data: "):
             records.append(json.loads(line[6:]))
+            if arrived is not None:
+                arrived.append(time.perf_counter())
     return records
 
 
@@ -579,14 +585,10 @@ async def _install_ready(http: aiohttp.ClientSession, api: str, node: str) -> Ti
     """One install through the running service, timed from its request as its stream arrives."""
     start = time.perf_counter()
     body = {"os": "debian", "version": "12", "node": node}
-    seen: list[tuple[float, str]] = []
+    arrived: list[float] = []
     async with http.post(f"{api}/vm/install", json=body) as resp:
-        async for raw in resp.content:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: close"):
-                break
-            if line.startswith("data: "):
-                seen.append((time.perf_counter(), json.loads(line[6:])["message"]))
+        records = await read_stream(resp, arrived=arrived)
+    seen = list(zip(arrived, (r["message"] for r in records), strict=True))
     ready = next((at for at, message in seen if message.startswith("[+] VM is ready")), None)
     if ready is None:
         raise RuntimeError(f"install failed: {seen[-1][1] if seen else 'no record'}")
