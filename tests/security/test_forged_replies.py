@@ -148,10 +148,15 @@ class Bus:
         await flush_all(self.host)
         js = self.host.jetstream()
         kv = await js.key_value(LEASE_BUCKET)
-        leases = {}
-        for key in sorted(await kv.keys()):
+        # The known keys read by name, and the bucket's stream state for any other: a key
+        # listing is an ordered consumer, which a cluster may place on a member that has not
+        # yet applied the last puts, and which then lists no keys at all.
+        leases: dict[str, Any] = {}
+        for key in ("vm", "functions"):
             entry = await kv.get(key)
             leases[key] = (entry.value, entry.revision)
+        lease_stream = (await js.stream_info(f"KV_{LEASE_BUCKET}")).state
+        leases["stream"] = (lease_stream.messages, lease_stream.last_seq)
         store = await js.object_store(CODE_BUCKET)
         info = await store.get_info(self.sha)
         code = (await store.get(self.sha)).data
