@@ -112,8 +112,8 @@ class Services:
 @attrs.frozen
 class Job:
     """What a VM task's job is given: the service, the VM, the node it is on, what cairn knows
-    of it (None for a VM cairn did not install), where its records go, and the command's
-    arguments."""
+    of it (None for a VM cairn did not install), where its records go, the command's
+    arguments, and who asked for it (the audit trail's ``by``; None: cairn by itself)."""
 
     svc: Services
     vmid: int
@@ -121,6 +121,7 @@ class Job:
     facts: Facts | None
     report: Report
     args: dict[str, Any]
+    by: str | None = None
 
 
 class StageFailed(Exception):

@@ -387,7 +387,7 @@ class VmActor(AggregateActor):
             return self._change(cmd, verdict.working, node)
         self.record(TaskStarted(cmd.task, cmd.command.value, verdict.working.value, cmd.by))
         report = Reporter(self, cmd.task)
-        job = Job(self.svc, self.vmid, node, self.facts, report, cmd.args)
+        job = Job(self.svc, self.vmid, node, self.facts, report, cmd.args, cmd.by)
         if cmd.command in reshape.COMMANDS:
             changed = reshape.run(job, cmd.command, self.claim, verdict.done)
             return self._run(cmd.task, cmd.command, report, changed)
@@ -424,7 +424,7 @@ class VmActor(AggregateActor):
             raise Rejected(400, f"disk: {facts.disk_gb}G + {grown}G exceeds VM_MAX_DISK ({limit}G)")
         self.record(TaskStarted(cmd.task, cmd.command.value, working.value, cmd.by))
         report = Reporter(self, cmd.task)
-        job = Job(self.svc, self.vmid, node, facts, report, cmd.args)
+        job = Job(self.svc, self.vmid, node, facts, report, cmd.args, cmd.by)
         changing = change.run(job, facts, cmd.task)
         self.start_job(
             report.around(changing), done=functools.partial(Finished, cmd.task, cmd.command)

@@ -6,6 +6,7 @@ refused before anything changes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,9 @@ def memory(sim: SimCluster, vmid: int) -> str:
 
 
 async def test_a_function_check_keeps_or_rolls_back_the_change(
-    cairn: tuple[Service, int], sim: SimCluster
+    cairn: tuple[Service, int], sim: SimCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="cairn.journal")
     service, vmid = cairn
     path = f"/vm/{vmid}/change"
 
@@ -85,6 +87,15 @@ async def test_a_function_check_keeps_or_rolls_back_the_change(
     assert any(m.startswith("[+] check 1 of 2 passed: function checks/probe says ok") for m in said)
     assert any(m.startswith("[+] check 2 of 2 passed: function checks/yes says ok") for m in said)
     assert memory(sim, vmid) == "4096"
+    # The functions' journal names who asked for the change (no tokens here: the client's
+    # address), and which change the run checked.
+    runs = [r.getMessage() for r in caplog.records if r.getMessage().startswith("function ")]
+    assert any(
+        m.startswith("function checks/probe version ")
+        and " (python): ok in " in m
+        and m.endswith(f", asked by ip:127.0.0.1, for the change of VM {vmid}")
+        for m in runs
+    ), runs
 
     failing = {
         "steps": [{"set": {"memory": 3072}}],
