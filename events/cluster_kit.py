@@ -33,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from events.certificates import alt_names, certificate, new_key, pem_cert, pem_key
 from events.credentials import Keyring, write_secret
+from events.files import write_atomically
 from events.permissions import accounts_block_for
 
 CA_NAME = "cairn cluster CA"
@@ -73,9 +74,7 @@ def write_auth(path: Path, keyrings: Sequence[Keyring]) -> None:
         "# (events/permissions.py). Public keys only.\n"
         + accounts_block_for([k.public_keys() for k in keyrings])
     )
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomically(path, text)
 
 
 @attrs.frozen

@@ -15,7 +15,6 @@ A keyring may hold only some roles: an observer's copy holds ``observer.nk`` alo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from pathlib import Path
 import attrs
 import nkeys
 
+from events.files import SECRET, write_atomically
 from events.permissions import Role
 
 EVENTS_KEY = "events.key"
@@ -48,18 +48,7 @@ def public_key(seed: str) -> str:
 
 def write_secret(path: Path, text: str) -> None:
     """Write ``text`` to a new file only its owner can read, whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    write_atomically(path, text + "\n", mode=SECRET)
 
 
 @attrs.frozen

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Protocol
+
+from events.files import SECRET, write_atomically
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -35,17 +35,7 @@ class CodeStore:
         if target.is_file():
             return sha
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(code.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(target, code, mode=SECRET)
         return sha
 
     def get(self, sha256: str) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
 from actors.functions.limits import MIB
+from events.files import SECRET, write_atomically
 
 MEMORY_ENTRIES = 256
 MEMORY_BYTES = 32 * MIB
@@ -100,10 +100,7 @@ class DiskCache:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
+            write_atomically(path, data, mode=SECRET, durable=False)
         except OSError:
             return  # a cache that cannot write is only slower
         index[key] = len(data)

@@ -11,7 +11,6 @@ file is elsewhere: in the user config directory (`config_dir`), where local clie
 
 import fcntl
 import json
-import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 import attrs
 
 from actors.config import data_dir
+from events.files import write_atomically
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
@@ -128,9 +128,7 @@ def bind_inbox(index_dir: Path, inbox: Path) -> None:
     if recorded is None:
         index_dir.mkdir(parents=True, exist_ok=True)
         file = index_dir / INBOX_FILE
-        tmp = file.with_suffix(".tmp")
-        tmp.write_text(str(inbox.resolve()) + "\n")
-        os.replace(tmp, file)
+        write_atomically(file, str(inbox.resolve()) + "\n")
         return
     if recorded != inbox.resolve():
         raise RegistryError(
@@ -168,9 +166,9 @@ class Registry:
         return [Entry(item["db"], item["createAt"]) for item in raw.get("databases", [])]
 
     def _write(self, entries: list[Entry]) -> None:
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"databases": [e.to_json() for e in entries]}, indent=2))
-        os.replace(tmp, self.file)
+        write_atomically(
+            self.file, json.dumps({"databases": [e.to_json() for e in entries]}, indent=2)
+        )
 
     def add(self, name: str, now: datetime | None = None) -> Entry:
         validate_name(name)

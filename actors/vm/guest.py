@@ -28,6 +28,8 @@ from pathlib import Path
 
 import asyncssh
 
+from events.files import SECRET, write_atomically
+
 
 class GuestError(Exception):
     pass
@@ -40,12 +42,11 @@ def ensure_key(path: Path) -> tuple[bool, str]:
         return False, pub.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = asyncssh.generate_private_key("ssh-ed25519", comment="cairn-vm")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(key.export_private_key())
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    # Owner-only from its first byte: a key written, then chmod-ed, is readable by anyone
+    # who opens it in between (and stays so for them).
+    write_atomically(path, key.export_private_key(), mode=SECRET)
     line = key.export_public_key().decode().strip()
-    pub.write_text(line + "\n")
+    write_atomically(pub, line + "\n")
     return True, line
 
 

@@ -11,12 +11,12 @@ serves and runs them from there; `python -m actors.vm.initscripts debian_12.sh` 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from actors.vm.osimages import MATRIX, script_name
 from events import resources
+from events.files import write_atomically
 
 TEMPLATES_DIR = resources.init_scripts() / "templates"
 
@@ -65,9 +65,7 @@ def write_scripts(directory: Path) -> Path:
         path = directory / name
         if path.is_file() and path.read_text() == text:
             continue
-        part = directory / f".{name}.part"
-        part.write_text(text)
-        os.replace(part, path)
+        write_atomically(path, text)
     return directory
 
 

@@ -36,6 +36,7 @@ from actors.search.registry import (
     model_cache,
     state_root,
 )
+from events.files import write_atomically
 from events.integrity import quick_check
 from gateway.apps.search_query import (
     BadRequest,
@@ -253,9 +254,7 @@ def endpoint_url(host: str, port: int) -> str:
 def write_endpoint(env: Mapping[str, str], base_url: str) -> None:
     path = config_dir(env) / "endpoint"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(base_url + "\n")
-    tmp.replace(path)
+    write_atomically(path, base_url + "\n")
 
 
 def remove_endpoint(env: Mapping[str, str], base_url: str) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import attrs
 
 from actors.config import data_dir
+from events.files import SECRET, write_atomically
 
 PREFIX = "cairn_"
 FILE_NAME = "tokens.json"
@@ -113,13 +114,7 @@ def _write(path: Path, entries: list[Entry]) -> None:
         ]
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(body, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(body, indent=1), mode=SECRET)
 
 
 def create(path: Path, name: str, role: Role) -> str:
