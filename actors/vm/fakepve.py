@@ -41,6 +41,7 @@ class FakePve:
     release: str = "8.4"
     storage_types: dict[str, str] = attrs.field(factory=lambda: {"local-lvm": "lvmthin"})
     import_storage: str = "local"
+    shared_storages: frozenset[str] = frozenset()  # storages with Proxmox's `shared` flag
     driver: str = "api"
     node_bridges: tuple[str, ...] = ("vmbr0",)
     vms: dict[int, FakeVm] = attrs.field(factory=dict)
@@ -128,7 +129,9 @@ class FakePve:
     async def storages(self, node: str, content: str | None = None) -> list[pve.StorageStatus]:
         self._ask("storages", node)
         return [
-            pve.StorageStatus(name, kind, True, True, ("images",))
+            pve.StorageStatus(
+                name, kind, True, True, ("images",), shared=name in self.shared_storages
+            )
             for name, kind in sorted(self.storage_types.items())
         ]
 
@@ -138,7 +141,8 @@ class FakePve:
             return pve.StorageStatus(storage, "dir", True, True, ("iso", "import"))
         if storage not in self.storage_types:
             raise pve.NotFound("storage: No such storage.")
-        return pve.StorageStatus(storage, self.storage_types[storage], True, True, ("images",))
+        kind, shared = self.storage_types[storage], storage in self.shared_storages
+        return pve.StorageStatus(storage, kind, True, True, ("images",), shared=shared)
 
     async def storage_content(self, node: str, storage: str, content: str) -> list[pve.Volume]:
         self._ask("storage_content", node)

@@ -96,6 +96,11 @@ class StorageStatus:
     total: int = 0  # bytes
     used: int = 0
     avail: int = 0
+    # Proxmox's own `shared` flag: every node sees the same volumes. Its plugins force it for
+    # network storages, and an admin may set it on any other (`pvesm set X --shared 1`, an LVM
+    # group on a SAN LUN): the flag decides, never the type. False where not known (the CLI's
+    # `pvesm status` does not say; `storage_status` always does).
+    shared: bool = False
 
     @property
     def usable(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from actors.vm import pve
+from actors.vm import apistorage, pve
 from actors.vm.pve import LineSink, Runner
 from actors.vm.pveapi import errors
 from actors.vm.pveapi.client import PveClient
@@ -146,11 +146,13 @@ class RestPve:
     async def storages(self, node: str, content: str | None = None) -> list[pve.StorageStatus]:
         params = {"content": content} if content else {}
         data = await self._get(node, f"/nodes/{node}/storage", params)
-        return [_storage(str(e.get("storage", "?")), e) for e in _objects(data)]
+        return [apistorage.storage_status(str(e.get("storage", "?")), e) for e in _objects(data)]
 
     async def storage_status(self, node: str, storage: str) -> pve.StorageStatus:
         data = await self._get(node, f"/nodes/{node}/storage/{storage}/status")
-        return _storage(storage, data if isinstance(data, dict) else {})
+        if not isinstance(data, dict):
+            raise pve.Unreadable(f"storage {storage}: its status is not an object")
+        return apistorage.storage_status(storage, data)
 
     async def storage_content(self, node: str, storage: str, content: str) -> list[pve.Volume]:
         path = f"/nodes/{node}/storage/{storage}/content"
@@ -316,20 +318,6 @@ def _settled(node: str, outcome: TaskOutcome) -> pve.Task:
             error.upid = outcome.upid
         raise error
     return pve.Task(node, outcome.exitstatus, outcome.log, outcome.upid)
-
-
-def _storage(name: str, entry: Mapping[str, Any]) -> pve.StorageStatus:
-    content = str(entry.get("content", "") or "")
-    return pve.StorageStatus(
-        name=name,
-        type=str(entry.get("type", "?")),
-        enabled=bool(int(entry.get("enabled", 1))),
-        active=bool(int(entry.get("active", 0))),
-        content=tuple(c for c in content.split(",") if c),
-        total=int(entry.get("total", 0) or 0),
-        used=int(entry.get("used", 0) or 0),
-        avail=int(entry.get("avail", 0) or 0),
-    )
 
 
 def _objects(data: Any) -> list[dict[str, Any]]:
