@@ -819,27 +819,6 @@ def _storage_failure(proxy: PveProxy, node: str) -> None:
         raise HttpError(500, failure.message)
 
 
-def _storage_entry(
-    name: str, info: Mapping[str, Any], volumes: Mapping[str, Any]
-) -> dict[str, Any]:
-    row = res.storage_row(name, info, volumes)
-    total, used = int(row["total"]) * 1024, int(row["used"]) * 1024
-    entry: dict[str, Any] = {
-        "storage": name,
-        "type": info["type"],
-        "content": info["content"],
-        "active": int(row["status"] == "active"),
-        "enabled": int(not info.get("disable")),
-        "shared": int(bool(info.get("shared"))),
-        "total": total,
-        "used": used,
-        "avail": total - used,
-    }
-    if total:
-        entry["used_fraction"] = used / total
-    return entry
-
-
 @route("GET", rf"/nodes/{_NODE}/storage")
 def get_storages(proxy: PveProxy, call: Call) -> Any:
     node = _node_route(
@@ -867,7 +846,7 @@ def get_storages(proxy: PveProxy, call: Call) -> Any:
             call, f"/storage/{name}", "Datastore.Audit", "Datastore.AllocateSpace", any_of=True
         ):
             continue
-        out.append(_storage_entry(name, info, volumes.get(name, {})))
+        out.append(res.storage_entry(name, info, volumes.get(name, {})))
     return out
 
 
@@ -884,8 +863,9 @@ def get_storage_status(proxy: PveProxy, call: Call) -> Any:
         volumes = txn.volumes(node).get(storage, {})
     if info is None:
         raise HttpError(400, "Parameter verification failed.", {"storage": "No such storage."})
-    entry = _storage_entry(storage, info, volumes)
+    entry = res.storage_entry(storage, info, volumes)
     entry.pop("storage")
+    entry.pop("used_fraction", None)  # the list's alone (ST Status.pm index)
     return entry
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from . import resources as res
 from . import snapshots, workers
 from .args import BOOL_OPT, CliError, CommandSpec, Opt, param_error, parse
-from .context import Ctx, raise_injected
+from .context import Ctx, raise_injected, take_failure
 from .formats import format_json, format_json_pretty, format_text_table
 from .state import Txn
 
@@ -27,6 +27,14 @@ PATH_OPTIONS: dict[str, dict[str, Opt]] = {
 
 
 _TASKS = re.compile(r"/nodes/[^/]+/tasks")
+_STORAGES = re.compile(r"/nodes/[^/]+/storage")
+STORAGE_OPTIONS = {
+    "content": Opt(),
+    "enabled": BOOL_OPT,
+    "storage": Opt(),
+    "target": Opt(),
+    "format": BOOL_OPT,
+}
 _NETWORK = re.compile(r"/nodes/[^/]+/network")
 NETWORK_OPTIONS = {"type": Opt(enum=res.NETWORK_TYPES)}
 TASK_OPTIONS = {
@@ -128,6 +136,9 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                     "does not exist"
                 )
             return snapshots.listing(rec)
+        m = re.fullmatch(r"/nodes/([^/]+)/storage(?:/([^/]+)/status)?", path)
+        if m:
+            return _storages(ctx, txn, m.group(1), m.group(2), options)
         if path == "/cluster/nextid":
             taken = {int(r["vmid"]) for recs in vms.values() for r in recs}
             taken |= {int(k) for k in txn.containers}
@@ -141,6 +152,46 @@ def get(ctx: Ctx, path: str, options: dict[str, Any]) -> Any:
                     return vmid
             raise CliError("unable to get any free VMID in range [100, 1000000]")
     raise CliError(f"No 'get' handler defined for '{path}'")
+
+
+def _storages(ctx: Ctx, txn: Txn, node: str, storage: str | None, options: dict[str, Any]) -> Any:
+    """`/nodes/{node}/storage` (`content`, `enabled` filter it) or, with `storage`, its
+    `status`: the API's objects, from the same storage information `pvesm status` prints, with
+    the `shared` flag it leaves out."""
+    if node not in txn.nodes:
+        raise CliError(
+            f"hostname lookup '{node}' failed - failed to get address info for: "
+            f"{node}: Name or service not known"
+        )
+    # An injected `pvesm status` failure stands for the storage layer failing, as in pveproxy.
+    failure = take_failure(txn, "pvesm status", node, None)
+    if failure is not None:
+        raise CliError(failure.message, failure.exit_code)
+    storages, volumes = txn.storages, txn.volumes(node)
+    if storage is not None:
+        info = storages.get(storage)
+        if info is None:
+            raise param_error({"storage": "No such storage."}, USAGE)
+        _warn_offline(ctx, storage, info)
+        entry = res.storage_entry(storage, info, volumes.get(storage, {}))
+        del entry["storage"]
+        entry.pop("used_fraction", None)  # the list's alone (ST Status.pm index)
+        return entry
+    out = []
+    content = options.get("content")
+    for name, info in sorted(storages.items()):
+        if content and content not in str(info["content"]).split(","):
+            continue
+        if options.get("enabled") and info.get("disable"):
+            continue
+        _warn_offline(ctx, name, info)
+        out.append(res.storage_entry(name, info, volumes.get(name, {})))
+    return out
+
+
+def _warn_offline(ctx: Ctx, name: str, info: dict[str, Any]) -> None:
+    if info.get("state") == "inactive" and not info.get("disable"):
+        ctx.err(f"storage '{name}' is not online\n")
 
 
 def run(ctx: Ctx, argv: Sequence[str]) -> int:
@@ -159,6 +210,8 @@ def run(ctx: Ctx, argv: Sequence[str]) -> int:
         extra = PATH_OPTIONS.get(path, TASK_OPTIONS if _TASKS.fullmatch(path) else {})
         if _NETWORK.fullmatch(path):
             extra = NETWORK_OPTIONS
+        if _STORAGES.fullmatch(path):
+            extra = STORAGE_OPTIONS
         spec = CommandSpec(USAGE, (("api_path", Opt()),), {**FORMAT_OPTIONS, **extra})
         parsed = parse(spec, rest)
         options = dict(parsed.options)

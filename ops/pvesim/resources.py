@@ -154,6 +154,27 @@ def storage_row(
     }
 
 
+def storage_entry(name: str, info: Mapping[str, Any], volumes: Mapping[str, Any]) -> dict[str, Any]:
+    """One storage as the API answers it (`/nodes/{node}/storage` items; without `storage`, its
+    `status`): bytes, 0/1 flags, Proxmox's own `shared` flag."""
+    row = storage_row(name, info, volumes)
+    total, used = int(row["total"]) * 1024, int(row["used"]) * 1024
+    entry: dict[str, Any] = {
+        "storage": name,
+        "type": info["type"],
+        "content": info["content"],
+        "active": int(row["status"] == "active"),
+        "enabled": int(not info.get("disable")),
+        "shared": int(bool(info.get("shared"))),
+        "total": total,
+        "used": used,
+        "avail": total - used,
+    }
+    if total:
+        entry["used_fraction"] = used / total
+    return entry
+
+
 def storage_resource(
     node: str, name: str, info: Mapping[str, Any], volumes: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:

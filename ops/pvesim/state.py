@@ -90,7 +90,9 @@ def storage_info(
     total_kib: int = 832888832,
 ) -> dict[str, Any]:
     """storage.cfg entry of one more storage: `dir`/`nfs` (files), `lvmthin`/`zfspool`, or
-    `lvm` (thick LVM: no snapshots, no base volumes, so no linked clones)."""
+    `lvm` (thick LVM: no snapshots, no base volumes, so no linked clones). `shared` is the
+    admin's flag (`pvesm set X --shared 1`: every node sees the same volumes, e.g. an LVM group
+    on a SAN LUN); an nfs storage has it whatever is asked, as on Proxmox."""
     if type_ not in ("dir", "nfs", "lvmthin", "zfspool", "lvm"):
         raise ValueError(f"unknown storage type {type_!r}")
     info: dict[str, Any] = {"type": type_, "content": content, "total_kib": total_kib,
@@ -103,7 +105,7 @@ def storage_info(
         info.update(vgname=name)
     else:
         info.update(pool=f"{name}/data", sparse=1)
-    if shared:
+    if shared or type_ == "nfs":  # pve-storage forces the flag for network storages
         info["shared"] = 1
     return info
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pvesim.state import Store, default_cluster
+from pvesim.state import Store, default_cluster, storage_info
 
 from .helpers import NODES, installed_vm, new_store, run
 
@@ -180,3 +180,50 @@ def test_pvesm_unknown_storage(store: Store) -> None:
     assert r.err == (
         "400 Parameter verification failed.\nstorage: No such storage.\npvesm status  [OPTIONS]\n"
     )
+
+
+def test_pvesh_storage_objects_carry_the_shared_flag(store: Store, tmp_path: Path) -> None:
+    """`/nodes/{node}/storage` and its `status`: pveproxy's objects, with Proxmox's `shared`
+    flag (which `pvesm status` does not print): an admin's on lvm, nfs's whatever was asked."""
+    store.add_storage("san", storage_info("san", "lvm", content="images", shared=True))
+    store.add_storage("nas", storage_info("nas", "nfs", content="images"))
+    installed_vm(store, tmp_path)
+    status = get_json(store, "/nodes/pve2/storage/san/status")
+    size = 832888832 * 1024
+    assert status == {
+        "type": "lvm",
+        "content": "images",
+        "active": 1,
+        "enabled": 1,
+        "shared": 1,
+        "total": size,
+        "used": 0,
+        "avail": size,
+    }
+    assert get_json(store, "/nodes/pve1/storage/nas/status")["shared"] == 1
+    lvm = get_json(store, "/nodes/pve1/storage/local-lvm/status")
+    assert (lvm["shared"], lvm["used"]) == (0, 2 * 1024**3 + 4 * 1024**2)
+    listed = get_json(store, "/nodes/pve1/storage", "--content", "images")
+    flags = {e["storage"]: e["shared"] for e in listed}
+    assert flags == {"local-lvm": 0, "nas": 1, "san": 1, "vmfiles": 0}
+
+
+def test_pvesh_storage_errors(store: Store) -> None:
+    r = run(store, "pvesh", "get", "/nodes/pve1/storage/nosuch/status")
+    assert r.code == 255
+    assert r.err == (
+        "400 Parameter verification failed.\nstorage: No such storage.\n"
+        "pvesh get <api_path> [OPTIONS] [FORMAT_OPTIONS]\n"
+    )
+    r = run(store, "pvesh", "get", "/nodes/pve9/storage/local/status")
+    assert r.code != 0 and "hostname lookup 'pve9' failed" in r.err
+    r = run(store, "pvesh", "get", "/nodes/pve1/storage", "--vmid", "100")
+    assert r.code != 0 and r.err.startswith("Unknown option: vmid\n")
+    with store.locked() as txn:
+        txn.cluster["storages"]["local-lvm"]["state"] = "inactive"
+        txn.save_cluster()
+    r = run(
+        store, "pvesh", "get", "/nodes/pve1/storage/local-lvm/status", "--output-format", "json"
+    )
+    assert r.code == 0 and r.err == "storage 'local-lvm' is not online\n"
+    assert json.loads(r.out)["active"] == 0
