@@ -77,7 +77,7 @@ def cairns_commands(images: Path) -> list[list[str]]:
         qm.migrate(120, "node2"),
         qm.start(120), qm.stop(120), qm.shutdown(120), qm.reboot(120), qm.destroy(120),
         qm.cleanup_stop(120), qm.cleanup_destroy(120), qm.status(120), qm.config(120),
-        qm.storage_status("local-lvm"), qm.image_storages(),
+        qm.storage_status("node1", "local-lvm"), qm.image_storages(),
         qm.cluster_resources("vm"), qm.cluster_resources("node"), qm.node_status("node1"),
         qm.api_get("/nodes/node1/tasks", "--source", "active", "--vmid", "120"),
         qm.network("node1"),
@@ -121,6 +121,15 @@ def test_every_command_cairn_runs_passes(images: Path) -> None:
         (["pvesm", "free", "local-lvm:vm-120-disk-0"], "pvesm: only"),
         (["pvesh", "create", "/access/users", "--userid", "x@pam"], "pvesh: only the reads"),
         (["pvesh", "get", "/nodes/node1/execute"], "pvesh: only the reads"),
+        (["pvesm", "status", "--storage", "local-lvm"], "pvesm: only"),
+        (
+            ["pvesh", "get", "/nodes/node1/storage/../../access/users", "--output-format", "json"],
+            "pvesh: only the reads",
+        ),
+        (
+            ["pvesh", "get", "/nodes/node1/storage/local-lvm/content", "--output-format", "json"],
+            "pvesh: only the reads",
+        ),
         (["pvesh", "set", "/cluster/options", "--keyboard", "de"], "pvesh: only the reads"),
         (
             [

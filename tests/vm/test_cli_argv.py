@@ -89,7 +89,10 @@ def test_lifecycle_command_lines() -> None:
         "qm", "destroy", "5", "--purge", "--skiplock", "--destroy-unreferenced-disks", "1",
     ]  # fmt: skip
     assert qm.status(5) == ["qm", "status", "5"]
-    assert qm.storage_status("local-lvm") == ["pvesm", "status", "--storage", "local-lvm"]
+    # The API's object, which carries Proxmox's `shared` flag (`pvesm status` prints none).
+    status = qm.api_get("/nodes/pve2/storage/san/status")
+    assert status == ["pvesh", "get", "/nodes/pve2/storage/san/status", "--output-format", "json"]
+    assert qm.storage_status("pve2", "san") == status
     # Only storages that may hold VM disks (a stock `local` may not).
     assert qm.image_storages() == ["pvesm", "status", "--content", "images"]
     assert qm.cluster_resources("vm") == [

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from actors.vm import pve
+from actors.vm import apistorage, pve
 from actors.vm.cli import argv as qm
 from actors.vm.cli.output import (
     CommandResult,
@@ -139,14 +139,11 @@ class CliPve:
         return [_storage(row, content) for row in _rows(result.stdout)]
 
     async def storage_status(self, node: str, storage: str) -> pve.StorageStatus:
-        result = await self.run(node, qm.storage_status(storage))
-        if not result.ok:
-            text = result.error_text()
-            raise pve.NotFound(text) if "No such storage" in result.stderr else pve.PveError(text)
-        row = next((r for r in _rows(result.stdout) if r.name == storage), None)
-        if row is None:
-            raise pve.NotFound(f"storage '{storage}' is not listed by pvesm status")
-        return _storage(row, None)
+        # Its failure `storage: No such storage.` is a NotFound (pve.classify).
+        data = await self._json(node, qm.storage_status(node, storage))
+        if not isinstance(data, dict):
+            raise pve.Unreadable(f"storage {storage}: its status is not an object")
+        return apistorage.storage_status(storage, data)
 
     async def storage_content(self, node: str, storage: str, content: str) -> list[pve.Volume]:
         path = f"/nodes/{node}/storage/{storage}/content"

@@ -177,8 +177,9 @@ def config(vmid: int) -> Argv:
     return ["qm", "config", str(vmid)]
 
 
-def storage_status(storage: str) -> Argv:
-    return ["pvesm", "status", "--storage", storage]
+def storage_status(node: str, storage: str) -> Argv:
+    """One storage's status as the API's object (`pvesm status` prints no `shared` flag)."""
+    return api_get(f"/nodes/{node}/storage/{storage}/status")
 
 
 def image_storages() -> Argv:

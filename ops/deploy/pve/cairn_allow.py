@@ -110,12 +110,8 @@ def check(argv: Sequence[str], *, images: str, vmids: range | None) -> None:
     if program == "qm":
         _qm(rest, images=images, vmids=vmids)
     elif program == "pvesm":
-        if rest not in (["status", "--content", "images"],) and not (
-            len(rest) == 3
-            and rest[:2] == ["status", "--storage"]
-            and re.fullmatch(STORAGE, rest[2])
-        ):
-            raise Refused("pvesm: only `status --storage NAME` and `status --content images`")
+        if rest != ["status", "--content", "images"]:
+            raise Refused("pvesm: only `status --content images`")
     elif program == "pvesh":
         _pvesh(rest, vmids=vmids)
     else:
@@ -234,6 +230,9 @@ def _pvesh(rest: list[str], *, vmids: range | None) -> None:
         found = re.fullmatch(r"/nodes/([A-Za-z0-9-]{1,63})/status", rest[1])
         if found:
             return
+        # One storage's status: its `shared` flag, which `pvesm status` does not print.
+        if re.fullmatch(rf"/nodes/[A-Za-z0-9-]{{1,63}}/storage/{STORAGE}/status", rest[1]):
+            return
     # The bridges a NIC may name, checked before an install builds anything.
     if (
         len(rest) == 6
@@ -256,7 +255,7 @@ def _pvesh(rest: list[str], *, vmids: range | None) -> None:
         return
     raise Refused(
         "pvesh: only the reads cairn makes (cluster resources, a node's status and bridges, "
-        "a VM's tasks)"
+        "a storage's status, a VM's tasks)"
     )
 
 
