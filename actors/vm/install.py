@@ -57,6 +57,7 @@ from actors.vm.pve import (
     ImportFrom,
     PveError,
     Refused,
+    StorageStatus,
     Unreadable,
 )
 from actors.vm.requests import (
@@ -124,8 +125,8 @@ class Placement(Protocol):
         """The node the VM is created on."""
         ...
 
-    async def check(self, b: Build) -> str:
-        """The disk storage's type once everything the placement needs is fit; else
+    async def check(self, b: Build) -> StorageStatus:
+        """The disk storage's status once everything the placement needs is fit; else
         StageFailed saying what to change."""
         ...
 
@@ -158,7 +159,7 @@ class FromCache:
     def made_on(self, b: Build) -> str:
         return b.svc.settings.main_node
 
-    async def check(self, b: Build) -> str:
+    async def check(self, b: Build) -> StorageStatus:
         return await storage_pool(b.svc)
 
     async def fetch(self, b: Build, st: Stages) -> tuple[str, bool]:
@@ -208,7 +209,7 @@ class NodeDownload:
     def made_on(self, b: Build) -> str:
         return b.node
 
-    async def check(self, b: Build) -> str:
+    async def check(self, b: Build) -> StorageStatus:
         svc, node = b.svc, b.node
         api = svc.settings.api
         assert api is not None
@@ -224,7 +225,7 @@ class NodeDownload:
                 "for this cluster, or upgrade it"
             )
         # The disk storage as the CLI driver checks it (same messages), then the image storage.
-        kind = await storage_pool(svc)
+        pool = await storage_pool(svc)
         store = api.import_storage
         try:
             found = await svc.pve.storage_status(node, store)
@@ -240,7 +241,7 @@ class NodeDownload:
                 "<its current types>,import`) or set PVE_IMPORT_STORAGE to a directory storage "
                 "that has it"
             )
-        return kind
+        return pool
 
     async def fetch(self, b: Build, st: Stages) -> tuple[str, bool]:
         svc, node, image = b.svc, b.node, b.image
@@ -330,31 +331,32 @@ async def published_digest(svc: Services, image: OsImage) -> tuple[str, str] | N
     return image.algorithm, digest
 
 
-async def storage_pool(svc: Services) -> str:
-    """The type of ASSIGN_STORAGE if it may hold VM disks and is active; else StageFailed
-    saying what to change. A stock node's `local` (iso, templates, backups) holds no disks."""
+async def storage_pool(svc: Services) -> StorageStatus:
+    """ASSIGN_STORAGE's status (its type, its `shared` flag) if it may hold VM disks and is
+    active; else StageFailed saying what to change. A stock node's `local` (iso, templates,
+    backups) holds no disks."""
     s, pve = svc.settings, svc.pve
     storage = s.storage
+    try:
+        found = await pve.storage_status(s.main_node, storage)
+    except PveError as exc:
+        if "No such storage" not in exc.text:
+            raise StageFailed(f"storage pool {storage} cannot be checked: {exc.text}") from None
+        found = None
+    if found is not None and "images" in found.content:
+        if not found.usable:
+            raise StageFailed(
+                f"storage pool {storage} is {found.state}; ASSIGN_STORAGE needs an active one"
+            )
+        return found
+    # Not fit: the storages that would do, for the message.
     try:
         rows = await pve.storages(s.main_node, "images")
     except PveError as exc:
         raise StageFailed(f"cannot list the storage pools: {exc.text}") from None
-    row = next((r for r in rows if r.name == storage), None)
-    if row is not None:
-        if not row.usable:
-            raise StageFailed(
-                f"storage pool {storage} is {row.state}; ASSIGN_STORAGE needs an active one"
-            )
-        return row.type
     usable = ", ".join(r.name for r in rows if r.usable) or "none"
-    try:
-        await pve.storage_status(s.main_node, storage)
-    except PveError as exc:
-        if "No such storage" in exc.text or "is not listed" in exc.text:
-            raise StageFailed(
-                f"storage pool {storage} does not exist; storages for VM disks: {usable}"
-            ) from None
-        raise StageFailed(f"storage pool {storage} cannot be checked: {exc.text}") from None
+    if found is None:
+        raise StageFailed(f"storage pool {storage} does not exist; storages for VM disks: {usable}")
     raise StageFailed(
         f"storage pool {storage} does not hold VM disk images (its content types lack "
         f"'images'); set ASSIGN_STORAGE to one that does: {usable}"
@@ -462,8 +464,10 @@ async def install(
         made_on = place.made_on(b)
 
         st.begin(stages.STORAGE, f"checking storage pool {s.storage}")
-        kind = await place.check(b)
-        st.done(f"storage pool {s.storage} ({kind}) is available")
+        pool = await place.check(b)
+        kind = pool.type
+        shared = ", shared" if pool.shared else ""
+        st.done(f"storage pool {s.storage} ({kind}{shared}) is available")
 
         st.begin(stages.GET_IMAGE, f"resolving the {req.os} {req.version} image")
         url = image.image_url(svc.images.base_url)
@@ -495,7 +499,9 @@ async def install(
 
             template = await templates.ensure(svc, place, build, b, key, task, st)
             if made_on != node:  # the CLI driver, another node: no clone migrates
-                template, target = await pernode.on_node(svc, template, key, node, kind, task, st)
+                template, target = await pernode.on_node(
+                    svc, template, key, node, pool.shared, task, st
+                )
                 made_on = node
             st.done(f"template {template.vmid} ({key.short()}) ready on {template.node}")
             source = ""

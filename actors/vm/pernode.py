@@ -5,8 +5,9 @@ built there. Cloning there and migrating each install to its node would copy the
 disk between nodes every time (and a linked clone on zfs or a directory storage cannot leave
 its template's node at all). Instead:
 
-- where ASSIGN_STORAGE is shared (every node sees the same volumes), the main node's template
-  serves every node: the install is cloned straight onto its node (`qm clone --target`);
+- where ASSIGN_STORAGE is shared (Proxmox's own `shared` flag, whatever the storage's type:
+  NFS as well as an LVM group on a SAN LUN, every node sees the same volumes), the main node's
+  template serves every node: the install is cloned straight onto its node (`qm clone --target`);
 - else each node gets its own template once, made from the main node's: a full clone of it
   (its disk still the image's size, before any install grows it), migrated offline to the
   node and converted there. Every later install on that node is a linked clone of it, on it,
@@ -25,23 +26,20 @@ from actors.vm.ownership import mark_line
 from actors.vm.pve import Clone, PveError
 from actors.vm.unfinished import building_note
 
-# Storage types whose volumes every node sees (pve-storage: the `shared` property is set for
-# these by their plugins; a dir or lvm storage marked shared by hand is not detected).
-SHARED = frozenset({"nfs", "cifs", "rbd", "cephfs", "glusterfs"})
-
 
 async def on_node(
     svc: Services,
     main: templates.Template,
     key: templates.Key,
     node: str,
-    kind: str,
+    shared: bool,
     task: str,
     st: Stages,
 ) -> tuple[templates.Template, str | None]:
     """The template an install on `node` clones, and the `target` its clone is made with
-    (None: on the template's own node). `main` is the main node's template of `key`."""
-    if kind in SHARED:
+    (None: on the template's own node). `main` is the main node's template of `key`; `shared`
+    is ASSIGN_STORAGE's own `shared` flag, which Proxmox's `qm clone --target` goes by too."""
+    if shared:
         return main, node
     here_key = attrs.evolve(key, node=node)
     here = templates.slot(svc, here_key)

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from actors.vm import stages
+from actors.vm import apistorage, stages
 from actors.vm.fakemirror import serve_mirror
 from actors.vm.fakepve import FakePve
 from actors.vm.imagecache import ImageCache
@@ -21,7 +21,7 @@ from actors.vm.jobs import Services, remove_vm
 from actors.vm.lifecycle import State
 from actors.vm.lifecycle_jobs import power
 from actors.vm.ownership import Claim, mark_line
-from actors.vm.pve import Create, PermissionDenied, TaskFailed
+from actors.vm.pve import Create, PermissionDenied, TaskFailed, Unreadable
 from actors.vm.requests import InstallRequest
 from actors.vm.settings import ApiSettings
 from tests.ports import free_port
@@ -151,6 +151,28 @@ async def test_a_storage_without_disk_images_is_named(tmp_path: Path, mirror_url
     await install(services(tmp_path, fake, mirror_url, "cli"), 124, request(), report, 0.0, TASK)
     assert records[-1][:2] == (stages.STORAGE, "error")
     assert "storage pool local-lvm does not exist; storages for VM disks: other" in records[-1][2]
+
+
+async def test_a_garbled_shared_flag_stops_the_install_at_the_storage_check(
+    tmp_path: Path, mirror_url: str
+) -> None:
+    """An API answering `shared: "yes"` (no Proxmox does) is named at the storage check, before
+    anything is built: cairn neither crashes nor guesses where the template's volumes are."""
+    entry = {"type": "lvm", "content": "images", "active": 1, "shared": "yes"}
+    with pytest.raises(Unreadable) as garbled:
+        apistorage.storage_status("local-lvm", entry)
+    fake = FakePve()
+    fake.fail("storage_status", garbled.value)
+    records, report = recorder()
+    svc = services(tmp_path, fake, mirror_url, "cli")
+    result = await install(svc, 125, request(node="pve2"), report, 0.0, TASK)
+    assert records[-1][:2] == (stages.STORAGE, "error")
+    assert records[-1][2].startswith(
+        "[-] storage pool local-lvm cannot be checked: storage local-lvm: 'shared' is 'yes', "
+        "not a boolean (0 or 1) ("
+    )
+    assert result.state is State.ABSENT
+    assert not any(c[0] in ("create", "clone") for c in fake.calls)
 
 
 async def test_an_old_release_sends_the_api_driver_back_to_the_cli(

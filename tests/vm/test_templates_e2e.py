@@ -327,3 +327,30 @@ async def test_on_shared_storage_one_template_serves_every_node(
     vm = sim.vm(vmid)
     assert vm is not None and vm.node == "pve2" and vm.status == "running"
     assert [t for t in sim.vms() if t >= 9000] == [9000]
+
+
+async def test_a_storage_an_admin_marked_shared_serves_every_node_from_one_template(
+    sim: SimCluster, start_service: Any, driver: str
+) -> None:
+    """Proxmox's `shared` flag decides, not the type: an LVM group on a SAN LUN that every node
+    sees (`pvesm set san --shared 1`) gets no per-node template copy; the install on pve2 is a
+    full clone (thick LVM makes no linked ones) straight onto pve2."""
+    drivers.cli_only(driver, "the API driver builds each node's template from its own download")
+    sim.add_storage("san", "lvm", content="images", shared=True)
+    service: Service = await start_service(ASSIGN_STORAGE="san")
+    await service.installed()  # builds template 9000 on pve1
+    seen = len(sim.commands())
+    sse = await service.install(node="pve2")
+    assert sse.closed and sse.last["status"] == "success", sse.records[-3:]
+    checked = messages(sse, "preparation > checking storage pool")[-1]
+    assert checked.startswith("[+] storage pool san (lvm, shared) is available ("), checked
+    download = messages(sse, "OS preparation > downloading OS image")
+    assert not any("copying template" in m for m in download), download
+    assert download[-1].startswith("[+] template 9000 (debian 12, sha512 "), download
+    later = sim.commands()[seen:]
+    clones = [c for c in later if c.startswith(f"pve1 qm clone 9000 {sse.last['vm_id']} ")]
+    assert clones and "--target pve2" in clones[0] and "--full 1" in clones[0], later
+    assert not any("qm migrate" in c or "qm template" in c for c in later), later
+    vm = sim.vm(sse.last["vm_id"])
+    assert vm is not None and vm.node == "pve2" and vm.status == "running"
+    assert [t for t in sim.vms() if t >= 9000] == [9000]
