@@ -45,3 +45,23 @@ def test_every_link_reaches_a_file_and_its_section(page: Path) -> None:
         elif section and linked.suffix == ".md" and section not in anchors(linked):
             broken.append(f"{target}: no heading #{section}")
     assert broken == []
+
+
+# A file of the repository named by where the documented install puts it (`/opt/cairn/...`),
+# but what `ops/setup` makes there (the venv, the npm tree).
+INSTALLED = re.compile(r"/opt/cairn/([\w./-]*[\w-])")
+MADE_BY_SETUP = (".venv", "ops/node_modules")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_a_command_copies_from_the_install_exists(page: Path) -> None:
+    """`cp /opt/cairn/ops/deploy/pve/cairn_allow.py ...`: a file moved in the tree leaves no
+    command that copies nothing."""
+    missing = sorted(
+        {
+            path
+            for path in INSTALLED.findall(page.read_text())
+            if not path.startswith(MADE_BY_SETUP) and not (ROOT / path).exists()
+        }
+    )
+    assert missing == []
