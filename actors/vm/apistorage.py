@@ -15,6 +15,12 @@ from typing import Any
 
 from actors.vm.pve import StorageStatus, Unreadable
 
+# The types whose plugins pve-storage always marks shared (network storages). Only a reader
+# that gets no `shared` flag at all (`pvesm status`) falls back on this.
+NETWORK_TYPES = frozenset(
+    {"nfs", "cifs", "rbd", "cephfs", "glusterfs", "iscsi", "iscsidirect", "zfs"}
+)
+
 
 def storage_status(name: str, entry: Mapping[str, Any]) -> StorageStatus:
     content = str(entry.get("content", "") or "")

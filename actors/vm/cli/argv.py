@@ -182,6 +182,12 @@ def storage_status(node: str, storage: str) -> Argv:
     return api_get(f"/nodes/{node}/storage/{storage}/status")
 
 
+def storage_by_pvesm(storage: str) -> Argv:
+    """One storage's row of `pvesm status` (no `shared` flag): what a node's older command
+    helper allows instead of `storage_status`."""
+    return ["pvesm", "status", "--storage", storage]
+
+
 def image_storages() -> Argv:
     """The storages that may hold VM disks (content type `images`), with their state."""
     return ["pvesm", "status", "--content", "images"]
