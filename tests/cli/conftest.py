@@ -106,41 +106,58 @@ def cairn_env(root: Path, extra: Sequence[str] = ()) -> dict[str, str]:
     return env
 
 
+# Ports are checked free when picked, and taken a moment later by `cairn up`: another test
+# session on the machine (two engineers' runs) may bind one in between. Such a start is tried
+# again on other ports; any other failure to start is the test's failure.
+PORT_TAKEN = "address already in use"
+STARTS = 3
+
+
 @pytest.fixture(scope="package")
 def cairn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cairn]:
     root = tmp_path_factory.mktemp("cli")
-    env = cairn_env(root)
-    log = (root / "cairn.log").open("w+")
-    proc = subprocess.Popen(
-        [CAIRN, "up"],
-        env=env,
-        cwd=root,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        _wait_ready(proc, root / "cairn.log")
-        yield Cairn(env, root / "data")
-    finally:
-        proc.terminate()
+    for attempt in range(1, STARTS + 1):
+        env = cairn_env(root)
+        log = (root / "cairn.log").open("w+")
+        proc = subprocess.Popen(
+            [CAIRN, "up"],
+            env=env,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            if _wait_ready(proc, root / "cairn.log", retry=attempt < STARTS):
+                yield Cairn(env, root / "data")
+                return
+        finally:
+            _stop(proc)
+            log.close()
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path, *, retry: bool) -> bool:
+    """True once `cairn up` is ready; False when it stopped on a port taken since it was
+    picked (and ``retry`` allows another start)."""
     import time
 
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
         text = log.read_text()
         if "cairn: ready" in text:
-            return
+            return True
         if proc.poll() is not None:
+            if retry and PORT_TAKEN in text:
+                return False
             raise AssertionError("cairn up exited before it was ready:\n" + text)
         time.sleep(0.2)  # polling a log file for a line: no event to wait on
     raise AssertionError("cairn up was not ready in 150 s:\n" + log.read_text())
