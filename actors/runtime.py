@@ -12,6 +12,10 @@ Shape ("actors decide, jobs do"):
   message carrying a reply callback, which resolves an asyncio future through
   ``call_soon_threadsafe``; the loop is never blocked and never awaits a pykka future. The reply
   is released only once the events the command recorded are stored.
+* A job reports to its actor with :meth:`~AggregateActor.notify` (fire-and-forget), or, for a
+  record that must be stored before the job goes on (a note written ahead of an outside
+  change that recovery reads), with :meth:`~AggregateActor.confirmed`, which returns once
+  everything the actor recorded until then is stored, and raises what refused it.
 
 Errors:
 
@@ -86,6 +90,8 @@ class Fenced(CommandFailed):
 class _Envelope:
     message: Any
     reply: ReplyCallback | None
+    # The reply waits for every append the actor has made, not only this message's.
+    barrier: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -133,6 +139,7 @@ class AggregateActor(pykka.ThreadingActor):
         self.version = 0
         self._jobs: set[concurrent.futures.Future[Any]] = set()
         self._appends: list[concurrent.futures.Future[Any]] = []
+        self._last_append: concurrent.futures.Future[Any] | None = None
         self._append_failed = False
         self.setup(**kwargs)
         for record in history:
@@ -172,6 +179,10 @@ class AggregateActor(pykka.ThreadingActor):
     def record(self, *events: Event) -> None:
         """Apply ``events`` now and append them to this actor's stream (in call order).
         Raises :class:`Fenced`, recording nothing, while the host's fence forbids it."""
+        if not events:
+            # Nothing to append: an empty append would be done at once, ahead of the appends
+            # still queued, and a reply waiting for it would come too early.
+            return
         if (fenced := self.ctx.host.fenced(self.aggregate)) is not None:
             raise Fenced(f"{self.stream}: not recorded: {fenced}")
         expected = self.version
@@ -182,6 +193,7 @@ class AggregateActor(pykka.ThreadingActor):
             self.ctx.store.append(self.stream, expected, events), self.ctx.loop
         )
         self._appends.append(future)
+        self._last_append = future
         future.add_done_callback(self._check_append)
 
     def start_job(
@@ -214,11 +226,24 @@ class AggregateActor(pykka.ThreadingActor):
         with contextlib.suppress(pykka.ActorDeadError):
             self.actor_ref.tell(_Envelope(message, None))
 
+    async def confirmed(self, message: Any) -> Any:
+        """From a job, on the event loop: hand ``message`` to ``handle`` and return what it
+        returned once everything this actor has recorded so far (what ``handle`` recorded for
+        ``message`` included) is stored. Raises what refused it instead (``StoreWriteFailed``
+        after the store's retries, ``Fenced``, an append's conflict), or ``ActorUnavailable``
+        when the actor has stopped: a job that asks this must not go on unless it returns."""
+        future, reply = _reply_future(asyncio.get_running_loop())
+        try:
+            self.actor_ref.tell(_Envelope(message, reply, barrier=True))
+        except pykka.ActorDeadError:
+            raise ActorUnavailable(f"{self.stream} is stopped: nothing more is stored") from None
+        return await future
+
     # -- pykka hooks -------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Envelope):
-            self._dispatch(message.message, message.reply)
+            self._dispatch(message.message, message.reply, message.barrier)
         elif isinstance(message, _JobDone):
             outcome = _outcome(message.future)
             follow_up = message.done(outcome)
@@ -248,7 +273,7 @@ class AggregateActor(pykka.ThreadingActor):
         self.actor_stopped.set()
         self._failed(error)
 
-    def _dispatch(self, message: Any, reply: ReplyCallback | None) -> None:
+    def _dispatch(self, message: Any, reply: ReplyCallback | None, barrier: bool = False) -> None:
         self._appends = []
         try:
             value = self.handle(message)
@@ -264,20 +289,30 @@ class AggregateActor(pykka.ThreadingActor):
             if reply is not None:
                 reply(None, exc)
             raise
-        self._reply_after_appends(reply, value, None)
+        self._reply_after_appends(reply, value, None, barrier)
 
     def _reply_after_appends(
-        self, reply: ReplyCallback | None, value: Any, error: BaseException | None
+        self,
+        reply: ReplyCallback | None,
+        value: Any,
+        error: BaseException | None,
+        barrier: bool = False,
     ) -> None:
         if reply is None:
             return
         pending = self._appends
+        if not pending and barrier and self._last_append is not None:
+            # Appends complete in the order they were made: the last one stands for them all.
+            pending = [self._last_append]
         if not pending:
             reply(value, error)
             return
 
         # The append futures complete on the loop in submission order; the last one decides.
         def release(f: concurrent.futures.Future[Any]) -> None:
+            if f.cancelled():  # the loop is going away: the events may not be stored
+                reply(None, ActorUnavailable(f"{self.stream}: stopped before it was stored"))
+                return
             exc = f.exception()
             reply(None, exc) if exc is not None else reply(value, error)
 
@@ -319,6 +354,29 @@ class AggregateActor(pykka.ThreadingActor):
     def _cancel_jobs(self) -> None:
         for job in list(self._jobs):
             job.cancel()
+
+
+def _reply_future(
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[asyncio.Future[Any], ReplyCallback]:
+    """A future on ``loop`` and the reply callback (called from any thread) that resolves it."""
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def resolve(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if isinstance(error, StopIteration):
+            # A future refuses StopIteration (it would end the awaiting coroutine's frame).
+            error = RuntimeError(f"handler raised StopIteration: {error!r}")
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def reply(value: Any, error: BaseException | None) -> None:
+        loop.call_soon_threadsafe(resolve, value, error)
+
+    return future, reply
 
 
 def _outcome(future: concurrent.futures.Future[Any]) -> Any:
@@ -365,23 +423,7 @@ class ActorHandle:
                 # dying actor's inbox, which the host hands to the reloaded one.
 
     async def _ask_once(self, message: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def resolve(value: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if isinstance(error, StopIteration):
-                # A future refuses StopIteration (it would end the awaiting coroutine's frame).
-                error = RuntimeError(f"handler raised StopIteration: {error!r}")
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(value)
-
-        def reply(value: Any, error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(resolve, value, error)
-
+        future, reply = _reply_future(asyncio.get_running_loop())
         await self._deliver(_Envelope(message, reply))
         return await future
 

@@ -81,6 +81,8 @@ async def run(job: Job, facts: Facts, task: str) -> JobResult:
     st.begin(SNAPSHOT, f"taking snapshot {name} of VM {vmid} before the change")
     if "disk-grow" in args.get("accept", []):
         st.note("a grown disk is not undone by a rollback in full; accepted")
+    # The task's start is stored before the snapshot: a restart settles only a task it knows.
+    await st.stored()
     try:
         taken = await pve.snapshot(
             node, vmid, name, description=snapshot_description(task, keep), vmstate=False
@@ -101,6 +103,9 @@ async def run(job: Job, facts: Facts, task: str) -> JobResult:
         return await _roll_back(svc, st, vmid, node, facts, name, keep, str(failure))
 
     st.begin(KEEP, "the checks passed: keeping the change")
+    # Stored before the snapshot goes: a restart keeps a change that had begun keeping itself
+    # (began_keeping) and would otherwise roll it back, or find no snapshot to roll back to.
+    await st.stored()
     snapshot = name
     if not keep:
         try:

@@ -514,6 +514,10 @@ async def install(
         st.done("created SSH key pair" if created else "SSH key is ready")
 
         st.begin(stages.CREATE, f"creating VM {vmid}")
+        # Stored before Proxmox is asked: a restart during a clone finds it begun after the
+        # template was ready, and settles the clone (unfinished.py); the task's own start,
+        # which makes the restart settle anything, is stored with it.
+        await st.stored()
         full_why = None
         try:
             if template is not None:

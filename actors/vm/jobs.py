@@ -3,7 +3,9 @@ guest, the checks of cairn's mark), and the clean-up of a VM. The jobs themselve
 install.py, lifecycle_jobs.py, change.py, reshape.py and snapshots.py.
 
 A job runs on the event loop, reports each SSE record through `report` (the actor stores and
-publishes it), and returns a JobResult; it never touches actor state. It asks Proxmox through
+publishes it), and returns a JobResult; it never touches actor state. A record that recovery
+reads to settle what Proxmox may have made (a write-ahead note) is awaited until stored
+(`Stages.noted`, `Stages.stored`) before Proxmox is asked to make it. It asks Proxmox through
 the port (`svc.pve`, actors/vm/pve.py) only: operations in, values and `PveError`s out.
 """
 
@@ -14,9 +16,8 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import asyncssh
 import attrs
@@ -38,7 +39,20 @@ from actors.vm.settings import VmSettings
 from actors.vm.template_access import Access
 
 log = logging.getLogger(__name__)
-Report = Callable[..., None]  # report(step, status, message, vm_id=None, ip=None)
+
+
+class Report(Protocol):
+    """Where a job's SSE records go (vm.Reporter: to the VM actor, which stores them)."""
+
+    def __call__(
+        self, step: str, status: str, message: str, vm_id: int | None = None, ip: str | None = None
+    ) -> None: ...
+
+    async def stored(self) -> None:
+        """Return once every record reported so far is stored; raise if it cannot be."""
+        ...
+
+
 # How often a clean-up looks again at a VM whose create is still at work (`lock: create`).
 CREATE_POLL = 0.5
 
@@ -149,6 +163,17 @@ class Stages:
 
     def note(self, message: str) -> None:
         self.report(self.step, "processing", f"[*] {message} {secs(self.began)}")
+
+    async def noted(self, message: str) -> None:
+        """`note`, returning once it is stored: a write-ahead note, said before asking Proxmox
+        for what it announces, so that a kill -9 in between leaves the record recovery reads.
+        Raises (the store's refusal) rather than let the job go on unrecorded."""
+        self.note(message)
+        await self.report.stored()
+
+    async def stored(self) -> None:
+        """Return once every record said so far is stored (see `noted`)."""
+        await self.report.stored()
 
     def done(self, message: str, **extra: Any) -> None:
         self.report(self.step, "success", f"[+] {message} {secs(self.began)}", **extra)

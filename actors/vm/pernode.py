@@ -64,7 +64,8 @@ async def _copy(
     svc: Services, main: templates.Template, key: templates.Key, node: str, task: str, st: Stages
 ) -> templates.Template:
     tid = await templates.free_id(svc)
-    st.note(building_note(tid, main.node, main.vmid))
+    # Stored before the clone: a restart in the middle knows which copy to settle.
+    await st.noted(building_note(tid, main.node, main.vmid))
     spec = Clone(name=key.name, full=True, description=mark_line(task) + "\n" + key.line())
     where = main.node
     try:

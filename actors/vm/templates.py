@@ -221,8 +221,8 @@ async def ensure(
         for _ in range(5):
             vmid = await free_id(svc)
             tb = build(vmid, hardware, cloud_init)
-            # Said before the create: a restart in the middle knows which id to settle.
-            st.note(building_note(vmid, place.made_on(tb)))
+            # Stored before the create: a restart in the middle knows which id to settle.
+            await st.noted(building_note(vmid, place.made_on(tb)))
             try:
                 await place.create(tb, source)
             except AlreadyExists:

@@ -2,9 +2,13 @@
 when its task is recovered at the next start, before the install's own VM is looked for.
 
 What cairn was doing comes from its own records of the task: the template it was building
-("creating template N on NODE", noted before the create), and whether it had begun cloning a
-ready template ("template N (...) ready on NODE", then "creating VM" begun but not done) into
-the install's own id.
+("creating template N on NODE"), and whether it had begun cloning a ready template ("template
+N (...) ready on NODE", then "creating VM" begun but not done) into the install's own id.
+Each of these is a write-ahead record: the job waits until the event store has it before it
+asks Proxmox for what it announces (jobs.Stages.noted), and stops if the store refuses it. So
+a kill -9 at any point leaves the record of whatever Proxmox may have begun making; a build or
+clone without its record was never asked for, and nothing is looked for beyond what the
+records name.
 
 What Proxmox does meanwhile (qemu-server's clone_vm): the clone runs as a task of the
 template (`qmclone:<template id>`), on the template's node, and goes on when the client that
@@ -71,23 +75,18 @@ class Building:
 class Unfinished:
     building: Building | None = None
     cloning: tuple[int, str] | None = None  # (template id, its node) of a clone not finished
-    # Getting the image (a template build happens there) begun and not finished: a build may
-    # have begun although its note was not stored (see `_unnoted`).
-    fetching: bool = False
 
 
 def read(records: list[Recorded], task: str) -> Unfinished:
     """What install `task` had begun and not finished, from its progress records."""
     building: Building | None = None
     ready: tuple[int, str] | None = None
-    creating = created = fetching = fetched = False
+    creating = created = False
     for r in records:
         e = r.event
         if not isinstance(e, Progress) or e.task != task:
             continue
         if e.step == stages.DOWNLOAD:
-            fetching = True
-            fetched = fetched or e.status == "success"
             if m := _BUILDING.match(e.message):
                 building = Building(int(m[1]), m[2], int(m[3]) if m[3] else None)
             if e.status == "success" and (m := _READY.match(e.message)):
@@ -98,7 +97,6 @@ def read(records: list[Recorded], task: str) -> Unfinished:
     return Unfinished(
         building=building if ready is None else None,
         cloning=ready if creating and not created else None,
-        fetching=fetching and not fetched,
     )
 
 
@@ -107,9 +105,6 @@ async def settle(svc: Services, vmid: int, what: Unfinished, task: str) -> list[
     said: list[str] = []
     if what.building is not None:
         said += await _build(svc, what.building, task)
-    elif what.fetching:
-        for b in await _unnoted(svc):
-            said += await _build(svc, b, task)
     if what.cloning is not None:
         said += await _clone(svc, vmid, *what.cloning, task)
     return said
@@ -136,19 +131,6 @@ async def _wait(
         await asyncio.sleep(CREATE_POLL)
         found = await find_config(svc, vmid, found[0])
     return found
-
-
-async def _unnoted(svc: Services) -> list[Building]:
-    """Templates not finished (no `template: 1`) in cairn's template range: a job's notes reach
-    the store a moment after it said them, so a kill -9 can fall between a template's create
-    and its note. `_build` removes only one that carries this install's mark."""
-    try:
-        resources = await svc.pve.cluster_vms()
-    except PveError as exc:
-        log.warning("cannot list the cluster's VMs to settle a template build: %s", exc.text)
-        return []
-    span = svc.settings.template_range
-    return [Building(r.vmid, r.node) for r in resources if r.vmid in span and not r.template]
 
 
 async def _build(svc: Services, b: Building, task: str) -> list[str]:

@@ -88,7 +88,8 @@ class Reporter:
 
     Each append is a transaction; a stage's "processing" and "success" records usually come
     back to back, and under load one append per record queues the whole service behind the
-    store's writer. Coalescing within a loop turn costs no latency.
+    store's writer. Coalescing within a loop turn costs no latency. The job does not wait for
+    them, but where it asks for `stored()`.
     """
 
     def __init__(self, actor: VmActor, task: str) -> None:
@@ -107,6 +108,13 @@ class Reporter:
         if self._pending:
             batch, self._pending = tuple(self._pending), []
             self._actor.notify(Reports(batch))
+
+    async def stored(self) -> None:
+        """Return once every record reported so far is in the event store (one append for
+        what is still pending; the actor's appends complete in order); raise what refused
+        it, so the job stops before doing what the records announce."""
+        batch, self._pending = tuple(self._pending), []
+        await self._actor.confirmed(Reports(batch))
 
     async def around(self, job: Coroutine[Any, Any, Any]) -> Any:
         """Run `job`, then send what it reported before its result reaches the actor."""

@@ -52,6 +52,15 @@ class JobFinished:
     outcome: Any
 
 
+@attrs.frozen
+class Ahead:
+    """Start a job that reports Add(by) fire-and-forget, then waits until it is stored; `out`
+    gets the total then and the stream as the store had it."""
+
+    by: int
+    out: asyncio.Future[tuple[Any, list[Event]]]
+
+
 class Counter(AggregateActor):
     """A counter that refuses to go negative, works in its thread, and can crash."""
 
@@ -92,7 +101,16 @@ class Counter(AggregateActor):
             case JobFinished():
                 self.record(Noted("job done"))
                 return None
+            case Ahead():
+                self.start_job(self._ahead(message))
+                return "started"
         raise Rejected(400, f"unknown command {message!r}")
+
+    async def _ahead(self, msg: Ahead) -> None:
+        self.notify(Add(msg.by))
+        total = await self.confirmed(Fetch())  # records nothing itself
+        stored = [r.event for r in await self.ctx.store.read_stream(self.stream)]
+        msg.out.set_result((total, stored))
 
 
 async def test_commands_record_events_and_replies_wait_for_the_store(
@@ -103,6 +121,14 @@ async def test_commands_record_events_and_replies_wait_for_the_store(
     # The reply came after the append: the event is already readable.
     assert [r.event for r in await store.read_stream("counter:a")] == [Incremented(2)]
     assert await counter.ask(Add(3)) == 5
+
+
+async def test_a_job_can_wait_until_what_it_reported_is_stored(host: ActorHost) -> None:
+    counter = await host.spawn(Counter, "ahead")
+    out: asyncio.Future[tuple[Any, list[Event]]] = asyncio.get_running_loop().create_future()
+    assert await counter.ask(Ahead(3, out)) == "started"
+    total, stored = await asyncio.wait_for(out, 10)
+    assert (total, stored) == (3, [Incremented(3)])
 
 
 async def test_state_is_rebuilt_from_the_stream_at_start(

@@ -35,6 +35,20 @@ class Settle:
     reason: str
 
 
+@attrs.frozen
+class Ahead:
+    """Start a job that reports Add(by) as jobs report progress (fire-and-forget), then waits
+    for it to be stored before going on; `out` gets ("went on", ...) or ("stopped", error)."""
+
+    by: int
+    out: asyncio.Future[tuple[str, Any]]
+
+
+@attrs.frozen
+class Peek:
+    """Records nothing: its confirmation stands for what was recorded before it."""
+
+
 class Ledger(AggregateActor):
     """Refuses odd notes on replay (a stream it cannot apply); settles after a failure."""
 
@@ -64,7 +78,19 @@ class Ledger(AggregateActor):
             case Settle(reason=reason):
                 self.record(Noted(f"settled: {reason}"))
                 return None
+            case Ahead():
+                self.start_job(self._ahead(message))
+                return None
         return self.total
+
+    async def _ahead(self, msg: Ahead) -> None:
+        self.notify(Add(msg.by))
+        try:
+            total = await self.confirmed(Peek())
+        except BaseException as exc:  # the store's refusal, or the job cancelled with its actor
+            msg.out.set_result(("stopped", exc))
+            raise
+        msg.out.set_result(("went on", total))
 
     def recovery(self, reason: str) -> Settle:
         return Settle(reason)
@@ -108,6 +134,27 @@ async def test_an_actor_the_store_refuses_stops_then_restarts_and_recovers_once_
     assert stored[1].text.startswith("settled: the event store refuses writes: database is locked")
     assert host.store_refusal is None and ledger.restarts == 1
     assert await ledger.ask(Add(4)) == 5
+
+
+async def test_a_job_waiting_for_its_record_to_be_stored_does_not_go_on_when_it_is_refused(
+    host: ActorHost, store: EventStore, tmp_path: Path
+) -> None:
+    """A write-ahead record (a job's note before it changes the world outside): the job's
+    wait covers what it reported before, fire-and-forget, and ends in the store's refusal."""
+    ledger = await host.spawn(Ledger, "ahead")
+    out: asyncio.Future[tuple[str, Any]] = asyncio.get_running_loop().create_future()
+    blocker = sqlite3.connect(tmp_path / "events.sqlite3", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        await ledger.tell(Ahead(5, out))
+        how, why = await asyncio.wait_for(out, 10)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert how == "stopped", why
+    # Refused, or cancelled as its actor stopped for that refusal: either way it did not go on.
+    assert isinstance(why, StoreWriteFailed | asyncio.CancelledError), repr(why)
+    assert await store.read_stream("ledger:ahead") == []
 
 
 async def test_a_stream_that_cannot_be_replayed_is_quarantined_alone(
