@@ -81,11 +81,11 @@ async def test_kill9_of_the_service_alone_leaves_no_vm_and_no_process(
     cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0" if creating else "1")
     # A warm sandbox (bwrap, python3) is ready for functions by now.
     await cairn.wait_log(r"cairn: ready")
-    _, tree = await kill_when(cairn, vmid, reached(step))
-    if creating:
-        # qm create may still be starting: once it holds the new VM's config locked, the rest
-        # may go fast (a running qm keeps the pace it started with).
-        await wait_for(lambda: _locked(sim, vmid), timeout=10, what="qm create's placeholder")
+    # At "creating VM", stored before the create is asked for, the kill waits for qm
+    # create's placeholder: once it holds the new VM's config locked, the rest may go fast (a
+    # running qm keeps the pace it started with).
+    placeholder = (lambda: _locked(sim, vmid)) if creating else None
+    _, tree = await kill_when(cairn, vmid, reached(step), placeholder)
     sim.set_delay_scale(0.05)
     ours = {pid: p for pid, p in tree.items() if not _proxmox_command(p[1])}
     proxmox = {pid: p for pid, p in tree.items() if _proxmox_command(p[1])}
@@ -138,9 +138,10 @@ async def test_kill9_with_the_create_dying_too_settles_the_task(
     # `qm create`'s placeholder (a clone's: test_kill9_templates.py).
     cairn = await start_cairn("up", PVE_DRIVER=driver, VM_TEMPLATES="0")
     await cairn.wait_log(r"cairn: ready")
-    seen, tree = await kill_when(cairn, vmid, reached(CREATE))
+    # "creating VM" is stored before the create is asked for: the kill waits for its
+    # placeholder.
+    seen, tree = await kill_when(cairn, vmid, reached(CREATE), lambda: _locked(sim, vmid))
     assert seen[-1]["message"].startswith(f"[*] creating VM {vmid} ("), seen[-1]
-    await wait_for(lambda: _locked(sim, vmid), timeout=10, what="the create's placeholder")
     if driver == "cli":
         creates = {p: c for p, c in tree.items() if f"pvesim.cli qm create {vmid}" in c[1]}
         assert creates, tree

@@ -46,9 +46,9 @@ async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
     # The clone outlasts cairn's restart: over the CLI 4 s of start-up and 4 s of linking; an
     # API task has no start-up of its own, so its linking takes longer.
     sim.set_delay_scale(8 if driver == "cli" else 30)
-    await kill_when(cairn, 171, reached(CREATE))
+    # "creating VM" is stored before the clone is asked for: the kill waits for the clone.
+    await kill_when(cairn, 171, reached(CREATE), lambda: lock_of(sim, 171) == "clone")
     # Proxmox's clone goes on without cairn: its new VM stays locked until it ends.
-    await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
     sim.set_delay_scale(0.05)
     again = await start_cairn("up", PVE_DRIVER=driver)
     assert lock_of(sim, 171) == "clone", "the clone ended before the restart: nothing tested"
@@ -73,8 +73,7 @@ async def test_a_clone_whose_worker_died_too(
     cairn = await start_cairn("up", PVE_DRIVER=driver)
     await a_template(cairn, sim)
     sim.set_delay_scale(8)
-    _, tree = await kill_when(cairn, 171, reached(CREATE))
-    await wait_for(lambda: lock_of(sim, 171) == "clone", timeout=20, what="the clone at work")
+    _, tree = await kill_when(cairn, 171, reached(CREATE), lambda: lock_of(sim, 171) == "clone")
     if driver == "cli":
         clones = {p: c for p, c in tree.items() if "pvesim.cli qm clone 9000 171" in c[1]}
         assert clones, tree
@@ -116,8 +115,8 @@ async def test_a_half_built_template_is_removed_at_the_restart(
     def building(records: list[dict[str, Any]]) -> bool:
         return any("creating template 9000 on pve1" in r["message"] for r in records)
 
-    await kill_when(cairn, 171, building)
-    await wait_for(lambda: sim.vm(9000) is not None, timeout=20, what="the template's create")
+    # The note is stored before the create is asked for: the kill waits for the create.
+    await kill_when(cairn, 171, building, lambda: sim.vm(9000) is not None)
     sim.set_delay_scale(0.05)
     again = await start_cairn("up", PVE_DRIVER=driver)
     last = await settled(again, 171)
