@@ -43,9 +43,10 @@ async def test_a_clone_runs_to_its_end_and_the_restart_removes_the_vm(
 ) -> None:
     cairn = await start_cairn("up", PVE_DRIVER=driver)
     await a_template(cairn, sim)
-    # The clone outlasts cairn's restart: over the CLI 4 s of start-up and 4 s of linking; an
-    # API task has no start-up of its own, so its linking takes longer.
-    sim.set_delay_scale(8 if driver == "cli" else 30)
+    # The clone outlasts cairn's restart, which begins once the clone is at work (the kill
+    # waits for it): 12 s of linking over the CLI (after 12 s of qm's start-up), 15 s through
+    # the API.
+    sim.set_delay_scale(24 if driver == "cli" else 30)
     # "creating VM" is stored before the clone is asked for: the kill waits for the clone.
     await kill_when(cairn, 171, reached(CREATE), lambda: lock_of(sim, 171) == "clone")
     # Proxmox's clone goes on without cairn: its new VM stays locked until it ends.
