@@ -1,5 +1,5 @@
-"""Fixtures and helpers of the API driver's tests: a simulated cluster without delays, and a
-client of its pveproxy."""
+"""Fixtures and helpers of the API driver's tests: a simulated cluster without delays, a
+client of its pveproxy, and the port through either adapter."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 from pvesim.cluster import SimCluster
 
+from actors.vm import pve
+from actors.vm.cli.adapter import CliPve
+from actors.vm.cli.transport import LocalTransport
+from actors.vm.pveapi.adapter import RestPve
 from actors.vm.pveapi.client import PveClient
 from actors.vm.pveapi.wire import normalize_fingerprint, parse_token
 
@@ -38,3 +42,15 @@ async def api(sim: SimCluster) -> AsyncIterator[PveClient]:
     client = client_for(sim)
     yield client
     await client.close()
+
+
+@pytest.fixture(params=["api", "cli"])
+async def port(request: pytest.FixtureRequest, sim: SimCluster) -> AsyncIterator[pve.Pve]:
+    """The Proxmox port through each adapter, on the main node: what must read the same."""
+    adapter: pve.Pve
+    if request.param == "api":
+        adapter = RestPve(client_for(sim), "pve1")
+    else:
+        adapter = CliPve({"pve1": LocalTransport(sim.env())}, "pve1")
+    yield adapter
+    await adapter.close()

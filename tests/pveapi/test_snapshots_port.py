@@ -4,7 +4,6 @@ delete, and Proxmox's refusals (name, storage, lock, unknown snapshot) in the po
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,6 @@ from actors.vm.cli.transport import LocalTransport
 from actors.vm.pveapi.adapter import RestPve
 from tests.conftest import wait_for
 from tests.pveapi.conftest import client_for
-
-
-@pytest.fixture(params=["api", "cli"])
-async def port(request: pytest.FixtureRequest, sim: SimCluster) -> AsyncIterator[pve.Pve]:
-    adapter: pve.Pve
-    if request.param == "api":
-        adapter = RestPve(client_for(sim), "pve1")
-    else:
-        adapter = CliPve({"pve1": LocalTransport(sim.env())}, "pve1")
-    yield adapter
-    await adapter.close()
 
 
 def names(snaps: list[pve.Snapshot]) -> list[tuple[str, str | None]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,6 @@ from pvesim.cluster import SimCluster
 from actors.vm import pve
 from actors.vm.cli.adapter import CliPve
 from actors.vm.cli.transport import LocalTransport
-from actors.vm.pveapi.adapter import RestPve
-from tests.pveapi.conftest import client_for
-
-
-@pytest.fixture(params=["api", "cli"])
-async def port(request: pytest.FixtureRequest, sim: SimCluster) -> AsyncIterator[pve.Pve]:
-    adapter: pve.Pve
-    if request.param == "api":
-        adapter = RestPve(client_for(sim), "pve1")
-    else:
-        adapter = CliPve({"pve1": LocalTransport(sim.env())}, "pve1")
-    yield adapter
-    await adapter.close()
 
 
 async def test_the_shared_flag_is_proxmoxs_not_the_types(sim: SimCluster, port: pve.Pve) -> None:
