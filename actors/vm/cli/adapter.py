@@ -147,15 +147,13 @@ class CliPve:
         return [_storage(row, content) for row in _rows(result.stdout)]
 
     async def storage_status(self, node: str, storage: str) -> pve.StorageStatus:
-        result = await self.run(node, qm.storage_status(node, storage))
-        if not result.ok and HELPER_REFUSED in result.stderr:
-            return await self._storage_by_pvesm(node, storage)
-        if not result.ok:  # `storage: No such storage.` is a NotFound (pve.classify)
-            raise pve.classify(result.error_text())
         try:
-            data = json.loads(result.stdout or "null")
-        except json.JSONDecodeError as exc:
-            raise pve.Unreadable(f"pvesh printed no JSON: {exc}") from None
+            # Its failure `storage: No such storage.` is a NotFound (pve.classify).
+            data = await self._json(node, qm.storage_status(node, storage))
+        except pve.PveError as exc:
+            if HELPER_REFUSED not in exc.text:
+                raise
+            return await self._storage_by_pvesm(node, storage)
         if not isinstance(data, dict):
             raise pve.Unreadable(f"storage {storage}: its status is not an object")
         return apistorage.storage_status(storage, data)
@@ -174,10 +172,7 @@ class CliPve:
                 node,
                 storage,
             )
-        result = await self.run(node, qm.storage_by_pvesm(storage))
-        if not result.ok:
-            text = result.error_text()
-            raise pve.NotFound(text) if "No such storage" in result.stderr else pve.PveError(text)
+        result = await self._ok(node, qm.storage_by_pvesm(storage))
         row = next((r for r in _rows(result.stdout) if r.name == storage), None)
         if row is None:
             raise pve.NotFound(f"storage '{storage}' is not listed by pvesm status")
